@@ -1,0 +1,241 @@
+"""Text rendering of a "crewckpt.diff/1" result (see crewckpt.history.diff), independent of any UI library.
+
+Renderers return a list of ``(tag, text)`` lines. Tags name the kind of line, not a colour, so the CLI
+(rich) and the TUI (Textual) can style them their own way:
+
+    "header"  section heading          "added"    an added item or + line
+    "removed" a removed item or - line "changed"  a changed item
+    "hunk"    a unified-diff @@ line   "meta"     --- / +++ lines and side notes
+    "plain"   anything else
+
+`render_stat` fits one screen (sections summarised, at most `max_items` items per list);
+`render_full` adds the unified diffs of task outputs, flow state changes and every other changed path.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+Line = tuple[str, str]
+
+_OP_MARK = {"added": "+", "removed": "-", "changed": "~", "unchanged": " "}
+_OP_TAG = {"added": "added", "removed": "removed", "changed": "changed", "unchanged": "plain"}
+
+
+def render_stat(diff: dict[str, Any], *, max_items: int = 8) -> list[Line]:
+    """A one-screen summary: inputs, per-entity task table, agents, flow, events, sizes, other changes."""
+    lines: list[Line] = []
+    if diff["identical"]:
+        return [("plain", "no differences")]
+    lines += _inputs_lines(diff["inputs"], max_items)
+    for entity in diff["entities"]:
+        lines += _entity_lines(entity, max_items)
+    lines += _events_lines(diff["events"], max_items)
+    lines += _size_lines(diff["sizes"])
+    other = len(diff["changes"]) + diff["changes_truncated"]
+    if other:
+        shown = ", ".join(c["path"] for c in diff["changes"][:3])
+        more = f", ... ({other} in all)" if other > 3 else ""
+        lines.append(("header", "other"))
+        lines.append(("changed", f"  ~ {shown}{more}"))
+    return lines
+
+
+def render_full(diff: dict[str, Any], *, max_items: int = 1000) -> list[Line]:
+    """The summary followed by output diffs, flow state changes and all other changed paths."""
+    lines = render_stat(diff, max_items=max_items)
+    if diff["identical"]:
+        return lines
+    for entity in diff["entities"]:
+        for task in entity["tasks"]:
+            if task["output_diff"]:
+                lines.append(("plain", ""))
+                lines.append(("header", f"output of {entity['label']} / {_task_name(task)}"))
+                lines += _unified_lines(task["output_diff"])
+        for agent in entity["agents"]:
+            if agent["memory"] is not None:
+                lines.append(("plain", ""))
+                lines.append(("header", f"memory of agent {agent['role'] or agent['id']}"))
+                lines.append(("removed", f"- {_short(agent['memory']['old'], 400)}"))
+                lines.append(("added", f"+ {_short(agent['memory']['new'], 400)}"))
+        flow = entity["flow"]
+        if flow and flow["state"]:
+            lines.append(("plain", ""))
+            lines.append(("header", f"state of {entity['label']}"))
+            lines += _change_lines(flow["state"])
+    if diff["changes"]:
+        lines.append(("plain", ""))
+        lines.append(("header", "other changes"))
+        lines += _change_lines(diff["changes"])
+        if diff["changes_truncated"]:
+            lines.append(("meta", f"  ... and {diff['changes_truncated']} more"))
+    return lines
+
+
+def plain_text(lines: list[Line]) -> str:
+    """Join rendered lines without styling (for files, pipes and tests)."""
+    return "\n".join(text for _, text in lines)
+
+
+def human_bytes(n: int) -> str:
+    """1536 -> "1.5 KB" (decimal units, like CrewAI's own figures and the README)."""
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{sign}{n} {unit}" if unit == "B" else f"{sign}{n:.1f} {unit}"
+        n /= 1000  # type: ignore[assignment]
+    raise AssertionError("unreachable")
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+def _inputs_lines(inputs: dict[str, Any], max_items: int) -> list[Line]:
+    items: list[Line] = []
+    for key, change in inputs["changed"].items():
+        items.append(("changed", f"  ~ {key}: {_short(change['old'])} -> {_short(change['new'])}"))
+    for key, value in inputs["added"].items():
+        items.append(("added", f"  + {key}: {_short(value)}"))
+    for key, value in inputs["removed"].items():
+        items.append(("removed", f"  - {key}: {_short(value)}"))
+    if not items:
+        return []
+    return [("header", "inputs")] + _cap(items, max_items)
+
+
+def _entity_lines(entity: dict[str, Any], max_items: int) -> list[Line]:
+    tasks = entity["tasks"]
+    changed_tasks = [t for t in tasks if t["op"] != "unchanged"]
+    agents = [a for a in entity["agents"] if a["op"] != "unchanged"]
+    flow = entity["flow"]
+    flow_changed = bool(
+        flow
+        and (
+            flow["state"]
+            or flow["completed_methods"]["added"]
+            or flow["completed_methods"]["removed"]
+            or any(flow["method_counts"].values())
+        )
+    )
+    if entity["op"] == "unchanged" or (
+        entity["op"] == "changed" and not changed_tasks and not agents and not flow_changed
+    ):
+        return []
+    mark = _OP_MARK[entity["op"]]
+    head = f"{mark} {entity['label']}"
+    if tasks:
+        head += f"  tasks {_done(tasks, 'old_status')} -> {_done(tasks, 'new_status')}"
+    lines: list[Line] = [("header", head)]
+    if entity["op"] in ("added", "removed"):
+        return lines
+    items: list[Line] = []
+    for task in changed_tasks:
+        status = task["old_status"] if task["op"] == "removed" else task["new_status"]
+        if task["op"] == "changed" and task["old_status"] != task["new_status"]:
+            status = f"{task['old_status']} -> {task['new_status']}"
+        detail = ""
+        if task["output_diff"]:
+            detail = f"  output +{task['output_lines']['added']} -{task['output_lines']['removed']} lines"
+        elif task["op"] == "changed":
+            detail = "  " + ", ".join(task["fields"][:4])
+        items.append((_OP_TAG[task["op"]], f"  {_OP_MARK[task['op']]} {_task_name(task)}  {status}{detail}"))
+    for agent in agents:
+        what = "memory changed" if agent["memory"] is not None else ", ".join(agent["fields"][:4])
+        items.append(
+            (_OP_TAG[agent["op"]], f"  {_OP_MARK[agent['op']]} agent {agent['role'] or agent['id']}  {what}")
+        )
+    if flow_changed and flow:
+        methods = flow["completed_methods"]
+        parts = [f"+{m}" for m in methods["added"]] + [f"-{m}" for m in methods["removed"]]
+        if parts:
+            items.append(("changed", f"  ~ completed methods {' '.join(parts)}"))
+        if flow["state"]:
+            paths = ", ".join(c["path"].removeprefix("checkpoint_state.") for c in flow["state"][:4])
+            more = ", ..." if len(flow["state"]) > 4 else ""
+            items.append(("changed", f"  ~ state {len(flow['state'])} changes: {paths}{more}"))
+    return lines + _cap(items, max_items)
+
+
+def _events_lines(events: dict[str, Any] | None, max_items: int) -> list[Line]:
+    if not events or (
+        not events["added_total"] and not events["removed_total"] and not events["changed_total"]
+    ):
+        return []
+    head = (
+        f"events {events['old_count']} -> {events['new_count']}"
+        f"  (+{events['added_total']} -{events['removed_total']} ~{events['changed_total']})"
+    )
+    lines: list[Line] = [("header", head)]
+    if events["added"]:
+        shown = list(events["added"].items())[:max_items]
+        lines.append(("added", "  + " + ", ".join(f"{n} {t}" for t, n in shown)))
+    if events["removed"]:
+        shown = list(events["removed"].items())[:max_items]
+        lines.append(("removed", "  - " + ", ".join(f"{n} {t}" for t, n in shown)))
+    return lines
+
+
+def _size_lines(sizes: dict[str, int]) -> list[Line]:
+    delta = sizes["delta_bytes"]
+    sign = "+" if delta >= 0 else ""
+    return [
+        (
+            "header",
+            (
+                f"size {human_bytes(sizes['old_bytes'])} -> {human_bytes(sizes['new_bytes'])}"
+                f" ({sign}{human_bytes(delta)})"
+            ),
+        )
+    ]
+
+
+def _change_lines(changes: list[dict[str, Any]]) -> list[Line]:
+    out: list[Line] = []
+    for change in changes:
+        if change["op"] == "added":
+            out.append(("added", f"  + {change['path']}: {_short(change['new'])}"))
+        elif change["op"] == "removed":
+            out.append(("removed", f"  - {change['path']}: {_short(change['old'])}"))
+        else:
+            out.append(
+                ("changed", f"  ~ {change['path']}: {_short(change['old'])} -> {_short(change['new'])}")
+            )
+    return out
+
+
+def _unified_lines(text: str) -> list[Line]:
+    out: list[Line] = []
+    for line in text.splitlines():
+        if line.startswith(("---", "+++")):
+            out.append(("meta", line))
+        elif line.startswith("@@"):
+            out.append(("hunk", line))
+        elif line.startswith("+"):
+            out.append(("added", line))
+        elif line.startswith("-"):
+            out.append(("removed", line))
+        else:
+            out.append(("plain", line))
+    return out
+
+
+def _done(tasks: list[dict[str, Any]], side: str) -> str:
+    present = [t for t in tasks if t[side] is not None]
+    return f"{sum(1 for t in present if t[side] == 'completed')}/{len(present)}"
+
+
+def _task_name(task: dict[str, Any]) -> str:
+    return str(task["name"] or (task["id"] or "?")[:8])
+
+
+def _cap(items: list[Line], max_items: int) -> list[Line]:
+    if len(items) <= max_items:
+        return items
+    return items[:max_items] + [("meta", f"  ... and {len(items) - max_items} more")]
+
+
+def _short(value: Any, width: int = 60) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= width else text[: width - 3] + "..."
