@@ -1,0 +1,408 @@
+"""History verbs: init, log, list, info, rev-parse, show, diff."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import click
+import orjson
+
+from crewckpt.cli.context import emit_json, emit_ndjson, json_option, obj
+from crewckpt.cli.fmt import commit_json, entity_summary, local_time, short_ids, summary_fields
+
+_TAG_STYLE = {
+    "header": "bold",
+    "added": "green",
+    "removed": "red",
+    "changed": "yellow",
+    "hunk": "cyan",
+    "meta": "dim",
+    "plain": None,
+}
+
+
+@click.command()
+@click.argument("path", required=False, default=".ckpt", metavar="[PATH]")
+@json_option
+def init(path: str, as_json: bool) -> None:
+    """Create an empty store at PATH (default: .ckpt in the working directory).
+
+    \b
+    Example:
+      ckpt init                 # ./.ckpt
+      ckpt init ~/runs/.ckpt    # then: export CKPT_STORE=~/runs/.ckpt
+    """
+    from crewckpt.history.store import Store
+
+    store = Store.init(path)
+    where = os.path.abspath(getattr(store, "path", path))
+    close = getattr(store, "close", None)
+    if close:
+        close()
+    if as_json:
+        emit_json({"path": where})
+    else:
+        click.echo(f"Initialized empty crewckpt store in {where}")
+
+
+@click.command()
+@click.argument("rev", required=False, default="HEAD")
+@click.option("--all", "all_", is_flag=True, help="Every branch, not only the history of REV.")
+@click.option("--graph", is_flag=True, help="Draw the commit graph (forks and fork points) beside the log.")
+@click.option("--oneline", is_flag=True, help="One line per commit: short id, refs, trigger, summary.")
+@click.option("-n", "--max-count", "limit", type=click.IntRange(min=0), help="Show at most N commits.")
+@click.option("--branch", "branch", metavar="B", help="History of branch B (same as REV=B).")
+@json_option
+def log(
+    rev: str, all_: bool, graph: bool, oneline: bool, limit: int | None, branch: str | None, as_json: bool
+) -> None:
+    """Show commit history, newest first (the history of REV, default HEAD).
+
+    \b
+    Examples:
+      ckpt log -n 20
+      ckpt log --graph --all --oneline
+      ckpt log fork/a1b2c3d4 --json | jq .summary
+    """
+    app = obj()
+    store = app.store()
+    if branch:
+        rev = branch
+    commits = _log_commits(store, rev, all_, limit)
+    if as_json:
+        emit_ndjson(_log_record(c) for c in commits)
+        return
+    tips = _tips_by_id(store)
+    head = _try_resolve(store, "HEAD")
+    shorts = short_ids([c.id for c in commits] + [p for c in commits for p in getattr(c, "parents", [])])
+    rows: Iterable[Any]
+    if graph:
+        from crewckpt.cli.graph import graph_rows
+
+        rows = graph_rows((c.id, list(getattr(c, "parents", []))) for c in commits)
+    else:
+        rows = (None for _ in commits)
+    for commit, row in zip(commits, rows):
+        prefix = ""
+        if row is not None:
+            for line in row.before:
+                app.line(line, "red")
+            prefix = row.row + " "
+        _print_log_entry(app, commit, shorts, tips.get(commit.id, []), commit.id == head, prefix, oneline)
+
+
+def _log_commits(store: Any, rev: str, all_: bool, limit: int | None) -> list[Any]:
+    if all_:
+        commits = sorted(store.list(), key=lambda c: c.seq, reverse=True)
+        return commits[:limit] if limit is not None else commits
+    return list(store.log(rev, limit=limit))
+
+
+def _log_record(commit: Any) -> dict[str, Any]:
+    if _is_pruned(commit):
+        return {"id": commit.id, "pruned": True}
+    return commit_json(commit)
+
+
+def _is_pruned(commit: Any) -> bool:
+    return not hasattr(commit, "time_ns")
+
+
+def _print_log_entry(
+    app: Any, commit: Any, shorts: dict[str, str], refs: list[str], is_head: bool, prefix: str, oneline: bool
+) -> None:
+    short = shorts.get(commit.id, commit.id[:8])
+    if _is_pruned(commit):
+        app.styled([(prefix, "red"), (short, "yellow"), (" (pruned: history continues no further)", "dim")])
+        return
+    decoration = _decoration(refs, is_head)
+    summary = summary_fields(commit)
+    if oneline:
+        app.styled(
+            [
+                (prefix, "red"),
+                (short, "yellow"),
+                (decoration, "bold cyan"),
+                (f" {commit.trigger or 'manual'}", None),
+                (f"  {entity_summary(summary)}", "dim"),
+            ]
+        )
+        return
+    pad = " " * len(prefix) if prefix else ""
+    cont = prefix.replace("*", "|") if prefix else ""
+    app.styled([(prefix, "red"), (f"commit {short}", "yellow"), (decoration, "bold cyan")])
+    parents = " ".join(shorts.get(p, p[:8]) for p in commit.parents) or "(root)"
+    rows = [
+        ("Branch:", commit.branch or "-"),
+        ("Date:", local_time(commit.time_ns)),
+        ("Trigger:", commit.trigger or "manual"),
+        ("Parents:", parents),
+    ]
+    if commit.run_id:
+        rows.append(("Run:", str(commit.run_id)))
+    for label, value in rows:
+        app.styled([(cont or pad, "red"), (f"{label:<9}{value}", None)])
+    app.styled([(cont or pad, "red")])
+    detail = f"{entity_summary(summary)}, {summary['event_count']} events, {_kb(summary['logical_bytes'])}"
+    app.styled([(cont or pad, "red"), (f"    {detail}", None)])
+    app.styled([(cont or pad, "red")])
+
+
+def _decoration(refs: list[str], is_head: bool) -> str:
+    names = (["HEAD"] if is_head else []) + refs
+    return f" ({', '.join(names)})" if names else ""
+
+
+def _kb(n: int) -> str:
+    from crewckpt.history.diff_render import human_bytes
+
+    return human_bytes(n)
+
+
+def _tips_by_id(store: Any) -> dict[str, list[str]]:
+    tips: dict[str, list[str]] = {}
+    for name, tip in sorted(store.branches().items()):
+        tips.setdefault(tip, []).append(name)
+    return tips
+
+
+def _try_resolve(store: Any, rev: str) -> str | None:
+    from crewckpt.errors import CkptError
+
+    try:
+        return store.resolve(rev)
+    except CkptError:
+        return None
+
+
+@click.command("list")
+@click.argument("path", required=False, type=click.Path(), metavar="[PATH]")
+@click.option("--branch", "branch", metavar="B", help="Only the checkpoints of branch B.")
+@json_option
+def list_(path: str | None, branch: str | None, as_json: bool) -> None:
+    """List every checkpoint, newest first: time, short id, branch, trigger, entities.
+
+    PATH reads CrewAI's own checkpoints instead of the store: a JSON checkpoint folder, one JSON file,
+    or a CrewAI SQLite database (JSONB rows are decoded without SQLite >= 3.45).
+
+    \b
+    Examples:
+      ckpt list --branch main
+      ckpt list ./.checkpoints          # CrewAI JsonProvider folder
+      ckpt list cp.db --json            # CrewAI SqliteProvider database
+    """
+    if path is not None:
+        from crewckpt.cli.cmd_crewai import list_crewai_path
+
+        list_crewai_path(path, branch, as_json)
+        return
+    app = obj()
+    store = app.store()
+    if branch is not None:
+        store.resolve(branch)  # unknown branch -> UnknownRevision with the names available
+    commits = sorted(store.list(branch), key=lambda c: c.seq, reverse=True)
+    if as_json:
+        emit_ndjson(commit_json(c) for c in commits)
+        return
+    if not commits:
+        click.echo("no checkpoints yet" + (f" on branch {branch}" if branch else ""), err=True)
+        return
+    shorts = short_ids(c.id for c in commits)
+    width = max(len(s) for s in shorts.values())
+    bwidth = min(24, max(len(c.branch or "-") for c in commits))
+    twidth = min(26, max(len(c.trigger or "manual") for c in commits))
+    for c in commits:
+        app.styled(
+            [
+                (local_time(c.time_ns) + "  ", "dim"),
+                (shorts[c.id].ljust(width) + "  ", "yellow"),
+                ((c.branch or "-").ljust(bwidth) + "  ", "cyan"),
+                ((c.trigger or "manual").ljust(twidth) + "  ", None),
+                (entity_summary(summary_fields(c)), None),
+            ]
+        )
+
+
+@click.command()
+@click.argument("rev", required=False, default="HEAD")
+@json_option
+def info(rev: str, as_json: bool) -> None:
+    """Show one checkpoint's metadata: id, parents, branch, time, trigger, entities, sizes.
+
+    REV may also be a CrewAI checkpoint file, folder or SQLite database (see `ckpt list --help`).
+
+    \b
+    Examples:
+      ckpt info main~2
+      ckpt info ./.checkpoints/main/20261129T234223_1e1c9b77_p-none.json
+    """
+    if _is_crewai_path(rev):
+        from crewckpt.cli.cmd_crewai import info_crewai_path
+
+        info_crewai_path(rev, as_json)
+        return
+    app = obj()
+    store = app.store()
+    commit = store.info(rev)
+    branches_at = _tips_by_id(store).get(commit.id, [])
+    record = commit_json(commit, branches_at=branches_at)
+    if as_json:
+        emit_json(record)
+        return
+    summary = summary_fields(commit)
+    rows = [
+        ("commit", commit.id),
+        ("branch", commit.branch or "-"),
+        ("tip of", ", ".join(branches_at) or "-"),
+        ("parents", " ".join(commit.parents) or "(root)"),
+        ("date", f"{local_time(commit.time_ns)}  ({record['time']})"),
+        ("trigger", commit.trigger or "manual"),
+        ("run", commit.run_id or "-"),
+        ("alias", commit.alias or "-"),
+        (
+            "entities",
+            ", ".join(f"{e['type']}:{e['name']}" if e["name"] else e["type"] for e in summary["entities"])
+            or "-",
+        ),
+        ("tasks", f"{summary['tasks_done']}/{summary['tasks_total']} completed"),
+        ("events", str(summary["event_count"])),
+        ("size", f"{_kb(summary['logical_bytes'])} as JSON"),
+    ]
+    for key, value in (record["meta"] or {}).items():
+        rows.append((f"meta.{key}", orjson.dumps(value).decode() if not isinstance(value, str) else value))
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        app.styled([(f"{key:<{width}}  ", "bold"), (str(value), "yellow" if key == "commit" else None)])
+
+
+def _is_crewai_path(arg: str) -> bool:
+    """A CrewAI checkpoint on disk rather than a revision: an existing path that looks like one."""
+    if not os.path.exists(arg):
+        return False
+    if os.path.isdir(os.path.join(arg, "objects")) or os.path.basename(os.path.normpath(arg)) == ".ckpt":
+        return False
+    return os.sep in arg or arg.endswith((".json", ".db", ".sqlite", ".sqlite3")) or os.path.isdir(arg)
+
+
+@click.command("rev-parse")
+@click.argument("rev")
+@json_option
+def rev_parse(rev: str, as_json: bool) -> None:
+    """Print the full commit id that REV names.
+
+    REV: a full id, a unique prefix of 4+ hex digits, a branch, HEAD/latest, X~N, X^, X^N, branch@{N},
+    or a CrewAI checkpoint id (``20261129T234223_1e1c9b77``).
+
+    \b
+    Example:
+      ckpt rev-parse main~2
+    """
+    full = obj().store().resolve(rev)
+    if as_json:
+        emit_json({"rev": rev, "id": full})
+    else:
+        click.echo(full)
+
+
+@click.command()
+@click.argument("rev", required=False, default="HEAD")
+@click.option(
+    "--path", "json_path", metavar="JSON-PATH", help="Only this part, e.g. entities[0].tasks[2].output.raw"
+)
+@click.option("--raw", is_flag=True, help="Exact compact JSON (no indentation; strings keep their quotes).")
+@json_option
+def show(rev: str, json_path: str | None, raw: bool, as_json: bool) -> None:
+    """Print the checkpoint document REV records, or one part of it (--path).
+
+    By default the JSON is indented (coloured on a terminal) and a string picked with --path is printed
+    as text. --raw and --json print compact JSON exactly as stored.
+
+    \b
+    Examples:
+      ckpt show main --path entities[0].checkpoint_inputs
+      ckpt show 3f2fbc84 --path 'entities[0].tasks[2].output.raw'
+      ckpt show HEAD --raw > checkpoint.json
+    """
+    from crewckpt.history.jsonpath import get_path
+
+    app = obj()
+    doc = app.store().read(rev)
+    value = get_path(doc, json_path) if json_path else doc
+    if raw or as_json:
+        click.echo(orjson.dumps(value).decode())
+        return
+    if isinstance(value, str) and json_path:
+        click.echo(value)
+        return
+    text = orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+    if app.out.is_terminal and not app.out.no_color and len(text) < 2_000_000:
+        from rich.syntax import Syntax
+
+        app.out.print(Syntax(text, "json", background_color="default", word_wrap=False), soft_wrap=True)
+    else:
+        click.echo(text)
+
+
+@click.command()
+@click.argument("rev1")
+@click.argument("rev2", required=False)
+@click.option("--stat", is_flag=True, help="A one-screen summary instead of the full diff.")
+@click.option(
+    "-U",
+    "--unified",
+    "context",
+    type=click.IntRange(min=0),
+    default=3,
+    show_default=True,
+    help="Lines of context around changed task output lines.",
+)
+@json_option
+def diff(rev1: str, rev2: str | None, stat: bool, context: int, as_json: bool) -> None:
+    """Semantic diff of two checkpoints (REV2 omitted: REV1's parent against REV1).
+
+    Kickoff inputs; tasks matched by task id with status and a unified diff of their outputs; agents'
+    memory; flow state and completed methods; events added or removed by type; sizes; then every other
+    changed JSON path. A REV may also be a CrewAI JSON checkpoint file.
+
+    \b
+    Examples:
+      ckpt diff main fork/a1b2c3d4
+      ckpt diff main~3 main --stat
+      ckpt diff HEAD --json | jq '.entities[0].tasks[] | select(.op != "unchanged")'
+    """
+    from crewckpt.history.diff import diff_documents
+    from crewckpt.history.diff_render import render_full, render_stat
+
+    app = obj()
+    if rev2 is None:
+        old_rev, new_rev = f"{rev1}^", rev1
+    else:
+        old_rev, new_rev = rev1, rev2
+    old_doc, old_id = _load_doc(old_rev)
+    new_doc, new_id = _load_doc(new_rev)
+    result = diff_documents(old_doc, new_doc, context_lines=context)
+    if as_json:
+        emit_json({"old": {"rev": old_rev, "id": old_id}, "new": {"rev": new_rev, "id": new_id}, **result})
+        return
+    app.line(f"diff {_label(old_rev, old_id)} {_label(new_rev, new_id)}", "bold")
+    lines = render_stat(result) if stat else render_full(result)
+    for tag, text in lines:
+        app.line(text, _TAG_STYLE.get(tag))
+
+
+def _load_doc(rev: str) -> tuple[Any, str | None]:
+    """(document, full commit id) for a revision, or (document, None) for a CrewAI JSON file on disk."""
+    if rev.endswith(".json") and os.path.isfile(rev):
+        with open(rev, "rb") as fh:
+            return orjson.loads(fh.read()), None
+    store = obj().store()
+    full = store.resolve(rev)
+    return store.read(full), full
+
+
+def _label(rev: str, full: str | None) -> str:
+    if full is None or full.startswith(rev):
+        return (full or rev)[:12] if full else rev
+    return f"{rev} ({full[:12]})"

@@ -1,0 +1,217 @@
+"""Maintenance verbs: prune, gc, fsck, stats."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import click
+
+from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_option, obj
+from crewckpt.cli.fmt import entity_summary, local_time, parse_duration_ns, short_ids, summary_fields
+from crewckpt.history.diff_render import human_bytes
+
+
+@click.command()
+@click.option(
+    "--keep", type=click.IntRange(min=1), metavar="N", help="Keep the newest N checkpoints of each branch."
+)
+@click.option(
+    "--older-than", "older_than", metavar="AGE", help="Remove checkpoints older than AGE (7d, 12h, 30m, 2w)."
+)
+@click.option("--branch", "branch", metavar="B", help="Only branch B (default: each branch on its own).")
+@click.option(
+    "--dry-run", "-n", "dry_run", is_flag=True, help="List exactly what would be removed; change nothing."
+)
+@json_option
+def prune(keep: int | None, older_than: str | None, branch: str | None, dry_run: bool, as_json: bool) -> None:
+    """Remove old checkpoints from branches (each branch on its own; tips are always kept).
+
+    With both --keep and --older-than, a checkpoint goes only when it is beyond the newest N and older than
+    AGE. Pruned commits vanish from `list`; `log` marks where history stops. Run `ckpt gc` afterwards to
+    free the space.
+
+    \b
+    Examples:
+      ckpt prune --keep 10 --dry-run
+      ckpt prune --older-than 7d --branch main
+    """
+    if keep is None and older_than is None:
+        raise UsageProblem(
+            "say what to prune: --keep N and/or --older-than AGE (e.g. --keep 10, --older-than 7d)"
+        )
+    older_than_ns = None
+    if older_than is not None:
+        try:
+            older_than_ns = parse_duration_ns(older_than)
+        except ValueError as exc:
+            raise UsageProblem(str(exc)) from None
+    app = obj()
+    store = app.store()
+    branches = [branch] if branch else sorted(store.branches())
+    if branch:
+        store.resolve(branch)
+    before = {c.id: c for c in store.list(branch)}
+    removed: list[tuple[str, str]] = []
+    for name in branches:
+        ids = store.prune(name, keep=keep, older_than_ns=older_than_ns, dry_run=dry_run)
+        removed.extend((name, cid) for cid in ids)
+    if as_json:
+        emit_ndjson({"id": cid, "branch": name, "dry_run": dry_run} for name, cid in removed)
+        return
+    verb = "would prune" if dry_run else "pruned"
+    shorts = short_ids(before)
+    for name, cid in removed:
+        info = before.get(cid)
+        when = local_time(info.time_ns) if info else "?"
+        what = entity_summary(summary_fields(info)) if info else ""
+        app.styled(
+            [(f"{verb} ", "red"), (shorts.get(cid, cid[:8]), "yellow"), (f"  {name}  {when}  {what}", None)]
+        )
+    if dry_run:
+        click.echo(f"{len(removed)} checkpoint(s) would be pruned (dry run: nothing changed)")
+    else:
+        click.echo(
+            f"{len(removed)} checkpoint(s) pruned" + ("; run `ckpt gc` to free the space" if removed else "")
+        )
+
+
+@click.command()
+@click.option("--dry-run", "-n", "dry_run", is_flag=True, help="Count what would be freed; delete nothing.")
+@json_option
+def gc(dry_run: bool, as_json: bool) -> None:
+    """Delete objects no live commit, branch or reflog reaches (after a grace period).
+
+    \b
+    Example:
+      ckpt prune --keep 20 && ckpt gc
+    """
+    app = obj()
+    store = app.store()
+    start = time.perf_counter()
+    with app.progress("gc: scanning objects") as update:
+        report = store.gc(dry_run=dry_run, progress=update)
+    record = _report_dict(report)
+    record["seconds"] = round(time.perf_counter() - start, 3)
+    if as_json:
+        emit_json(record)
+        return
+    verb = "would delete" if dry_run else "deleted"
+    app.line(
+        f"gc: {verb} {record['deleted_objects']} object(s), {human_bytes(record['deleted_bytes'])}; "
+        f"{record['live_objects']} live; store {human_bytes(record['bytes_before'])} -> "
+        f"{human_bytes(record['bytes_after'])} in {record['seconds']} s"
+    )
+
+
+@click.command()
+@click.option("--full", is_flag=True, help="Also read every object and verify its hash (slower).")
+@json_option
+def fsck(full: bool, as_json: bool) -> None:
+    """Check the store: refs, commits, trees, and with --full every object's hash.
+
+    Exit status 1 when a problem is found; each problem is one line naming what is affected.
+
+    \b
+    Example:
+      ckpt fsck --full
+    """
+    app = obj()
+    store = app.store()
+    start = time.perf_counter()
+    with app.progress("fsck --full" if full else "fsck") as update:
+        report = store.fsck(full=full, progress=update)
+    problems = [
+        f"object {oid}: {why}" + _needed_by(oid, report.affected) for oid, why in report.broken.items()
+    ]
+    problems += list(report.problems)
+    record = {
+        "ok": report.ok,
+        "full": full,
+        "checked": report.checked,
+        "broken": report.broken,
+        "affected": report.affected,
+        "problems": list(report.problems),
+        "seconds": round(time.perf_counter() - start, 3),
+    }
+    if as_json:
+        emit_json(record)
+    else:
+        for problem in problems:
+            app.line(f"problem: {problem}", "red")
+        verdict = (
+            "ok" if report.ok else f"{len(problems)} problem(s); affected commits: {len(report.affected)}"
+        )
+        app.line(
+            f"fsck{' --full' if full else ''}: checked {report.checked} objects in {record['seconds']} s: {verdict}",
+            "green" if report.ok else "red",
+        )
+    if not report.ok:
+        raise click.exceptions.Exit(1)
+
+
+def _needed_by(oid: str, affected: dict[str, list[str]]) -> str:
+    users = [cid[:12] for cid, oids in affected.items() if oid in oids]
+    return (
+        f"; needed by {len(users)} commit(s): {' '.join(users[:5])}{' ...' if len(users) > 5 else ''}"
+        if users
+        else ""
+    )
+
+
+@click.command()
+@json_option
+def stats(as_json: bool) -> None:
+    """Objects, stored and logical bytes, dedup and compression ratios, and per-branch figures.
+
+    Logical bytes: the checkpoints as CrewAI would write them (compact JSON, each in full). Stored bytes:
+    what the store holds on disk for them. Ratio = logical / stored.
+
+    \b
+    Example:
+      ckpt stats --json | jq .ratio
+    """
+    app = obj()
+    record = _report_dict(obj().store().stats())
+    if as_json:
+        emit_json(record)
+        return
+    per_branch = record.get("branches") or {}
+    rows = [
+        ("objects", str(record["objects"]), ""),
+        ("commits", f"{record['commits']} on {len(per_branch)} branch(es)", ""),
+        ("logical", human_bytes(record["logical_bytes"]), "checkpoints as CrewAI writes them, each in full"),
+        ("stored", human_bytes(record["stored_bytes"]), "objects as stored (deduplicated, compressed)"),
+        ("on disk", human_bytes(record["file_bytes"]), "the store folder"),
+        ("dedup", f"{record['dedup_ratio']:.2f}x", "logical / unique object bytes"),
+        ("compression", f"{record['compression_ratio']:.2f}x", "unique object bytes / stored"),
+        ("total", f"{record['total_ratio']:.2f}x", "logical / stored"),
+    ]
+    for key, value, note in rows:
+        app.styled([(f"{key:<12} ", "bold"), (f"{value:<22}", None), (note, "dim")])
+    if per_branch:
+        width = max(6, *(len(n) for n in per_branch))
+        app.line("")
+        app.line(f"{'branch':<{width}}  {'commits':>7}  {'logical':>10}", "bold")
+        for name, figures in sorted(per_branch.items()):
+            app.line(f"{name:<{width}}  {figures['commits']:>7}  {human_bytes(figures['logical_bytes']):>10}")
+
+
+def _report_dict(report: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(report) and not isinstance(report, type):
+        return dataclasses.asdict(report)
+    if hasattr(report, "to_json"):
+        return dict(report.to_json())
+    if hasattr(report, "_asdict"):
+        return dict(report._asdict())
+    return dict(report)
+
+
+def _print_report(app: Any, title: str, record: dict[str, Any]) -> None:
+    """Key/value lines under a title (byte counts also in human units)."""
+    app.line(title, "bold")
+    width = max((len(k) for k in record), default=0)
+    for key, value in record.items():
+        shown = f"{human_bytes(value)} ({value})" if "bytes" in key and isinstance(value, int) else value
+        app.line(f"  {key:<{width}}  {shown}")

@@ -1,0 +1,188 @@
+"""`ckpt`: git-like command line for crewckpt stores (console script entry point `main`).
+
+Exit status: 0 ok, 1 failure (unknown revision, store not found, integrity error...), 2 usage error
+(bad option, bad branch name, bad JSON path or duration). Errors are one line on stderr naming the
+problem and the fix (a JSON object with --json); `--debug` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from typing import Any
+
+import click
+
+from crewckpt.cli.context import AppContext, UsageProblem
+
+EPILOG = """\b
+Examples:
+  ckpt init                      create .ckpt in the working directory
+  ckpt log --graph --all         every branch, with fork points
+  ckpt diff main fork/a1b2c3d4   what a fork changed
+  ckpt show main~2 --path entities[0].tasks[1].output.raw
+The store is --store PATH, else $CKPT_STORE, else the nearest .ckpt above the working directory.
+"""
+
+
+def launch_tui(ctx: click.Context) -> bool:
+    """Hook for `ckpt` with no verb: open the TUI when crewckpt.tui provides ``run(store_path)``.
+
+    Returns False (so help is printed) until the TUI exists. TUI engineer: define
+    ``crewckpt.tui.run(store_path: str | None) -> None`` and this hook starts it.
+    """
+    try:
+        from crewckpt import tui
+    except ImportError:
+        return False
+    run = getattr(tui, "run", None)
+    if run is None:
+        return False
+    run(ctx.obj.store_path)
+    return True
+
+
+class CkptGroup(click.Group):
+    """Click group that turns crewckpt errors into one-line messages and the exit codes above."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)  # registration order: the order a user learns them in
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.Abort, click.ClickException):
+            raise
+        except KeyboardInterrupt:
+            click.echo("ckpt: interrupted", err=True)
+            ctx.exit(130)
+        except BrokenPipeError:  # `ckpt log | head`
+            sys.stderr.close()
+            ctx.exit(0)
+        except Exception as exc:  # noqa: BLE001 - the one place where every error becomes a message
+            app = ctx.find_object(AppContext)
+            if app is not None and app.debug:
+                traceback.print_exc()
+            code, message = describe_error(exc)
+            if app is not None and app.debug is False and code == 1 and not _is_ckpt_error(exc):
+                message += " (run with --debug for the traceback)"
+            if app is not None and app.json:
+                import orjson
+
+                payload = {"error": {"type": type(exc).__name__, "message": message, "exit_code": code}}
+                click.echo(orjson.dumps(payload).decode(), err=True)
+            else:
+                click.echo(f"ckpt: error: {message}", err=True)
+            ctx.exit(code)
+        finally:
+            app = ctx.find_object(AppContext)
+            if app is not None:
+                app.close()
+
+
+def describe_error(exc: BaseException) -> tuple[int, str]:
+    """(exit status, one-line message) for an exception raised by a verb."""
+    from crewckpt import errors
+
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, errors.BadRefName):
+        return 2, message
+    if isinstance(exc, errors.CkptError):
+        return 1, message
+    from crewckpt.history.jsonpath import JsonPathError
+
+    if isinstance(exc, JsonPathError):
+        return 1, message
+    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)):
+        return 1, f"{exc.strerror}: {exc.filename}"
+    return 1, f"unexpected {type(exc).__name__}: {message}"
+
+
+def _is_ckpt_error(exc: BaseException) -> bool:
+    from crewckpt import errors
+    from crewckpt.history.jsonpath import JsonPathError
+
+    return isinstance(exc, (errors.CkptError, JsonPathError, OSError))
+
+
+@click.group(
+    cls=CkptGroup,
+    invoke_without_command=True,
+    epilog=EPILOG,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.option(
+    "--store",
+    "store_path",
+    envvar="CKPT_STORE",
+    metavar="PATH",
+    help="Store to use (default: $CKPT_STORE, else the nearest .ckpt above the working directory).",
+)
+@click.option("--debug", is_flag=True, help="Show the full traceback on errors.")
+@click.version_option(package_name="crewckpt", prog_name="ckpt")
+@click.pass_context
+def cli(ctx: click.Context, store_path: str | None, debug: bool) -> None:
+    """crewckpt: git for CrewAI checkpoints.
+
+    Immutable, deduplicated, compressed checkpoints of crews, flows and agents, with branches, log,
+    diff, fork and resume. Run `ckpt COMMAND --help` for each command's options and examples.
+    """
+    ctx.obj = AppContext(store_path, debug)
+    if ctx.invoked_subcommand is None and not launch_tui(ctx):
+        click.echo(ctx.get_help())
+
+
+SHORT_HELP = {
+    "init": "Create an empty store.",
+    "log": "Show history (--graph --all like git).",
+    "list": "List checkpoints, newest first (or a CrewAI PATH).",
+    "info": "Show one checkpoint's metadata (or a CrewAI PATH).",
+    "rev-parse": "Print the full id a revision names.",
+    "show": "Print a checkpoint document or one part of it.",
+    "diff": "Semantic diff of two checkpoints.",
+    "branch": "List, create, delete or rename branches.",
+    "fork": "Start a branch at a checkpoint.",
+    "resume": "Restore and run a checkpoint (needs crewai).",
+    "prune": "Remove old checkpoints from branches.",
+    "gc": "Free the space of unreachable objects.",
+    "fsck": "Verify the store's integrity.",
+    "stats": "Sizes, dedup and compression ratios.",
+    "import": "Import CrewAI JSON/SQLite checkpoints.",
+    "export": "Write checkpoints in CrewAI's layouts.",
+}
+
+
+def _register() -> None:
+    from crewckpt.cli import cmd_branch, cmd_crewai, cmd_history, cmd_maint
+
+    for command in (
+        cmd_history.init,
+        cmd_history.log,
+        cmd_history.list_,
+        cmd_history.info,
+        cmd_history.rev_parse,
+        cmd_history.show,
+        cmd_history.diff,
+        cmd_branch.branch,
+        cmd_branch.fork,
+        cmd_crewai.resume,
+        cmd_maint.prune,
+        cmd_maint.gc,
+        cmd_maint.fsck,
+        cmd_maint.stats,
+        cmd_crewai.import_,
+        cmd_crewai.export,
+    ):
+        command.short_help = SHORT_HELP[command.name or ""]
+        cli.add_command(command)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console script entry point: ``ckpt``."""
+    cli.main(args=argv, prog_name="ckpt")
+
+
+__all__ = ["UsageProblem", "cli", "describe_error", "launch_tui", "main"]
