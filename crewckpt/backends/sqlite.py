@@ -1,0 +1,328 @@
+"""SQLite backend: the embedded default. One database file (``store.db``) in the store folder, WAL mode,
+busy timeout, incremental auto-vacuum. Works with SQLite 3.40 (no JSON functions needed).
+
+Why SQLite: one small row per transaction costs ~0.02 ms in WAL (../shared/notes/store-anchors.md), locks die
+with their process, and a whole content-addressed VCS fits in one file (Fossil).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import filelock
+
+from crewckpt.backends.base import Backend, IndexRow, ReflogEntry, StoreBusy, StoredObject, Txn
+from crewckpt.errors import CorruptStore, RefConflict
+
+DB_NAME = "store.db"
+BATCH = 900  # bound parameters per statement; far below SQLite's 32,766 limit on any build
+BUSY_TIMEOUT_S = 60.0
+
+_SCHEMA = """
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE objects(oid BLOB PRIMARY KEY, kind INTEGER NOT NULL, size INTEGER NOT NULL,
+                     touched INTEGER NOT NULL, frame BLOB NOT NULL);
+CREATE TABLE refs(name TEXT PRIMARY KEY, target BLOB NOT NULL);
+CREATE TABLE reflog(n INTEGER PRIMARY KEY AUTOINCREMENT, ref TEXT NOT NULL, old BLOB, new BLOB,
+                    time_ns INTEGER NOT NULL, message TEXT NOT NULL);
+CREATE INDEX reflog_ref ON reflog(ref, n);
+CREATE TABLE commits(id BLOB PRIMARY KEY, hex TEXT NOT NULL UNIQUE, branch TEXT NOT NULL,
+                     seq INTEGER NOT NULL, time_ns INTEGER NOT NULL, run_id TEXT NOT NULL, trig TEXT,
+                     parents BLOB NOT NULL, tree BLOB NOT NULL, summary BLOB NOT NULL, alias TEXT,
+                     meta TEXT);
+CREATE INDEX commits_branch ON commits(branch, seq);
+CREATE INDEX commits_seq ON commits(seq);
+CREATE TABLE aliases(alias TEXT PRIMARY KEY, id BLOB NOT NULL);
+CREATE TABLE counters(name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+"""
+
+_ROW_COLS = "id, branch, seq, time_ns, run_id, trig, parents, tree, summary, alias, meta"
+
+
+def _batches(items: Sequence[bytes]) -> Iterator[Sequence[bytes]]:
+    for i in range(0, len(items), BATCH):
+        yield items[i:i + BATCH]
+
+
+def _row(r: tuple) -> IndexRow:  # type: ignore[type-arg]
+    p = bytes(r[6])
+    return IndexRow(bytes(r[0]), r[1], r[2], r[3], r[4], r[5], tuple(p[i:i + 32] for i in range(0, len(p), 32)),
+                    bytes(r[7]), bytes(r[8]), r[9], r[10])
+
+
+class _SqlReader:
+    """Read verbs over one connection; subclasses supply ``_q`` (a locked, busy-retrying execute)."""
+
+    def _q(self, sql: str, args: Sequence[object] = ()) -> list[tuple]:  # type: ignore[type-arg]
+        raise NotImplementedError
+
+    def get_many(self, oids: Iterable[bytes]) -> dict[bytes, StoredObject]:
+        ids = list(dict.fromkeys(oids))
+        out: dict[bytes, StoredObject] = {}
+        for b in _batches(ids):
+            for oid, kind, size, frame in self._q(
+                    f"SELECT oid, kind, size, frame FROM objects WHERE oid IN ({','.join('?' * len(b))})", b):
+                out[bytes(oid)] = StoredObject(bytes(oid), kind, size, bytes(frame))
+        return out
+
+    def has_many(self, oids: Iterable[bytes]) -> set[bytes]:
+        ids = list(dict.fromkeys(oids))
+        out: set[bytes] = set()
+        for b in _batches(ids):
+            out.update(bytes(r[0]) for r in self._q(
+                f"SELECT oid FROM objects WHERE oid IN ({','.join('?' * len(b))})", b))
+        return out
+
+    def iter_objects(self) -> Iterator[tuple[bytes, int, int]]:
+        for oid, kind, touched in self._q("SELECT oid, kind, touched FROM objects"):
+            yield bytes(oid), kind, touched
+
+    def object_stats(self) -> tuple[int, int, int]:
+        n, size, stored = self._q("SELECT count(*), coalesce(sum(size),0), coalesce(sum(length(frame)),0) "
+                                  "FROM objects")[0]
+        return n, size, stored
+
+    def get_ref(self, name: str) -> bytes | None:
+        r = self._q("SELECT target FROM refs WHERE name=?", (name,))
+        return bytes(r[0][0]) if r else None
+
+    def refs(self, prefix: str = "") -> dict[str, bytes]:
+        rows = self._q("SELECT name, target FROM refs WHERE substr(name, 1, ?) = ? ORDER BY name",
+                       (len(prefix), prefix))
+        return {n: bytes(t) for n, t in rows}
+
+    def reflog(self, ref: str) -> list[ReflogEntry]:
+        rows = self._q("SELECT ref, old, new, time_ns, message FROM reflog WHERE ref=? ORDER BY n", (ref,))
+        return [ReflogEntry(r, bytes(o) if o is not None else None, bytes(n) if n is not None else None, t, m)
+                for r, o, n, t, m in rows]
+
+    def index_get(self, cid: bytes) -> IndexRow | None:
+        r = self._q(f"SELECT {_ROW_COLS} FROM commits WHERE id=?", (cid,))
+        return _row(r[0]) if r else None
+
+    def index_rows(self, branch: str | None = None) -> list[IndexRow]:
+        if branch is None:
+            rows = self._q(f"SELECT {_ROW_COLS} FROM commits ORDER BY seq, time_ns, id")
+        else:
+            rows = self._q(f"SELECT {_ROW_COLS} FROM commits WHERE branch=? ORDER BY seq, time_ns, id", (branch,))
+        return [_row(r) for r in rows]
+
+    def index_prefix(self, hex_prefix: str, limit: int = 20) -> list[bytes]:
+        rows = self._q("SELECT id FROM commits WHERE hex >= ? AND hex < ? ORDER BY hex LIMIT ?",
+                       (hex_prefix, hex_prefix + "g", limit))
+        return [bytes(r[0]) for r in rows]
+
+    def alias_get(self, alias: str) -> bytes | None:
+        r = self._q("SELECT id FROM aliases WHERE alias=?", (alias,))
+        return bytes(r[0][0]) if r else None
+
+    def meta_get(self, key: str) -> str | None:
+        r = self._q("SELECT value FROM meta WHERE key=?", (key,))
+        return r[0][0] if r else None
+
+
+class SqliteTxn(_SqlReader, Txn):
+    """Write verbs inside one ``BEGIN IMMEDIATE`` transaction."""
+
+    def __init__(self, backend: SqliteBackend) -> None:
+        self._b = backend
+
+    def _q(self, sql: str, args: Sequence[object] = ()) -> list[tuple]:  # type: ignore[type-arg]
+        return self._b._conn.execute(sql, args).fetchall()
+
+    def put_many(self, objs: Iterable[StoredObject], now_ns: int) -> int:
+        c = self._b._conn
+        new = 0
+        for o in objs:
+            cur = c.execute("INSERT OR IGNORE INTO objects(oid, kind, size, touched, frame) VALUES (?,?,?,?,?)",
+                            (o.oid, o.kind, o.size, now_ns, o.frame))
+            if cur.rowcount:
+                new += 1
+            else:
+                c.execute("UPDATE objects SET touched=? WHERE oid=? AND touched<?", (now_ns, o.oid, now_ns))
+        return new
+
+    def touch(self, oids: Sequence[bytes], now_ns: int) -> set[bytes]:
+        ids = list(dict.fromkeys(oids))
+        for b in _batches(ids):
+            self._b._conn.execute(f"UPDATE objects SET touched=? WHERE oid IN ({','.join('?' * len(b))})",
+                                  (now_ns, *b))
+        return set(ids) - self.has_many(ids)
+
+    def delete_objects(self, oids: Iterable[bytes], touched_before_ns: int) -> int:
+        ids = list(oids)
+        n = 0
+        for b in _batches(ids):
+            n += self._b._conn.execute(
+                f"DELETE FROM objects WHERE touched < ? AND oid IN ({','.join('?' * len(b))})",
+                (touched_before_ns, *b)).rowcount
+        return n
+
+    def set_ref_if_equals(self, name: str, old: bytes | None, new: bytes | None) -> None:
+        cur = self.get_ref(name)
+        if cur != old:
+            raise RefConflict(f"ref {name} moved (expected {old.hex() if old else 'nothing'}, found "
+                              f"{cur.hex() if cur else 'nothing'}); re-read it and retry")
+        if new is None:
+            self._b._conn.execute("DELETE FROM refs WHERE name=?", (name,))
+        else:
+            self._b._conn.execute("INSERT OR REPLACE INTO refs(name, target) VALUES (?,?)", (name, new))
+
+    def reflog_append(self, entry: ReflogEntry) -> None:
+        self._b._conn.execute("INSERT INTO reflog(ref, old, new, time_ns, message) VALUES (?,?,?,?,?)",
+                              (entry.ref, entry.old, entry.new, entry.time_ns, entry.message))
+
+    def reflog_delete(self, ref: str) -> None:
+        self._b._conn.execute("DELETE FROM reflog WHERE ref=?", (ref,))
+
+    def index_add(self, row: IndexRow) -> None:
+        self._b._conn.execute(
+            f"INSERT OR IGNORE INTO commits(hex, {_ROW_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (row.id.hex(), row.id, row.branch, row.seq, row.time_ns, row.run_id, row.trigger,
+             b"".join(row.parents), row.tree, row.summary, row.alias, row.meta_json))
+
+    def index_remove(self, ids: Iterable[bytes]) -> int:
+        n = 0
+        for b in _batches(list(ids)):
+            n += self._b._conn.execute(f"DELETE FROM commits WHERE id IN ({','.join('?' * len(b))})", b).rowcount
+        return n
+
+    def index_rebranch(self, old: str, new: str) -> None:
+        self._b._conn.execute("UPDATE commits SET branch=? WHERE branch=?", (new, old))
+
+    def alias_set(self, alias: str, cid: bytes) -> None:
+        self._b._conn.execute("INSERT OR IGNORE INTO aliases(alias, id) VALUES (?,?)", (alias, cid))
+
+    def counter_next(self, name: str) -> int:
+        c = self._b._conn
+        c.execute("INSERT INTO counters(name, value) VALUES (?, 1) "
+                  "ON CONFLICT(name) DO UPDATE SET value = value + 1", (name,))
+        return int(c.execute("SELECT value FROM counters WHERE name=?", (name,)).fetchone()[0])
+
+    def meta_set(self, key: str, value: str) -> None:
+        self._b._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?,?)", (key, value))
+
+
+class SqliteBackend(_SqlReader, Backend):
+    """The SQLite backend over ``<folder>/store.db``.
+
+    Use :meth:`create` for a new store and the constructor to open an existing one (never creates files).
+
+    Raises:
+        CorruptStore: the file is not a database, is truncated, or lacks crewckpt's tables.
+    """
+
+    def __init__(self, folder: str | os.PathLike[str], busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
+        self.folder = Path(folder)
+        self.path = self.folder / DB_NAME
+        self._busy = busy_timeout_s
+        self._lock = threading.RLock()
+        if not self.path.is_file():
+            raise CorruptStore(f"{self.path}: database file is missing; the store is damaged")
+        _check_not_truncated(self.path)
+        try:
+            self._conn = sqlite3.connect(f"file:{self.path}?mode=rw", uri=True, timeout=busy_timeout_s,
+                                         isolation_level=None, check_same_thread=False)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+            self._conn.execute("SELECT count(*) FROM meta").fetchone()
+            self._conn.execute("SELECT oid FROM objects LIMIT 1").fetchall()
+        except sqlite3.DatabaseError as e:
+            raise CorruptStore(f"{self.path}: not a readable crewckpt database ({e}); restore it from a "
+                               f"backup or re-import") from None
+
+    @classmethod
+    def create(cls, folder: str | os.PathLike[str]) -> SqliteBackend:
+        """Create ``store.db`` in an existing folder (fails if the file exists) and open it."""
+        path = Path(folder) / DB_NAME
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.executescript("BEGIN;" + _SCHEMA + "COMMIT;")
+        finally:
+            conn.close()
+        return cls(folder)
+
+    def _q(self, sql: str, args: Sequence[object] = ()) -> list[tuple]:  # type: ignore[type-arg]
+        with self._lock:
+            return self._retry(lambda: self._conn.execute(sql, args).fetchall())
+
+    def _retry(self, fn):  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + self._busy
+        delay = 0.001
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) and "busy" not in str(e):
+                    raise CorruptStore(f"{self.path}: {e}") from None
+                if time.monotonic() > deadline:
+                    raise StoreBusy(f"{self.path}: store is locked by another writer for over "
+                                    f"{self._busy:.0f} s; retry later") from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+            except sqlite3.DatabaseError as e:
+                raise CorruptStore(f"{self.path}: {e}; run `ckpt fsck`") from None
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Txn]:
+        with self._lock:
+            self._retry(lambda: self._conn.execute("BEGIN IMMEDIATE"))
+            try:
+                yield SqliteTxn(self)
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            try:
+                self._retry(lambda: self._conn.execute("COMMIT"))
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+
+    @contextlib.contextmanager
+    def gc_lock(self) -> Iterator[bool]:
+        lock = filelock.FileLock(str(self.folder / "gc.lock"), timeout=0)
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            lock.release()
+
+    def reclaim(self) -> None:
+        with self._lock:
+            self._retry(lambda: self._conn.execute("PRAGMA incremental_vacuum").fetchall())
+            self._retry(lambda: self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def _check_not_truncated(path: Path) -> None:
+    """A clean SQLite file is at least as long as its header says (bytes 28..31 = page count,
+    16..17 = page size); shorter with no WAL beside it means truncation."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(100)
+    if len(head) < 100 or not head.startswith(b"SQLite format 3\x00"):
+        raise CorruptStore(f"{path}: not an SQLite database (bad header); the store is damaged")
+    page = int.from_bytes(head[16:18], "big")
+    page = 65536 if page == 1 else page
+    pages = int.from_bytes(head[28:32], "big")
+    wal = path.with_name(path.name + "-wal")
+    if pages and size < pages * page and not (wal.exists() and wal.stat().st_size > 0):
+        raise CorruptStore(f"{path}: database is truncated ({size} of {pages * page} bytes); restore it from "
+                           f"a backup")

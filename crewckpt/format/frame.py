@@ -1,0 +1,117 @@
+"""The stored frame: how an object body is kept at rest (objects_format.md, 'Stored frame').
+
+``frame = codec byte + payload``:
+
+* ``0x00`` RAW: payload is the body;
+* ``0x01`` ZSTD: payload is one zstd frame (content size in the header) of the body;
+* ``0x02`` ZSTD_DICT: 32-byte id of a DICT object, then one zstd frame made with that dictionary.
+
+Compression never changes an object's id. Compressor objects are reused (a one-shot call with a dictionary
+is ~30x slower: ../shared/notes/store-anchors.md); zstandard objects are not thread-safe, hence the lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import zstandard
+
+from crewckpt.errors import DecodeError
+from crewckpt.format.objects import ID_BYTES, MAX_BODY
+
+RAW, ZSTD, ZSTD_DICT = 0, 1, 2
+MIN_COMPRESS = 64  # bytes: a zstd frame costs ~9 B, so tiny bodies stay raw
+LEVEL = 3
+
+
+class Codec:
+    """Compresses bodies into frames and back; one per open store.
+
+    Args:
+        level: zstd level (3: ~570 MB/s on JSON state here).
+        dictionary: optional ``(dict_id, dict_bytes)``; when set, new frames use ZSTD_DICT.
+        load_dict: callback ``dict_id -> dict_bytes`` used to read frames made with another dictionary.
+    """
+
+    def __init__(self, level: int = LEVEL, dictionary: tuple[bytes, bytes] | None = None,
+                 load_dict: Callable[[bytes], bytes] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._level = level
+        self._cctx = zstandard.ZstdCompressor(level=level)
+        self._dctx = zstandard.ZstdDecompressor()
+        self._dict_cctx: tuple[bytes, zstandard.ZstdCompressor] | None = None
+        self._dict_dctx: dict[bytes, zstandard.ZstdDecompressor] = {}
+        self._load_dict = load_dict
+        if dictionary is not None:
+            self.use_dictionary(*dictionary)
+
+    def use_dictionary(self, dict_id: bytes, data: bytes) -> None:
+        """Compress new frames with this dictionary (a DICT object's body)."""
+        zd = zstandard.ZstdCompressionDict(data)
+        with self._lock:
+            self._dict_cctx = (dict_id, zstandard.ZstdCompressor(level=self._level, dict_data=zd))
+            self._dict_dctx[dict_id] = zstandard.ZstdDecompressor(dict_data=zd)
+
+    def encode(self, body: bytes, compress: bool = True) -> bytes:
+        """body -> frame. Small or incompressible bodies stay RAW."""
+        if not compress or len(body) < MIN_COMPRESS:
+            return b"\x00" + body
+        with self._lock:
+            if self._dict_cctx is not None:
+                dict_id, cctx = self._dict_cctx
+                z = cctx.compress(body)
+                if len(z) + ID_BYTES < len(body):
+                    return b"\x02" + dict_id + z
+            else:
+                z = self._cctx.compress(body)
+                if len(z) < len(body):
+                    return b"\x01" + z
+        return b"\x00" + body
+
+    def decode(self, frame: bytes) -> bytes:
+        """frame -> body. Raises DecodeError on an unknown codec, a bad zstd frame or a size over 1 GiB."""
+        if not frame:
+            raise DecodeError("empty frame")
+        codec = frame[0]
+        if codec == RAW:
+            return bytes(frame[1:])
+        if codec == ZSTD:
+            return self._unzstd(self._dctx, frame[1:])
+        if codec == ZSTD_DICT:
+            dict_id, z = bytes(frame[1:1 + ID_BYTES]), frame[1 + ID_BYTES:]
+            if len(dict_id) != ID_BYTES:
+                raise DecodeError("truncated dictionary id in frame")
+            return self._unzstd(self._dict_decompressor(dict_id), z)
+        raise DecodeError(f"unknown codec byte {codec}")
+
+    def _dict_decompressor(self, dict_id: bytes) -> zstandard.ZstdDecompressor:
+        d = self._dict_dctx.get(dict_id)
+        if d is None:
+            if self._load_dict is None:
+                raise DecodeError(f"frame needs dictionary {dict_id.hex()} which is not available")
+            d = zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(self._load_dict(dict_id)))
+            self._dict_dctx[dict_id] = d
+        return d
+
+    def _unzstd(self, dctx: zstandard.ZstdDecompressor, z: bytes) -> bytes:
+        try:
+            size = zstandard.frame_content_size(z)
+        except zstandard.ZstdError:
+            raise DecodeError("bad zstd frame header") from None
+        if size < 0 or size > MAX_BODY:
+            raise DecodeError("zstd frame without a sane content size")
+        try:
+            with self._lock:
+                return dctx.decompress(z, max_output_size=size)
+        except zstandard.ZstdError as e:
+            raise DecodeError(f"bad zstd data: {e}") from None
+
+
+def train_dictionary(samples: list[bytes], size: int = 64 * 1024) -> bytes:
+    """Train a zstd dictionary (the body of a DICT object) from sample bodies. Raises DecodeError if zstd
+    cannot train on them (too few or too small samples)."""
+    try:
+        return zstandard.train_dictionary(size, samples).as_bytes()
+    except zstandard.ZstdError as e:
+        raise DecodeError(f"cannot train a zstd dictionary: {e}") from None

@@ -1,0 +1,248 @@
+"""Object kinds, their msgpack encodings and their ids (normative: objects_format.md).
+
+An object is ``(kind, body)``: ``body`` is the uncompressed encoded bytes. Its id is
+``BLAKE3-256(kind_name + b" " + ascii(len(body)) + b"\\0" + body)`` (git's header rule, BLAKE3 instead of
+SHA-1), so an id never depends on compression, dictionary or backend.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import blake3
+import msgpack
+
+from crewckpt.errors import DecodeError
+
+FORMAT_VERSION = 1
+"""Store format version this code writes and reads (objects_format.md, section 'Versioning')."""
+
+BLOB, TREE, COMMIT, DICT = 1, 2, 3, 4
+KIND_NAMES: dict[int, bytes] = {BLOB: b"blob", TREE: b"tree", COMMIT: b"commit", DICT: b"dict"}
+
+# tree forms
+OBJECT, ARRAY, OBJECT_CHUNKS, ARRAY_CHUNKS, STRING_CHUNKS, VALUE = 0, 1, 2, 3, 4, 5
+_FORMS = (OBJECT, ARRAY, OBJECT_CHUNKS, ARRAY_CHUNKS, STRING_CHUNKS, VALUE)
+
+# msgpack extension codes used inside tree bodies
+EXT_TREE, EXT_BIGINT, EXT_WTF8, EXT_BLOB_STR = 0, 1, 2, 3
+
+ID_BYTES = 32
+MAX_BODY = 1 << 30  # 1 GiB: larger claimed sizes are treated as hostile
+
+
+def object_id(kind: int, body: bytes) -> bytes:
+    """Return the 32-byte BLAKE3 id of an object.
+
+    Args:
+        kind: one of BLOB, TREE, COMMIT, DICT.
+        body: the uncompressed encoded body.
+    Raises:
+        DecodeError: unknown kind.
+    """
+    name = KIND_NAMES.get(kind)
+    if name is None:
+        raise DecodeError(f"unknown object kind {kind!r}")
+    h = blake3.blake3(name + b" " + str(len(body)).encode("ascii") + b"\0")
+    h.update(body)
+    return h.digest()
+
+
+def hex_id(oid: bytes) -> str:
+    """32 raw bytes -> 64 lowercase hex characters."""
+    return oid.hex()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Link:
+    """A reference from a tree to another object.
+
+    ``kind`` is TREE (the value is what that tree encodes) or BLOB (the value is the blob's bytes decoded as
+    UTF-8 with surrogates allowed; inside a STRING_CHUNKS tree: that raw byte piece).
+    """
+
+    oid: bytes
+    kind: int
+
+    def ext(self) -> msgpack.ExtType:
+        return msgpack.ExtType(EXT_TREE if self.kind == TREE else EXT_BLOB_STR, self.oid)
+
+
+_INT_MIN, _INT_MAX = -(1 << 63), (1 << 64) - 1
+
+
+def pack_int(v: int) -> int | msgpack.ExtType:
+    """Ints outside msgpack's range become EXT_BIGINT (signed ASCII decimal)."""
+    if _INT_MIN <= v <= _INT_MAX:
+        return v
+    return msgpack.ExtType(EXT_BIGINT, str(v).encode("ascii"))
+
+
+def pack_str(s: str) -> str | msgpack.ExtType:
+    """Strings that are not valid UTF-8 (lone surrogates, allowed by JSON escapes) become EXT_WTF8."""
+    if s.isascii():
+        return s
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return msgpack.ExtType(EXT_WTF8, s.encode("utf-8", "surrogatepass"))
+
+
+def str_bytes(s: str) -> bytes:
+    """The byte form of a string as stored in blobs (UTF-8, lone surrogates encoded as 3 bytes)."""
+    return s.encode("utf-8", "surrogatepass")
+
+
+def bytes_str(b: bytes) -> str:
+    """Inverse of :func:`str_bytes`; raises DecodeError on invalid bytes."""
+    try:
+        return b.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError as e:
+        raise DecodeError(f"string bytes are not UTF-8: {e.reason}") from None
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code in (EXT_TREE, EXT_BLOB_STR):
+        if len(data) != ID_BYTES:
+            raise DecodeError("link with a bad id length")
+        return Link(data, TREE if code == EXT_TREE else BLOB)
+    if code == EXT_BIGINT:
+        try:
+            text = data.decode("ascii")
+            if not text or len(text) > 100_000 or not text.lstrip("-").isdigit():
+                raise ValueError
+            return int(text)
+        except ValueError:
+            raise DecodeError("bad big integer") from None
+    if code == EXT_WTF8:
+        return bytes_str(data)
+    raise DecodeError(f"unknown extension code {code}")
+
+
+def packb(value: Any) -> bytes:
+    """msgpack-encode a tree payload (strings, ints, floats, bools, None, lists, dicts, ExtTypes)."""
+    return msgpack.packb(value, use_bin_type=True)
+
+
+def unpackb(body: bytes) -> Any:
+    """Decode msgpack with crewckpt's extension types; raises DecodeError on any malformed input."""
+    try:
+        return msgpack.unpackb(
+            body, raw=False, ext_hook=_ext_hook, strict_map_key=False, use_list=True)
+    except DecodeError:
+        raise
+    except Exception as e:  # msgpack raises several types on hostile input
+        raise DecodeError(f"malformed msgpack: {type(e).__name__}") from None
+
+
+def encode_tree(form: int, payload: Any) -> bytes:
+    """Tree body: msgpack ``[form, payload]`` (objects_format.md, 'tree')."""
+    return packb([form, payload])
+
+
+def decode_tree(body: bytes) -> tuple[int, Any]:
+    """Parse a tree body into ``(form, payload)``; payload still holds :class:`Link` placeholders.
+
+    Raises:
+        DecodeError: not a valid tree body.
+    """
+    v = unpackb(body)
+    if not isinstance(v, list) or len(v) != 2 or v[0] not in _FORMS or isinstance(v[0], bool):
+        raise DecodeError("tree body is not [form, payload]")
+    form, payload = v
+    if form == VALUE:
+        if isinstance(payload, (dict, list, Link)):
+            raise DecodeError("value tree holds a container or link")
+    elif form == OBJECT:
+        if not isinstance(payload, dict) or not all(isinstance(k, str) for k in payload):
+            raise DecodeError("object tree payload is not a map with string keys")
+    elif not isinstance(payload, list):
+        raise DecodeError("tree payload is not an array")
+    elif form in (OBJECT_CHUNKS, ARRAY_CHUNKS):
+        if not all(isinstance(x, Link) and x.kind == TREE for x in payload):
+            raise DecodeError("chunk list holds a non-tree entry")
+    elif form == STRING_CHUNKS:
+        if not all(isinstance(x, Link) for x in payload):
+            raise DecodeError("string chunk list holds a non-link entry")
+    return form, payload
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Summary:
+    """What listing needs, stored in the commit so listing never decodes snapshots.
+
+    entities: ``((entity_type, name), ...)``; tasks_done/tasks_total over all crews; event_count: nodes in
+    ``event_record``; logical_bytes: size of the document as compact JSON (bytes).
+    """
+
+    entities: tuple[tuple[str, str], ...] = ()
+    tasks_done: int = 0
+    tasks_total: int = 0
+    event_count: int = 0
+    logical_bytes: int = 0
+
+    def encode(self) -> list[Any]:
+        return [[list(e) for e in self.entities], self.tasks_done, self.tasks_total, self.event_count,
+                self.logical_bytes]
+
+    @classmethod
+    def decode(cls, v: Any) -> Summary:
+        try:
+            ents, done, total, events, size = v
+            entities = tuple((str(t), str(n)) for t, n in ents)
+            for n in (done, total, events, size):
+                if not isinstance(n, int) or isinstance(n, bool):
+                    raise TypeError
+            return cls(entities, done, total, events, size)
+        except (TypeError, ValueError):
+            raise DecodeError("bad commit summary") from None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Commit:
+    """A commit object (objects_format.md, 'commit').
+
+    tree: root tree/blob link of the snapshot; parents: parent commit ids (raw 32 bytes each);
+    time_ns: UTC wall time in nanoseconds; seq: per-branch sequence number (orders commits when clocks tie
+    or jump); branch: branch name at write time; run_id: writer/lineage id; trigger: CrewAI event type or
+    None; summary; meta_json: user metadata as compact JSON text or None; alias: foreign id (a CrewAI
+    checkpoint id) or None.
+    """
+
+    tree: Link
+    parents: tuple[bytes, ...]
+    time_ns: int
+    seq: int
+    branch: str
+    run_id: str
+    trigger: str | None
+    summary: Summary
+    meta_json: str | None = None
+    alias: str | None = None
+
+    def encode(self) -> bytes:
+        return packb([
+            FORMAT_VERSION, self.tree.ext(), list(self.parents), self.time_ns, self.seq, self.branch,
+            self.run_id, self.trigger, self.summary.encode(), self.meta_json, self.alias,
+        ])
+
+    @classmethod
+    def decode(cls, body: bytes) -> Commit:
+        """Raises DecodeError on anything but a valid commit body."""
+        v = unpackb(body)
+        if not isinstance(v, list) or len(v) != 11:
+            raise DecodeError("commit body is not an 11-field array")
+        ver, tree, parents, t, seq, branch, run_id, trigger, summary, meta, alias = v
+        ok = (
+            ver == 1 and isinstance(tree, Link) and isinstance(parents, list)
+            and all(isinstance(p, bytes) and len(p) == ID_BYTES for p in parents)
+            and isinstance(t, int) and isinstance(seq, int) and not isinstance(seq, bool)
+            and isinstance(branch, str) and isinstance(run_id, str)
+            and (trigger is None or isinstance(trigger, str))
+            and (meta is None or isinstance(meta, str)) and (alias is None or isinstance(alias, str))
+        )
+        if not ok:
+            raise DecodeError("commit fields have wrong types")
+        return cls(tree, tuple(parents), t, seq, branch, run_id, trigger, Summary.decode(summary), meta, alias)

@@ -1,0 +1,87 @@
+"""CommitInfo: the user-facing view of a commit (hex ids, decoded summary and metadata)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from typing import Any
+
+import orjson
+
+from crewckpt.backends.base import IndexRow
+from crewckpt.format import objects as ob
+
+
+@dataclasses.dataclass(frozen=True)
+class CommitInfo:
+    """One commit. Ids are 64-hex strings; ``time_ns`` is UTC nanoseconds since the epoch; ``seq`` is the
+    store-wide write sequence (increasing along every branch; orders commits when clocks tie or jump);
+    ``live`` is False for a commit that prune removed but whose object still exists."""
+
+    id: str
+    tree: str
+    parents: tuple[str, ...]
+    time_ns: int
+    seq: int
+    branch: str
+    run_id: str
+    trigger: str | None
+    summary: ob.Summary
+    meta: dict[str, Any]
+    alias: str | None
+    live: bool = True
+
+    @property
+    def short(self) -> str:
+        """The 12-character short id used in human output."""
+        return self.id[:12]
+
+    @property
+    def time(self) -> datetime.datetime:
+        """``time_ns`` as an aware UTC datetime."""
+        return datetime.datetime.fromtimestamp(self.time_ns / 1e9, tz=datetime.timezone.utc)
+
+    def to_json(self) -> dict[str, Any]:
+        """Stable JSON form (documented in docs/cli-json.md)."""
+        s = self.summary
+        return {
+            "id": self.id, "tree": self.tree, "parents": list(self.parents), "time_ns": self.time_ns,
+            "time": self.time.isoformat(), "seq": self.seq, "branch": self.branch, "run_id": self.run_id,
+            "trigger": self.trigger, "alias": self.alias, "live": self.live, "meta": self.meta,
+            "summary": {"entities": [list(e) for e in s.entities], "tasks_done": s.tasks_done,
+                        "tasks_total": s.tasks_total, "event_count": s.event_count,
+                        "logical_bytes": s.logical_bytes},
+        }
+
+
+def _meta(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    v = orjson.loads(text)
+    return v if isinstance(v, dict) else {"value": v}
+
+
+def from_row(r: IndexRow) -> CommitInfo:
+    """CommitInfo from a commit-index row (no object read)."""
+    return CommitInfo(r.id.hex(), r.tree.hex(), tuple(p.hex() for p in r.parents), r.time_ns, r.seq, r.branch,
+                      r.run_id, r.trigger, ob.Summary.decode(ob.unpackb(r.summary)), _meta(r.meta_json), r.alias)
+
+
+def from_commit(cid: bytes, c: ob.Commit, live: bool) -> CommitInfo:
+    """CommitInfo from a decoded commit object."""
+    return CommitInfo(cid.hex(), c.tree.oid.hex(), tuple(p.hex() for p in c.parents), c.time_ns, c.seq,
+                      c.branch, c.run_id, c.trigger, c.summary, _meta(c.meta_json), c.alias, live)
+
+
+def to_row(cid: bytes, c: ob.Commit) -> IndexRow:
+    """The commit-index row of a commit object."""
+    return IndexRow(cid, c.branch, c.seq, c.time_ns, c.run_id, c.trigger, c.parents, c.tree.oid,
+                    ob.packb(c.summary.encode()), c.alias, c.meta_json)
+
+
+@dataclasses.dataclass(frozen=True)
+class PrunedCommit:
+    """A log entry for a parent whose commit object is gone (pruned and collected)."""
+
+    id: str
+    live: bool = False

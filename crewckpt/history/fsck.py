@@ -1,0 +1,131 @@
+"""fsck: check that every live commit's objects exist and verify (quick), or re-hash every object (full).
+
+Reports exactly the broken objects (missing or corrupt) and the live commits that need each of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from crewckpt.errors import IntegrityError, MissingObject
+from crewckpt.format import objects as ob
+from crewckpt.history.commits import to_row
+from crewckpt.history.snapshot import links_in
+
+if TYPE_CHECKING:
+    from crewckpt.history.gc import Progress
+    from crewckpt.history.store import Store
+
+
+@dataclasses.dataclass(frozen=True)
+class FsckReport:
+    """``broken``: object id -> reason ("missing" or the integrity error); ``affected``: live commit id ->
+    sorted broken object ids it needs; ``checked``: objects verified; ``problems``: other findings (index rows
+    that disagree with their commit object, refs to missing commits). All ids are 64-hex."""
+
+    broken: dict[str, str]
+    affected: dict[str, list[str]]
+    checked: int
+    problems: list[str]
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing is broken."""
+        return not self.broken and not self.problems
+
+
+def fsck(store: Store, *, full: bool = False, progress: Progress | None = None) -> FsckReport:
+    """Check ``store``. Quick: walk every live commit's graph, decoding and re-hashing each tree and commit and
+    checking blobs exist. Full: also re-hash every blob and every unreachable object, and compare each index
+    row with its commit object."""
+    b = store.backend
+    broken: dict[bytes, str] = {}
+    problems: list[str] = []
+    children: dict[bytes, list[bytes]] = {}
+    checked = 0
+    commits = {r.id: r for r in b.index_rows()}
+    ref_targets = b.refs()
+    for name, t in ref_targets.items():
+        if t not in commits and not b.has_many([t]):
+            problems.append(f"ref {name} points at missing commit {t.hex()}")
+    for cid, row in commits.items():
+        try:
+            c = store.objects.commit(cid)
+            checked += 1
+            children[cid] = [c.tree.oid]
+            if full and to_row(cid, c) != row:
+                problems.append(f"commit index row of {cid.hex()} disagrees with the commit object")
+        except (MissingObject, IntegrityError) as e:
+            broken[cid] = _why(e)
+            children[cid] = []
+    level = [x for cid in commits for x in children.get(cid, [])]
+    while level:
+        todo = [o for o in dict.fromkeys(level) if o not in children and o not in broken]
+        level = []
+        found = b.get_many(todo)
+        for o in todo:
+            s = found.get(o)
+            if s is None:
+                broken[o] = "missing"
+                continue
+            if s.kind != ob.TREE and not full:
+                children[o] = []
+                continue
+            try:
+                body = store.objects.verify(s)
+                checked += 1
+                kids = [ln.oid for ln in links_in(ob.decode_tree(body)[1])] if s.kind == ob.TREE else []
+            except IntegrityError as e:
+                broken[o] = str(e)
+                kids = []
+            except Exception as e:  # a tree body that does not decode
+                broken[o] = f"object {o.hex()} is corrupt: {e}"
+                kids = []
+            children[o] = kids
+            level.extend(kids)
+        if progress:
+            progress("check", len(children), None)
+    if full:
+        for oid, _k, _t in b.iter_objects():
+            if oid in children or oid in broken:
+                continue
+            s = b.get(oid)
+            if s is None:
+                continue
+            try:
+                store.objects.verify(s)
+                checked += 1
+            except IntegrityError as e:
+                broken[oid] = str(e)
+    affected = _affected(commits, children, broken)
+    return FsckReport({k.hex(): v for k, v in broken.items()}, affected, checked, problems)
+
+
+def _why(e: Exception) -> str:
+    return "missing" if isinstance(e, MissingObject) else str(e)
+
+
+def _affected(commits: dict[bytes, object], children: dict[bytes, list[bytes]],
+              broken: dict[bytes, str]) -> dict[str, list[str]]:
+    """Live commit -> broken objects under it; memoized post-order over the object graph (no recursion)."""
+    if not broken:
+        return {}
+    under: dict[bytes, frozenset[bytes]] = {}
+    empty: frozenset[bytes] = frozenset()
+    for root in commits:
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in under:
+                continue
+            kids = children.get(node, [])
+            if not expanded:
+                stack.append((node, True))
+                stack.extend((k, False) for k in kids if k not in under)
+                continue
+            acc: set[bytes] = {node} if node in broken else set()
+            for k in kids:
+                acc |= under.get(k, empty)
+            under[node] = frozenset(acc) if acc else empty
+    return {c.hex(): sorted(x.hex() for x in under[c]) for c in commits if under.get(c)}

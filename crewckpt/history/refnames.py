@@ -1,0 +1,78 @@
+"""Branch and ref names: git's check-ref-format rules plus crewckpt's reserved names.
+
+Source: git-check-ref-format(1). Names are NFC-normalized first so two spellings of one name are one branch.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+from crewckpt.errors import BadRefName
+
+HEADS = "refs/heads/"
+RUNS = "refs/runs/"
+RESERVED = frozenset({"HEAD", "latest", "@"})
+MAX_LEN = 200  # characters; keeps ref names far from filesystem limits when exported as folders
+
+_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
+
+
+def check_branch(name: object) -> str:
+    """Validate a branch name and return its NFC form.
+
+    Rules (git check-ref-format --branch): non-empty; no control characters, NUL, space, ``~ ^ : ? * [ \\``;
+    no ``..`` and no ``@{``; no leading ``-`` or ``/``, no trailing ``/`` or ``.``; no empty component
+    (``a//b``); no component starting with ``.`` or ending with ``.lock``; not ``@``. crewckpt also reserves
+    ``HEAD`` and ``latest`` (revision keywords) and names longer than 200 characters.
+
+    Raises:
+        BadRefName: (a ValueError) naming the rule that failed.
+    """
+    if not isinstance(name, str):
+        raise BadRefName(f"branch name must be a string, not {type(name).__name__}")
+    n = unicodedata.normalize("NFC", name)
+    why = _problem(n)
+    if why:
+        raise BadRefName(f"bad branch name {name!r}: {why}; use letters, digits, '-', '_', '.' and '/'")
+    return n
+
+
+def _problem(n: str) -> str | None:
+    if not n:
+        return "empty"
+    if len(n) > MAX_LEN:
+        return f"longer than {MAX_LEN} characters"
+    if n in RESERVED:
+        return "reserved word"
+    m = _FORBIDDEN.search(n)
+    if m:
+        return f"contains {m.group()!r}"
+    if ".." in n:
+        return "contains '..'"
+    if "@{" in n:
+        return "contains '@{'"
+    if n.startswith("-"):
+        return "starts with '-'"
+    if n.startswith("/") or n.endswith("/"):
+        return "starts or ends with '/'"
+    if n.endswith("."):
+        return "ends with '.'"
+    for part in n.split("/"):
+        if not part:
+            return "has an empty component ('//')"
+        if part.startswith("."):
+            return "a component starts with '.'"
+        if part.endswith(".lock"):
+            return "a component ends with '.lock'"
+    return None
+
+
+def branch_ref(branch: str) -> str:
+    """``main`` -> ``refs/heads/main`` (validates)."""
+    return HEADS + check_branch(branch)
+
+
+def run_ref(run_id: str) -> str:
+    """Per-run (lineage) ref: ``refs/runs/<run_id>``; run ids follow the branch rules."""
+    return RUNS + check_branch(run_id)

@@ -1,0 +1,68 @@
+"""Revision syntax, parsed in one place (git's gitrevisions(7) subset plus CrewAI ids).
+
+Grammar: ``BASE SUFFIX*`` where BASE is ``HEAD``/``latest`` (the last commit written), a full 64-hex id, a
+branch name, a ``refs/...`` name, a CrewAI checkpoint id kept as an alias (``20261129T234227_0d859366``), or a
+unique hex prefix of at least 4 characters; SUFFIX is ``~N`` (N-th first-parent ancestor), ``^`` / ``^N``
+(N-th parent; ``^0`` the commit itself) or ``@{N}`` (the branch's N-th prior value from its reflog; only
+directly after a branch name).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from crewckpt.errors import UnknownRevision
+
+MIN_PREFIX = 4
+_SUFFIX = re.compile(r"~(\d*)|\^(\d*)")
+_REFLOG = re.compile(r"^(.*)@\{(\d+)\}")
+MAX_REV_LEN = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class Revision:
+    """A parsed revision: ``base`` string, optional reflog index, and ancestry steps ``(parent_no, count)``:
+    ``~N`` is ``(1, N)``, ``^N`` is ``(N, 1)``."""
+
+    text: str
+    base: str
+    reflog: int | None
+    steps: tuple[tuple[int, int], ...]
+
+
+def parse(text: object) -> Revision:
+    """Parse a revision string.
+
+    Raises:
+        UnknownRevision: empty, too long, or malformed (e.g. ``main~x``, ``@{}``).
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise UnknownRevision("empty revision; give a commit id, a branch, HEAD or e.g. main~2")
+    if len(text) > MAX_REV_LEN or "\x00" in text:
+        raise UnknownRevision(f"revision {text[:40]!r}... is not valid")
+    cut = min([i for i in (text.find("~"), text.find("^")) if i >= 0], default=len(text))
+    head, tail = text[:cut], text[cut:]
+    reflog = None
+    m = _REFLOG.match(head)
+    if m and m.end() == len(head):
+        head, reflog = m.group(1), int(m.group(2))
+    if not head:
+        raise UnknownRevision(f"revision {text!r} has no base; write e.g. main~2")
+    steps: list[tuple[int, int]] = []
+    pos = 0
+    while pos < len(tail):
+        m = _SUFFIX.match(tail, pos)
+        if not m:
+            raise UnknownRevision(f"revision {text!r}: cannot parse {tail[pos:]!r}; use ~N, ^ or ^N")
+        if m.group(0).startswith("~"):
+            steps.append((1, int(m.group(1) or 1)))
+        else:
+            steps.append((int(m.group(2)) if m.group(2) else 1, 1))
+        pos = m.end()
+    return Revision(text, head, reflog, tuple(steps))
+
+
+def is_hex(s: str) -> bool:
+    """True for a lowercase/uppercase hex string of at least MIN_PREFIX characters."""
+    return len(s) >= MIN_PREFIX and all(c in "0123456789abcdefABCDEF" for c in s)

@@ -1,0 +1,410 @@
+"""Split a JSON document into objects and assemble it back (objects_format.md, 'Snapshots').
+
+``assemble(split(doc)) == doc`` for every JSON value Python's json module produces: dict key order, every
+string (lone surrogates included), ints of any size, floats (-0.0, 1e308, 5e-324), empty containers, and
+nesting deeper than Python's recursion limit (both directions are iterative).
+
+Writer policy (v1; not canonical: a reader accepts any valid tree graph):
+
+* scalars and containers whose encoded tree body is <= INLINE_MAX bytes stay inline in their parent; a
+  container nesting deeper than MAX_INLINE_DEPTH inline levels becomes its own tree (msgpack's C stacks);
+* strings over INLINE_MAX bytes become blobs; over STR_CDC_MIN bytes they are cut with FastCDC (avg 4 KiB)
+  into blobs under a STRING_CHUNKS tree;
+* containers with more than CHUNK_ENTRIES entries are cut into leaf trees at content-defined boundaries: after
+  an entry whose hash (of its key for objects, of its encoded value for arrays) is 0 mod CHUNK_ENTRIES/2
+  (prolly trees, as Dolt does), so appends and edits rewrite only the touched leaf and the path to the root;
+  link lists longer than CHUNK_ENTRIES are cut again at boundaries picked by the child ids.
+
+Caching (not canonical, per writer): a container's msgpack bytes -> its finished representation, and large
+strings -> their link, so unchanged parts of the next checkpoint are neither walked nor hashed again.
+"""
+
+from __future__ import annotations
+
+import collections
+import zlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import msgpack
+import pyfastcdc
+
+from crewckpt.errors import DecodeError, IntegrityError
+from crewckpt.format import objects as ob
+
+INLINE_MAX = 256
+MAX_INLINE_DEPTH = 64
+STR_CDC_MIN = 16 * 1024
+CHUNK_ENTRIES = 64
+LEAF_BYTES = 1024
+_MASK = CHUNK_ENTRIES // 2 - 1
+_FORCE_CUT = 8 * CHUNK_ENTRIES
+CACHE_BYTES = 96 * 1024 * 1024
+
+_PENDING = object()
+_SCALARS = (type(None), bool, float)
+
+
+class _Cache:
+    """Bounded LRU: key -> value, sized by the key's length (bytes or characters)."""
+
+    def __init__(self, limit: int) -> None:
+        self.d: collections.OrderedDict[Any, Any] = collections.OrderedDict()
+        self.size = 0
+        self.limit = limit
+
+    def get(self, k: Any) -> Any:
+        v = self.d.get(k)
+        if v is not None:
+            self.d.move_to_end(k)
+        return v
+
+    def put(self, k: Any, v: Any) -> None:
+        if k not in self.d:
+            self.size += len(k)
+        self.d[k] = v
+        while self.size > self.limit and self.d:
+            old, _ = self.d.popitem(last=False)
+            self.size -= len(old)
+
+    def clear(self) -> None:
+        self.d.clear()
+        self.size = 0
+
+
+class _Frame:
+    __slots__ = ("is_dict", "keys", "vals", "i", "out", "key", "height")
+
+    def __init__(self, v: dict[str, Any] | list[Any] | tuple[Any, ...], key: bytes | None) -> None:
+        self.is_dict = isinstance(v, dict)
+        if self.is_dict:
+            for k in v:  # type: ignore[union-attr]
+                if not isinstance(k, str):
+                    raise TypeError(f"JSON object keys must be strings, got {type(k).__name__} key {k!r}")
+            self.keys = list(v)
+            self.vals = list(v.values())  # type: ignore[union-attr]
+        else:
+            self.keys = []
+            self.vals = list(v)
+        self.i = 0
+        self.out: list[Any] = []
+        self.key = key
+        self.height = 0
+
+
+class Splitter:
+    """Turns JSON values into objects for one writer; keeps the caches between checkpoints.
+
+    ``put(kind, body) -> oid`` receives each object the split needs (new or not); the caller decides what is
+    already stored. Cache entries made during a split are staged and kept only when :meth:`keep` is called
+    after the objects landed (a failed transaction must not leave cache entries naming absent objects).
+    """
+
+    def __init__(self, cache_bytes: int = CACHE_BYTES) -> None:
+        self._cache = _Cache(cache_bytes)
+        self._strs = _Cache(cache_bytes // 4)
+        self._staged: list[tuple[_Cache, Any, Any]] = []
+        self._put: Callable[[int, bytes], bytes] = lambda k, b: ob.object_id(k, b)
+
+    def reset(self) -> None:
+        """Forget every cached representation (after a gc epoch change: objects may be gone)."""
+        self._cache.clear()
+        self._strs.clear()
+        self._staged.clear()
+
+    def keep(self) -> None:
+        """The objects of the last split are stored: publish its staged cache entries."""
+        for cache, k, v in self._staged:
+            cache.put(k, v)
+        self._staged.clear()
+
+    def discard(self) -> None:
+        """The last split's objects were not stored: drop its staged cache entries."""
+        self._staged.clear()
+
+    def split(self, doc: Any, put: Callable[[int, bytes], bytes]) -> ob.Link:
+        """Split ``doc`` into objects via ``put``; returns the root link (a TREE, or a BLOB for a long string).
+
+        Raises:
+            TypeError: a value is not JSON (e.g. bytes, a set, a non-string key).
+        """
+        self._put = put
+        self._staged.clear()
+        rep, _ = self._value(doc)
+        if isinstance(rep, msgpack.ExtType):
+            return ob.Link(rep.data, ob.TREE if rep.code == ob.EXT_TREE else ob.BLOB)
+        if isinstance(doc, dict):
+            body = ob.encode_tree(ob.OBJECT, rep)
+        elif isinstance(doc, (list, tuple)):
+            body = ob.encode_tree(ob.ARRAY, rep)
+        else:
+            body = ob.encode_tree(ob.VALUE, rep)
+        return ob.Link(put(ob.TREE, body), ob.TREE)
+
+    # -- walking -------------------------------------------------------------------------------------------
+
+    def _value(self, root: Any) -> tuple[Any, int]:
+        stack: list[_Frame] = []
+        result: list[tuple[Any, int]] = []
+
+        def enter(v: Any) -> tuple[Any, int] | object:
+            if isinstance(v, _SCALARS):
+                return v, 0
+            if isinstance(v, int):
+                return ob.pack_int(v), 0
+            if isinstance(v, str):
+                return self._str(v), 0
+            if isinstance(v, (dict, list, tuple)):
+                try:
+                    key = msgpack.packb(v, use_bin_type=True)
+                except (ValueError, TypeError, OverflowError, UnicodeEncodeError):
+                    key = None  # deep, big ints, surrogates or not JSON: walk without the cache
+                if key is not None:
+                    hit = self._cache.get(key)
+                    if hit is not None:
+                        return hit
+                stack.append(_Frame(v, key))
+                return _PENDING
+            raise TypeError(f"value of type {type(v).__name__} is not JSON")
+
+        r = enter(root)
+        if r is not _PENDING:
+            return r  # type: ignore[return-value]
+        while stack:
+            f = stack[-1]
+            if f.i < len(f.vals):
+                r = enter(f.vals[f.i])
+                if r is _PENDING:
+                    continue
+                f.out.append(r[0])  # type: ignore[index]
+                f.height = max(f.height, r[1])  # type: ignore[index]
+                f.i += 1
+                continue
+            stack.pop()
+            done = self._finish(f)
+            if f.key is not None:
+                self._staged.append((self._cache, f.key, done))
+            if stack:
+                p = stack[-1]
+                p.out.append(done[0])
+                p.height = max(p.height, done[1])
+                p.i += 1
+            else:
+                result.append(done)
+        return result[0]
+
+    def _str(self, s: str) -> Any:
+        if len(s) < INLINE_MAX // 4:
+            return ob.pack_str(s)
+        hit = self._strs.get(s)
+        if hit is not None:
+            return hit
+        b = ob.str_bytes(s)
+        if len(b) <= INLINE_MAX:
+            return ob.pack_str(s)
+        if len(b) < STR_CDC_MIN:
+            rep = msgpack.ExtType(ob.EXT_BLOB_STR, self._put(ob.BLOB, b))
+        else:
+            links = [ob.Link(self._put(ob.BLOB, b[c.offset:c.offset + c.length]), ob.BLOB)
+                     for c in pyfastcdc.cdc.fastcdc(b, 1024, 4096, 16384)]
+            rep = self._link_tree(ob.STRING_CHUNKS, links)
+        self._staged.append((self._strs, s, rep))
+        return rep
+
+    def _finish(self, f: _Frame) -> tuple[Any, int]:
+        n = len(f.out)
+        if f.is_dict:
+            keys = [ob.pack_str(k) for k in f.keys]
+            if n > CHUNK_ENTRIES:
+                return self._chunked(ob.OBJECT, keys, f.out), 0
+            payload: Any = dict(zip(keys, f.out))
+            form = ob.OBJECT
+        else:
+            if n > CHUNK_ENTRIES:
+                return self._chunked(ob.ARRAY, None, f.out), 0
+            payload = f.out
+            form = ob.ARRAY
+        height = f.height + 1
+        body = ob.encode_tree(form, payload)
+        if len(body) > INLINE_MAX or height > MAX_INLINE_DEPTH:
+            return msgpack.ExtType(ob.EXT_TREE, self._put(ob.TREE, body)), 0
+        return payload, height
+
+    def _chunked(self, form: int, keys: list[Any] | None, vals: list[Any]) -> msgpack.ExtType:
+        """Cut entries at content-defined boundaries into leaf trees, then the link list likewise.
+
+        An entry ends a leaf when ``crc32(its key, or its encoded value for arrays) < 2**32 * size /
+        LEAF_BYTES`` (``size``: the entry's encoded bytes): leaves average ~LEAF_BYTES whatever the entry
+        size, and a boundary depends only on its own entry, so edits stay local.
+        """
+        links: list[ob.Link] = []
+        start = 0
+        last = len(vals) - 1
+        for i in range(len(vals)):
+            v = vals[i]
+            vb = v.data if isinstance(v, msgpack.ExtType) else ob.packb(v)
+            if keys is not None:
+                k = keys[i]
+                kb = k.encode("utf-8") if isinstance(k, str) else k.data
+                h, size = zlib.crc32(kb), len(kb) + len(vb)
+            else:
+                h, size = zlib.crc32(vb), len(vb)
+            if h < (size << 32) // LEAF_BYTES or i - start + 1 >= _FORCE_CUT or i == last:
+                if keys is not None:
+                    body = ob.encode_tree(ob.OBJECT, dict(zip(keys[start:i + 1], vals[start:i + 1])))
+                else:
+                    body = ob.encode_tree(ob.ARRAY, vals[start:i + 1])
+                links.append(ob.Link(self._put(ob.TREE, body), ob.TREE))
+                start = i + 1
+        return self._link_tree(ob.OBJECT_CHUNKS if form == ob.OBJECT else ob.ARRAY_CHUNKS, links)
+
+    def _link_tree(self, form: int, links: list[ob.Link]) -> msgpack.ExtType:
+        """Store a chunk-list tree; lists longer than CHUNK_ENTRIES get another level (boundaries by id)."""
+        while len(links) > CHUNK_ENTRIES:
+            upper: list[ob.Link] = []
+            start = 0
+            for i, ln in enumerate(links):
+                if (ln.oid[0] & _MASK) == 0 or i - start + 1 >= _FORCE_CUT or i == len(links) - 1:
+                    body = ob.encode_tree(form, [x.ext() for x in links[start:i + 1]])
+                    upper.append(ob.Link(self._put(ob.TREE, body), ob.TREE))
+                    start = i + 1
+            links = upper
+        if len(links) == 1 and form != ob.STRING_CHUNKS:
+            return links[0].ext()
+        return msgpack.ExtType(ob.EXT_TREE, self._put(ob.TREE, ob.encode_tree(form, [x.ext() for x in links])))
+
+
+# -- assembling --------------------------------------------------------------------------------------------
+
+TreeLoader = Callable[[list[bytes]], dict[bytes, tuple[int, Any]]]
+BlobLoader = Callable[[list[bytes]], dict[bytes, bytes]]
+
+
+def links_in(payload: Any) -> Iterator[ob.Link]:
+    """Every Link inside a decoded payload (iterative: payloads are at most 64 levels deep, but be safe)."""
+    stack = [payload]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, ob.Link):
+            yield v
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+
+
+def prefetch(root: ob.Link, trees: TreeLoader, blobs: BlobLoader) -> tuple[dict[bytes, tuple[int, Any]],
+                                                                           dict[bytes, bytes]]:
+    """Load every object under ``root``, one batch per level. Returns (trees, blobs) by id."""
+    t: dict[bytes, tuple[int, Any]] = {}
+    b: dict[bytes, bytes] = {}
+    level = [root]
+    while level:
+        tree_ids = list({ln.oid for ln in level if ln.kind == ob.TREE and ln.oid not in t})
+        blob_ids = list({ln.oid for ln in level if ln.kind == ob.BLOB and ln.oid not in b})
+        if blob_ids:
+            b.update(blobs(blob_ids))
+        level = []
+        if tree_ids:
+            got = trees(tree_ids)
+            t.update(got)
+            for oid in tree_ids:
+                level.extend(links_in(got[oid][1]))
+    return t, b
+
+
+def assemble(root: ob.Link, trees: TreeLoader, blobs: BlobLoader) -> Any:
+    """Rebuild the JSON value under ``root``. Fresh containers every time (shared subtrees are copied).
+
+    Raises:
+        MissingObject, IntegrityError: from the loaders; IntegrityError also when the graph is malformed
+        (a chunk list mixing forms, an object tree under an array chunk list, ...).
+    """
+    t, b = prefetch(root, trees, blobs)
+    holder: list[Any] = []
+    # each frame: (items iterator, destination container)
+    stack: list[tuple[Iterator[tuple[Any, Any]], Any]] = [(iter([(None, root)]), holder)]
+    while stack:
+        it, dst = stack[-1]
+        nxt = next(it, None)
+        if nxt is None:
+            stack.pop()
+            continue
+        k, rep = nxt
+        kind, content = _expand(rep, t, b)
+        if kind == "dict":
+            v: Any = {}
+            stack.append((iter(content), v))
+        elif kind == "list":
+            v = []
+            stack.append((((None, x) for x in content), v))
+        else:
+            v = content
+        if isinstance(dst, dict):
+            dst[k] = v
+        else:
+            dst.append(v)
+    return holder[0]
+
+
+def _expand(rep: Any, t: dict[bytes, tuple[int, Any]], b: dict[bytes, bytes]) -> tuple[str, Any]:
+    if isinstance(rep, dict):
+        return "dict", iter(rep.items())
+    if isinstance(rep, list):
+        return "list", rep
+    if not isinstance(rep, ob.Link):
+        return "scalar", rep
+    if rep.kind == ob.BLOB:
+        return "scalar", _bytes_str(rep.oid, b[rep.oid])
+    form, payload = t[rep.oid]
+    if form == ob.OBJECT:
+        return "dict", iter(payload.items())
+    if form == ob.ARRAY:
+        return "list", payload
+    if form == ob.VALUE:
+        return "scalar", payload
+    if form == ob.OBJECT_CHUNKS:
+        return "dict", _leaves(rep.oid, t, ob.OBJECT, ob.OBJECT_CHUNKS, lambda p: p.items())
+    if form == ob.ARRAY_CHUNKS:
+        return "list", _leaves(rep.oid, t, ob.ARRAY, ob.ARRAY_CHUNKS, lambda p: p)
+    return "scalar", _bytes_str(rep.oid, b"".join(_string_pieces(rep.oid, t, b)))
+
+
+def _bytes_str(oid: bytes, data: bytes) -> str:
+    try:
+        return ob.bytes_str(data)
+    except DecodeError as e:
+        raise IntegrityError(oid.hex(), str(e)) from None
+
+
+def _leaves(oid: bytes, t: dict[bytes, tuple[int, Any]], leaf: int, inner: int,
+            items: Callable[[Any], Any]) -> Iterator[Any]:
+    stack = [iter([ob.Link(oid, ob.TREE)])]
+    while stack:
+        ln = next(stack[-1], None)
+        if ln is None:
+            stack.pop()
+            continue
+        form, payload = t[ln.oid]
+        if form == leaf:
+            yield from items(payload)
+        elif form == inner:
+            stack.append(iter(payload))
+        else:
+            raise IntegrityError(ln.oid.hex(), f"tree form {form} inside a chunk list of form {inner}")
+
+
+def _string_pieces(oid: bytes, t: dict[bytes, tuple[int, Any]], b: dict[bytes, bytes]) -> Iterator[bytes]:
+    stack = [iter([ob.Link(oid, ob.TREE)])]
+    while stack:
+        ln = next(stack[-1], None)
+        if ln is None:
+            stack.pop()
+            continue
+        if ln.kind == ob.BLOB:
+            yield b[ln.oid]
+            continue
+        form, payload = t[ln.oid]
+        if form != ob.STRING_CHUNKS:
+            raise IntegrityError(ln.oid.hex(), f"tree form {form} inside a string chunk list")
+        stack.append(iter(payload))

@@ -1,0 +1,512 @@
+"""The Store: a crewckpt store folder and the Python API over it (commit, read, refs, revisions, history,
+retention and maintenance).
+
+A store folder (default ``./.ckpt``) holds ``store.db`` (the SQLite backend) and ``gc.lock``. ``Store.open``
+finds it from an explicit path, ``$CKPT_STORE``, or by walking up from the working directory like git.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from crewckpt.backends.base import Backend, ReflogEntry, Txn
+from crewckpt.backends.memory import MemoryBackend
+from crewckpt.backends.sqlite import DB_NAME, SqliteBackend
+from crewckpt.errors import (AmbiguousRevision, BranchExists, CkptError, FormatVersionError, MissingObject,
+                             StoreExists, StoreNotFound, UnknownRevision)
+from crewckpt.format import objects as ob
+from crewckpt.history import gc as gc_mod
+from crewckpt.history import fsck as fsck_mod
+from crewckpt.history import refnames, revisions
+from crewckpt.history.commits import CommitInfo, PrunedCommit, from_commit, from_row, to_row
+from crewckpt.history.objectdb import ObjectDB
+from crewckpt.history.snapshot import Splitter, assemble
+from crewckpt.history.summary import json_size, summarize
+
+DEFAULT_DIR = ".ckpt"
+ENV_VAR = "CKPT_STORE"
+_EPOCH = "gc_epoch"
+
+
+class Store:
+    """A crewckpt store. Thread-safe for one process; many processes may share one store folder.
+
+    Construct with :meth:`init`, :meth:`open` or :meth:`memory`; close with :meth:`close` or ``with``.
+    """
+
+    def __init__(self, backend: Backend, path: Path | None = None) -> None:
+        self.backend = backend
+        self.path = path
+        self.objects = ObjectDB(backend)
+        self._splitter = Splitter()
+        self._known: set[bytes] = set()
+        self._epoch = backend.meta_get(_EPOCH) or "0"
+        self._wlock = threading.Lock()
+        self._check_version()
+        dict_id = backend.meta_get("dictionary")
+        if dict_id:
+            oid = bytes.fromhex(dict_id)
+            self.objects.codec.use_dictionary(oid, self.objects.get(oid)[1])
+
+    # -- opening ---------------------------------------------------------------------------------------------
+
+    @classmethod
+    def init(cls, path: str | os.PathLike[str] = DEFAULT_DIR) -> Store:
+        """Create a store folder and open it.
+
+        Raises:
+            StoreExists: ``path`` already holds a store. CkptError: ``path`` is a file or not writable.
+        """
+        p = Path(path)
+        if (p / DB_NAME).exists():
+            raise StoreExists(f"{p}: a crewckpt store already exists here; open it with Store.open({str(p)!r})")
+        if p.exists() and not p.is_dir():
+            raise CkptError(f"{p}: exists and is not a folder; choose another path")
+        try:
+            p.mkdir(parents=True, exist_ok=True)
+            backend = SqliteBackend.create(p)
+        except OSError as e:
+            raise CkptError(f"{p}: cannot create the store ({e.strerror}); check the path and permissions") from None
+        with backend.transaction() as txn:
+            txn.meta_set("format_version", str(ob.FORMAT_VERSION))
+            txn.meta_set(_EPOCH, "0")
+        return cls(backend, p)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str] | None = None) -> Store:
+        """Open an existing store: ``path``, else ``$CKPT_STORE``, else the nearest ``.ckpt`` folder walking up
+        from the working directory. Never creates or repairs anything.
+
+        Raises:
+            StoreNotFound, CorruptStore, FormatVersionError (one-line messages naming the path).
+        """
+        return cls(SqliteBackend(find_store(path)), find_store(path))
+
+    @classmethod
+    def memory(cls) -> Store:
+        """A store held in memory (tests, scratch work)."""
+        b = MemoryBackend()
+        with b.transaction() as txn:
+            txn.meta_set("format_version", str(ob.FORMAT_VERSION))
+            txn.meta_set(_EPOCH, "0")
+        return cls(b, None)
+
+    def _check_version(self) -> None:
+        v = self.backend.meta_get("format_version")
+        where = self.path or "memory store"
+        if v is None or not v.isdigit():
+            raise FormatVersionError(f"{where}: no format version recorded; this is not a crewckpt store")
+        if int(v) > ob.FORMAT_VERSION:
+            raise FormatVersionError(f"{where}: store format version {v} is newer than this crewckpt "
+                                     f"understands ({ob.FORMAT_VERSION}); upgrade crewckpt")
+
+    def close(self) -> None:
+        """Close the backend."""
+        self.backend.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing ---------------------------------------------------------------------------------------------
+
+    def commit(self, doc: Any, *, branch: str = "main", parents: Sequence[str] | None = None,
+               meta: dict[str, Any] | None = None, run_id: str | None = None, trigger: str | None = None,
+               time_ns: int | None = None, alias: str | None = None) -> str:
+        """Store ``doc`` as a new commit on ``branch`` in one backend transaction; returns its 64-hex id.
+
+        Args:
+            doc: any JSON value (dict key order kept).
+            branch: branch whose ref moves to the new commit (validated before anything is written).
+            parents: revisions of the parents; None = the branch's current tip (none if the branch is new);
+                ``[]`` = a root commit.
+            meta: JSON-serialisable metadata kept in the commit.
+            run_id: the writer/lineage id; a ref ``refs/runs/<run_id>`` follows the run's last commit.
+                Default: a new id per Store object.
+            trigger: the CrewAI event type that caused the checkpoint, if any.
+            time_ns: UTC wall time in ns (default now; imports pass the original time).
+            alias: a foreign id for this commit (a CrewAI checkpoint id).
+        Raises:
+            BadRefName: bad branch or run id. UnknownRevision: a parent does not resolve. TypeError: not JSON.
+            StoreBusy: the store stayed locked. CkptError subclasses for damaged stores.
+        """
+        ref = refnames.branch_ref(branch)
+        branch = ref[len(refnames.HEADS):]
+        run = run_id or self._default_run
+        rref = refnames.run_ref(run)
+        parent_ids = None if parents is None else [bytes.fromhex(self.resolve(p)) for p in parents]
+        meta_json = orjson.dumps(meta).decode() if meta else None
+        summary = summarize(doc, json_size(doc))
+        with self._wlock:
+            for _ in range(3):
+                pending: dict[bytes, tuple[int, bytes]] = {}
+
+                def put(kind: int, body: bytes) -> bytes:
+                    oid = ob.object_id(kind, body)
+                    if oid not in self._known:
+                        pending[oid] = (kind, body)
+                    return oid
+
+                root = self._splitter.split(doc, put)
+                frames = [self.objects.frame(k, b) for k, b in pending.values()]
+                try:
+                    cid = self._land(frames, root, ref, rref, branch, run, parent_ids, trigger, summary,
+                                     meta_json, alias, time_ns)
+                except _EpochChanged:
+                    self._splitter.reset()
+                    self._known.clear()
+                    continue
+                except BaseException:
+                    self._splitter.discard()
+                    raise
+                self._splitter.keep()
+                if len(self._known) > 2_000_000:
+                    self._known.clear()
+                self._known.update(pending)
+                return cid.hex()
+        raise CkptError("commit kept racing with gc; retry")
+
+    @property
+    def _default_run(self) -> str:
+        run = getattr(self, "_run", None)
+        if run is None:
+            run = self._run = "w-" + uuid.uuid4().hex[:12]
+        return run
+
+    def _land(self, frames: list[Any], root: ob.Link, ref: str, rref: str, branch: str, run: str,
+              parent_ids: list[bytes] | None, trigger: str | None, summary: ob.Summary,
+              meta_json: str | None, alias: str | None, time_ns: int | None) -> bytes:
+        now = time.time_ns()
+        with self.backend.transaction() as txn:
+            epoch = txn.meta_get(_EPOCH) or "0"
+            if epoch != self._epoch:
+                self._epoch = epoch
+                raise _EpochChanged
+            tip = txn.get_ref(ref)
+            parents = parent_ids if parent_ids is not None else ([tip] if tip else [])
+            seq = txn.counter_next("seq")
+            c = ob.Commit(root, tuple(parents), now if time_ns is None else time_ns, seq, branch, run, trigger,
+                          summary, meta_json, alias)
+            cobj = self.objects.frame(ob.COMMIT, c.encode())
+            txn.put_many([*frames, cobj], now)
+            txn.set_ref_if_equals(ref, tip, cobj.oid)
+            txn.reflog_append(ReflogEntry(ref, tip, cobj.oid, now, f"commit: {trigger or 'manual'}"))
+            rtip = txn.get_ref(rref)
+            txn.set_ref_if_equals(rref, rtip, cobj.oid)
+            txn.index_add(to_row(cobj.oid, c))
+            if alias:
+                txn.alias_set(alias, cobj.oid)
+            return cobj.oid
+
+    # -- reading ---------------------------------------------------------------------------------------------
+
+    def read(self, rev: str) -> Any:
+        """The exact JSON value stored by a commit.
+
+        Raises:
+            UnknownRevision, AmbiguousRevision, MissingObject, IntegrityError.
+        """
+        tree = self.objects.commit(bytes.fromhex(self.resolve(rev))).tree  # the object is authoritative
+        return assemble(tree, self.objects.trees, self.objects.blobs)
+
+    def info(self, rev: str) -> CommitInfo:
+        """Metadata of one commit (from the commit index; from the object for a pruned-but-present commit)."""
+        return self._info(bytes.fromhex(self.resolve(rev)))
+
+    def _info(self, cid: bytes) -> CommitInfo:
+        row = self.backend.index_get(cid)
+        if row is not None:
+            return from_row(row)
+        return from_commit(cid, self.objects.commit(cid), live=False)
+
+    def _parents(self, cid: bytes) -> tuple[bytes, ...]:
+        row = self.backend.index_get(cid)
+        if row is not None:
+            return row.parents
+        try:
+            return self.objects.commit(cid).parents
+        except MissingObject:
+            raise UnknownRevision(f"commit {cid.hex()[:12]} was pruned; its parents are unknown") from None
+
+    def resolve(self, rev: str) -> str:
+        """Resolve a revision (see :mod:`crewckpt.history.revisions`) to a full 64-hex commit id.
+
+        Raises:
+            UnknownRevision: names nothing, or an ancestor step runs past a root or a pruned commit.
+            AmbiguousRevision: a short prefix matches several commits (the message lists them).
+        """
+        r = revisions.parse(rev)
+        cid = self._base(r)
+        for parent_no, count in r.steps:
+            for _ in range(count):
+                if parent_no == 0:
+                    break
+                ps = self._parents(cid)
+                if len(ps) < parent_no:
+                    raise UnknownRevision(f"revision {rev!r}: commit {cid.hex()[:12]} has {len(ps)} parent(s)")
+                cid = ps[parent_no - 1]
+        if self.backend.index_get(cid) is None and not self.backend.has_many([cid]):
+            raise UnknownRevision(f"revision {rev!r}: commit {cid.hex()[:12]} was pruned and collected")
+        return cid.hex()
+
+    def _base(self, r: revisions.Revision) -> bytes:
+        b = r.base
+        if r.reflog is not None:
+            ref = b if b.startswith("refs/") else refnames.HEADS + b
+            log = self.backend.reflog(ref)
+            news = [e.new for e in log if e.new is not None]
+            if r.reflog >= len(news):
+                raise UnknownRevision(f"revision {r.text!r}: {b} has only {len(news)} reflog entries")
+            return news[-1 - r.reflog]
+        if b in ("HEAD", "latest"):
+            rows = self.backend.index_rows()
+            if not rows:
+                raise UnknownRevision(f"revision {b!r}: the store has no commits yet")
+            return rows[-1].id
+        if len(b) == 64 and revisions.is_hex(b):
+            cid = bytes.fromhex(b)
+            if self.backend.index_get(cid) or self.backend.has_many([cid]):
+                return cid
+        if b.startswith("refs/"):
+            t = self.backend.get_ref(b)
+            if t:
+                return t
+        else:
+            t = self.backend.get_ref(refnames.HEADS + b)
+            if t:
+                return t
+        a = self.backend.alias_get(b)
+        if a:
+            return a
+        if revisions.is_hex(b):
+            cands = self.backend.index_prefix(b.lower(), 20)
+            if len(cands) == 1:
+                return cands[0]
+            if len(cands) > 1:
+                lines = "; ".join(f"{c.hex()[:12]} ({self._info(c).time:%Y-%m-%d %H:%M:%S} on "
+                                  f"{self._info(c).branch})" for c in cands[:10])
+                raise AmbiguousRevision(f"short id {b!r} is ambiguous: {lines}; give more characters")
+        raise UnknownRevision(f"unknown revision {r.text!r}: not a commit id, branch or checkpoint id; "
+                              f"see `ckpt list`")
+
+    # -- history ---------------------------------------------------------------------------------------------
+
+    def log(self, rev: str = "HEAD", limit: int | None = None) -> Iterator[CommitInfo | PrunedCommit]:
+        """Follow first parents from ``rev`` (any depth, no recursion); a parent whose object is gone appears as
+        a :class:`PrunedCommit` marker and ends the walk."""
+        cid: bytes | None = bytes.fromhex(self.resolve(rev))
+        n = 0
+        seen: set[bytes] = set()
+        while cid is not None and (limit is None or n < limit) and cid not in seen:
+            seen.add(cid)
+            try:
+                info = self._info(cid)
+            except MissingObject:
+                yield PrunedCommit(cid.hex())
+                return
+            yield info
+            n += 1
+            cid = bytes.fromhex(info.parents[0]) if info.parents else None
+
+    def list(self, branch: str | None = None) -> list[CommitInfo]:
+        """Live commits of ``branch`` (or all branches), in write order (seq)."""
+        if branch is not None:
+            branch = refnames.check_branch(branch)
+        return [from_row(r) for r in self.backend.index_rows(branch)]
+
+    def branches(self) -> dict[str, str]:
+        """``branch name -> tip commit id``, sorted by name."""
+        return {k[len(refnames.HEADS):]: v.hex() for k, v in self.backend.refs(refnames.HEADS).items()}
+
+    def runs(self) -> dict[str, str]:
+        """``run (lineage) id -> its last commit id``."""
+        return {k[len(refnames.RUNS):]: v.hex() for k, v in self.backend.refs(refnames.RUNS).items()}
+
+    def reflog(self, branch: str) -> list[ReflogEntry]:
+        """A branch's reflog, oldest first."""
+        return self.backend.reflog(refnames.branch_ref(branch))
+
+    def merge_base(self, rev1: str, rev2: str) -> str | None:
+        """The nearest common ancestor of two revisions (the fork point), or None. Follows all parents."""
+        a, b = bytes.fromhex(self.resolve(rev1)), bytes.fromhex(self.resolve(rev2))
+        anc = set(self._ancestors(a))
+        for c in self._ancestors(b):
+            if c in anc:
+                return c.hex()
+        return None
+
+    def _ancestors(self, cid: bytes) -> Iterator[bytes]:
+        """Breadth-first ancestors including ``cid``; stops at pruned commits."""
+        seen = {cid}
+        queue = [cid]
+        while queue:
+            c = queue.pop(0)
+            yield c
+            try:
+                ps = self._parents(c)
+            except UnknownRevision:
+                continue
+            for p in ps:
+                if p not in seen:
+                    seen.add(p)
+                    queue.append(p)
+
+    # -- branches --------------------------------------------------------------------------------------------
+
+    def create_branch(self, name: str, rev: str = "HEAD") -> str:
+        """Create branch ``name`` at ``rev``; returns the commit id. Raises BadRefName, BranchExists."""
+        ref = refnames.branch_ref(name)
+        cid = bytes.fromhex(self.resolve(rev))
+        with self.backend.transaction() as txn:
+            if txn.get_ref(ref) is not None:
+                raise BranchExists(f"branch {name!r} already exists; pick another name or delete it first")
+            txn.set_ref_if_equals(ref, None, cid)
+            txn.reflog_append(ReflogEntry(ref, None, cid, time.time_ns(), f"branch: created from {rev}"))
+        return cid.hex()
+
+    def delete_branch(self, name: str) -> None:
+        """Delete a branch ref and its reflog (its commits stay until pruned). Raises UnknownRevision."""
+        ref = refnames.branch_ref(name)
+        with self.backend.transaction() as txn:
+            cur = txn.get_ref(ref)
+            if cur is None:
+                raise UnknownRevision(f"no branch named {name!r}; see `ckpt branch`")
+            txn.set_ref_if_equals(ref, cur, None)
+            txn.reflog_delete(ref)
+
+    def rename_branch(self, old: str, new: str) -> None:
+        """Rename a branch: its ref, reflog and the branch of its live commits. Raises BranchExists,
+        UnknownRevision, BadRefName."""
+        oref, nref = refnames.branch_ref(old), refnames.branch_ref(new)
+        with self.backend.transaction() as txn:
+            cur = txn.get_ref(oref)
+            if cur is None:
+                raise UnknownRevision(f"no branch named {old!r}; see `ckpt branch`")
+            if txn.get_ref(nref) is not None:
+                raise BranchExists(f"branch {new!r} already exists; delete it first or pick another name")
+            txn.set_ref_if_equals(nref, None, cur)
+            txn.set_ref_if_equals(oref, cur, None)
+            for e in txn.reflog(oref):
+                txn.reflog_append(ReflogEntry(nref, e.old, e.new, e.time_ns, e.message))
+            txn.reflog_delete(oref)
+            txn.reflog_append(ReflogEntry(nref, cur, cur, time.time_ns(), f"branch: renamed {old} to {new}"))
+            txn.index_rebranch(oref[len(refnames.HEADS):], nref[len(refnames.HEADS):])
+
+    # -- retention and maintenance ----------------------------------------------------------------------------
+
+    def prune(self, branch: str, *, keep: int | None = None, older_than_ns: int | None = None,
+              dry_run: bool = False) -> list[str]:
+        """Remove old commits of one branch from the live set; returns the removed ids (oldest first).
+
+        A commit goes when it is outside the ``keep`` newest by sequence number (a future-dated commit does
+        not count as newer) and, if ``older_than_ns`` is given, older than that many ns. Other branches and
+        any commit a branch ref points at are untouched. Space returns with :meth:`gc`.
+
+        Raises:
+            ValueError: neither ``keep`` nor ``older_than_ns``, or ``keep < 1``. BadRefName.
+        """
+        if keep is None and older_than_ns is None:
+            raise ValueError("prune needs keep=N or older_than_ns=NS")
+        if keep is not None and keep < 1:
+            raise ValueError(f"keep must be at least 1, got {keep}")
+        b = refnames.check_branch(branch)
+        with self.backend.transaction() as txn:
+            rows = txn.index_rows(b)
+            tips = set(txn.refs(refnames.HEADS).values())
+            cut = time.time_ns() - older_than_ns if older_than_ns is not None else None
+            old = rows[:-keep] if keep is not None else rows
+            gone = [r for r in old if r.id not in tips and (cut is None or r.time_ns < cut)]
+            if dry_run or not gone:
+                return [r.id.hex() for r in gone]
+            ids = {r.id for r in gone}
+            txn.index_remove(ids)
+            for name, target in txn.refs(refnames.RUNS).items():
+                if target in ids:
+                    txn.set_ref_if_equals(name, target, None)
+        return [r.id.hex() for r in gone]
+
+    def gc(self, *, dry_run: bool = False, grace_s: float = 0.0,
+           progress: gc_mod.Progress | None = None) -> gc_mod.GcReport:
+        """Delete objects no live commit or ref reaches; give the space back. See :func:`crewckpt.history.gc.gc`."""
+        return gc_mod.gc(self, dry_run=dry_run, grace_ns=int(grace_s * 1e9), progress=progress)
+
+    def fsck(self, full: bool = False, progress: gc_mod.Progress | None = None) -> fsck_mod.FsckReport:
+        """Check the store. See :func:`crewckpt.history.fsck.fsck`."""
+        return fsck_mod.fsck(self, full=full, progress=progress)
+
+    def stats(self) -> dict[str, Any]:
+        """Objects, stored bytes, body bytes, logical bytes of live commits, and per-branch counts."""
+        n, body, stored = self.backend.object_stats()
+        rows = self.backend.index_rows()
+        per: dict[str, dict[str, int]] = {}
+        for r in rows:
+            s = ob.Summary.decode(ob.unpackb(r.summary))
+            d = per.setdefault(r.branch, {"commits": 0, "logical_bytes": 0})
+            d["commits"] += 1
+            d["logical_bytes"] += s.logical_bytes
+        logical = sum(d["logical_bytes"] for d in per.values())
+        return {"objects": n, "body_bytes": body, "stored_bytes": stored, "commits": len(rows),
+                "logical_bytes": logical, "dedup_ratio": logical / body if body else 0.0,
+                "compression_ratio": body / stored if stored else 0.0,
+                "total_ratio": logical / stored if stored else 0.0, "branches": per,
+                "file_bytes": _folder_bytes(self.path) if self.path else stored}
+
+    def train_dictionary(self, samples: int = 2000) -> str | None:
+        """Train a zstd dictionary from existing tree objects and use it for new writes; returns its id, or
+        None when there are too few samples. Old frames keep their codec (ids never change)."""
+        from crewckpt.format.frame import train_dictionary
+        ids = [oid for oid, kind, _ in self.backend.iter_objects() if kind == ob.TREE][:samples]
+        if len(ids) < 100:
+            return None
+        bodies = [body for _, (_, body) in self.objects.get_many(ids).items()]
+        try:
+            data = train_dictionary(bodies)
+        except CkptError:
+            return None
+        d = self.objects.frame(ob.DICT, data)
+        with self.backend.transaction() as txn:
+            txn.put_many([d], time.time_ns())
+            txn.meta_set("dictionary", d.oid.hex())
+        self.objects.codec.use_dictionary(d.oid, data)
+        return d.oid.hex()
+
+
+class _EpochChanged(Exception):
+    """A gc ran since this writer's caches were filled: redo the split without them."""
+
+
+def _folder_bytes(p: Path) -> int:
+    return sum(f.stat().st_size for f in p.iterdir() if f.is_file())
+
+
+def find_store(path: str | os.PathLike[str] | None = None) -> Path:
+    """Locate a store folder (explicit path, ``$CKPT_STORE``, or walking up for ``.ckpt``).
+
+    Raises:
+        StoreNotFound: with the path tried and the fix.
+    """
+    explicit = path if path is not None else os.environ.get(ENV_VAR) or None
+    if explicit is not None:
+        p = Path(explicit)
+        if (p / DB_NAME).is_file():
+            return p
+        if (p / DEFAULT_DIR / DB_NAME).is_file():
+            return p / DEFAULT_DIR
+        if not p.exists():
+            raise StoreNotFound(f"{p}: no such folder; create a store with `ckpt init {p}`")
+        raise StoreNotFound(f"{p}: not a crewckpt store (no {DB_NAME}); create one with `ckpt init {p}`")
+    here = Path.cwd().resolve()
+    for d in (here, *here.parents):
+        if (d / DEFAULT_DIR / DB_NAME).is_file():
+            return d / DEFAULT_DIR
+    raise StoreNotFound(f"no .ckpt store in {here} or any parent folder; run `ckpt init` or set {ENV_VAR}")
