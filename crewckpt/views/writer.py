@@ -1,0 +1,157 @@
+"""Writers of CrewAI 1.15's layouts: a JSON folder and an SQLite database (no crewai import).
+
+What real CrewAI reads back (checked against crewai 1.15.30's source and tests):
+
+* JSON: ``<location>/<branch>/<id>_p-<parent or none>.json`` holding the checkpoint text. CrewAI's
+  ``checkpoint list/info`` order files by mtime, so each file's mtime is set to the commit time (made
+  strictly increasing in write order): "latest" is the branch tip. Files are written atomically
+  (a hidden temporary file, then rename), which CrewAI itself does not do.
+* SQLite: CrewAI's exact ``CREATE TABLE`` (``data JSONB``), WAL journal, rows inserted in write order
+  (CrewAI lists ``ORDER BY rowid``). ``data`` is stored as JSON *text*: SQLite < 3.45 (and any other
+  reader) can read it, and CrewAI's ``SELECT json(data)`` returns it on every SQLite version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+from crewckpt.errors import CkptError
+from crewckpt.views import layout
+from crewckpt.views.jsonb import JsonbError, jsonb_to_value
+
+
+class ViewWriteError(CkptError):
+    """A view cannot be written (unsafe branch name, not CrewAI's table, conflicting existing file)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ViewEntry:
+    """One checkpoint to write: CrewAI id, recorded parent id, branch, JSON text, created_at
+    (``YYYYmmddTHHMMSS``) and the mtime to give a JSON file (ns since the epoch, or None for now)."""
+
+    checkpoint_id: str
+    parent_id: str | None
+    branch: str
+    text: str
+    created_at: str
+    mtime_ns: int | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class WriteOutcome:
+    """What a write did: ``written`` new checkpoints, ``present`` already there with the same content,
+    ``conflicts`` already there with other content (left untouched), as location strings."""
+
+    written: list[str] = dataclasses.field(default_factory=list)
+    present: list[str] = dataclasses.field(default_factory=list)
+    conflicts: list[str] = dataclasses.field(default_factory=list)
+
+    def merge(self, other: WriteOutcome) -> None:
+        self.written += other.written
+        self.present += other.present
+        self.conflicts += other.conflicts
+
+
+class JsonFolderWriter:
+    """Writes checkpoints under ``location`` in CrewAI's JSON folder layout."""
+
+    def __init__(self, location: str | Path) -> None:
+        self.location = Path(location)
+
+    def path_for(self, entry: ViewEntry) -> Path:
+        """``<location>/<branch>/<id>_p-<parent>.json``. Raises ViewWriteError for a branch that would
+        escape the location."""
+        if not layout.branch_is_safe(entry.branch):
+            raise ViewWriteError(f"branch {entry.branch!r} would escape {self.location}; rename the branch")
+        name = layout.checkpoint_filename(entry.checkpoint_id, entry.parent_id)
+        if "/" in name or "\\" in name:
+            raise ViewWriteError(f"checkpoint id {entry.checkpoint_id!r} cannot be a file name")
+        return self.location / entry.branch / name
+
+    def write(self, entries: list[ViewEntry]) -> WriteOutcome:
+        """Write each entry unless a file with the same name exists (same bytes: ``present``; else
+        ``conflicts``, untouched). Raises ViewWriteError or OSError."""
+        out = WriteOutcome()
+        for entry in entries:
+            path = self.path_for(entry)
+            data = entry.text.encode("utf-8")
+            if path.exists():
+                same = path.stat().st_size == len(data) and path.read_bytes() == data
+                (out.present if same else out.conflicts).append(str(path))
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                if entry.mtime_ns is not None:
+                    os.utime(tmp, ns=(entry.mtime_ns, entry.mtime_ns))
+                os.replace(tmp, path)
+            finally:
+                if tmp.exists():
+                    tmp.unlink()
+            out.written.append(str(path))
+        return out
+
+
+class SqliteWriter:
+    """Writes checkpoints into CrewAI's ``checkpoints`` table of an SQLite database (created if absent)."""
+
+    def __init__(self, db_path: str | Path) -> None:
+        self.db_path = str(db_path)
+        Path(self.db_path).parent.mkdir(parents=True, exist_ok=True)
+        if Path(self.db_path).exists() and Path(self.db_path).stat().st_size and not layout.is_sqlite_file(self.db_path):
+            raise ViewWriteError(f"{self.db_path} exists and is not an SQLite database; pick another --to path")
+        self.conn = sqlite3.connect(self.db_path, timeout=30)
+        try:
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute(layout.CREATE_TABLE)
+            cols = [r[1] for r in self.conn.execute("PRAGMA table_info(checkpoints)")]
+        except sqlite3.DatabaseError as exc:
+            self.conn.close()
+            raise ViewWriteError(f"{self.db_path}: cannot write SQLite database: {exc}") from None
+        if any(c not in cols for c in layout.TABLE_COLUMNS):
+            self.conn.close()
+            raise ViewWriteError(f"{self.db_path}: has a 'checkpoints' table that is not CrewAI's; pick another path")
+
+    def write(self, entries: list[ViewEntry]) -> WriteOutcome:
+        """Insert the entries in order, in one transaction; ids already present are left as they are
+        (``present`` when their data is the same text, else ``conflicts``)."""
+        out = WriteOutcome()
+        with self.conn:
+            for e in entries:
+                where = f"{self.db_path}#{e.checkpoint_id}"
+                cur = self.conn.execute(
+                    "INSERT OR IGNORE INTO checkpoints (id, created_at, parent_id, branch, data) VALUES (?, ?, ?, ?, ?)",
+                    (e.checkpoint_id, e.created_at, e.parent_id, e.branch, e.text),
+                )
+                if cur.rowcount == 1:
+                    out.written.append(where)
+                    continue
+                row = self.conn.execute("SELECT data FROM checkpoints WHERE id = ?", (e.checkpoint_id,)).fetchone()
+                (out.present if row and _same_data(row[0], e.text) else out.conflicts).append(where)
+        return out
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> SqliteWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _same_data(stored: object, text: str) -> bool:
+    """Whether a stored ``data`` cell (text or CrewAI's JSONB) holds the same JSON value as ``text``."""
+    if stored == text:
+        return True
+    try:
+        value = jsonb_to_value(stored) if isinstance(stored, bytes) else json.loads(str(stored))
+        return bool(value == json.loads(text))
+    except (JsonbError, ValueError):
+        return False
