@@ -106,6 +106,7 @@ def _is_ckpt_error(exc: BaseException) -> bool:
 
 
 @click.group(
+    name="ckpt",
     cls=CkptGroup,
     invoke_without_command=True,
     epilog=EPILOG,

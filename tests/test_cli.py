@@ -1,0 +1,361 @@
+"""`ckpt` verbs on a store of real CrewAI checkpoints: human output, --json schemas, exit codes."""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+import pytest
+from cli_helpers import DemoStore, build_demo_store, ckpt, ndjson
+
+from crewckpt.cli.graph import graph_rows
+from crewckpt.cli.main import cli
+from crewckpt.history.store import Store
+
+COMMIT_KEYS = {
+    "id", "tree", "parents", "time_ns", "time", "seq", "branch", "run_id", "trigger", "alias", "live", "meta",
+    "summary",
+}  # fmt: skip
+SUMMARY_KEYS = {"entities", "tasks_done", "tasks_total", "event_count", "logical_bytes"}
+ANSI = re.compile(r"\x1b\[")
+
+
+@pytest.fixture
+def demo(tmp_path) -> DemoStore:
+    return build_demo_store(tmp_path / ".ckpt")
+
+
+def _ok(result, code: int = 0):
+    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
+    return result
+
+
+# -- help ---------------------------------------------------------------------------------------------------
+
+
+def test_every_verb_has_help_with_an_example():
+    for name in cli.commands:
+        result = _ok(ckpt(None, name, "--help"))
+        assert "Example" in result.stdout, name
+        assert "Usage: ckpt " + name in result.stdout
+
+
+def test_no_verb_prints_help_until_the_tui_exists(monkeypatch):
+    result = _ok(ckpt(None))
+    assert "Commands:" in result.stdout and "log" in result.stdout
+    import crewckpt.tui
+
+    seen = []
+    monkeypatch.setattr(crewckpt.tui, "run", lambda store_path: seen.append(store_path), raising=False)
+    result = _ok(ckpt("/some/store"))
+    assert seen == ["/some/store"] and "Commands:" not in result.stdout
+
+
+def test_unknown_option_is_usage_error():
+    result = ckpt(None, "log", "--frobnicate")
+    assert result.exit_code == 2 and "No such option" in result.stderr
+
+
+# -- init / store discovery ---------------------------------------------------------------------------------
+
+
+def test_init_then_discovery_from_a_subfolder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CKPT_STORE", raising=False)
+    result = _ok(ckpt(None, "init"))
+    assert f"Initialized empty crewckpt store in {tmp_path / '.ckpt'}" in result.stdout
+    again = ckpt(None, "init")
+    assert (
+        again.exit_code == 1 and again.stderr.startswith("ckpt: error: ") and "already exists" in again.stderr
+    )
+    sub = tmp_path / "a" / "b"
+    sub.mkdir(parents=True)
+    monkeypatch.chdir(sub)
+    Store.open(tmp_path / ".ckpt").commit({"x": 1})
+    assert len(ndjson(_ok(ckpt(None, "list", "--json")).stdout)) == 1
+
+
+def test_init_json(tmp_path):
+    result = _ok(ckpt(None, "init", str(tmp_path / "s"), "--json"))
+    assert orjson.loads(result.stdout) == {"path": str(tmp_path / "s")}
+
+
+def test_store_from_environment(demo, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    result = _ok(ckpt(None, "rev-parse", "main", env={"CKPT_STORE": demo.path}))
+    assert result.stdout.strip() == demo.main[-1]
+
+
+def test_not_a_store(tmp_path):
+    result = ckpt(str(tmp_path / "nothing"), "log")
+    assert result.exit_code == 1
+    assert result.stderr.count("\n") == 1 and "ckpt init" in result.stderr
+    as_json = ckpt(str(tmp_path / "nothing"), "list", "--json")
+    err = orjson.loads(as_json.stderr)["error"]
+    assert err["type"] == "StoreNotFound" and err["exit_code"] == 1 and as_json.stdout == ""
+
+
+# -- log ----------------------------------------------------------------------------------------------------
+
+
+def test_log_follows_first_parents_newest_first(demo):
+    out = _ok(ckpt(demo.path, "log", "alt")).stdout
+    shown = re.findall(r"^commit ([0-9a-f]{8,})", out, re.MULTILINE)
+    expected = list(reversed(demo.main[:2] + demo.alt))
+    assert [s for s in shown] == [e[: len(s)] for s, e in zip(shown, expected)] and len(shown) == 4
+    assert "(HEAD, alt)" in out.splitlines()[0]
+    assert "Trigger: task_completed" in out and "crew:crew [4/4 tasks]" in out
+    assert "Parents: (root)" in out
+
+
+def test_log_limit_oneline_and_branch_option(demo):
+    out = _ok(ckpt(demo.path, "log", "--branch", "main", "-n", "2", "--oneline")).stdout.splitlines()
+    assert len(out) == 2
+    assert out[0].startswith(demo.main[-1][:8]) and "(main)" in out[0]
+    assert out[1].startswith(demo.main[-2][:8]) and "crew:crew [3/4 tasks]" in out[1]
+
+
+def test_log_graph_all_shows_both_branches_and_the_fork_point(demo):
+    out = _ok(ckpt(demo.path, "log", "--graph", "--all", "--oneline")).stdout.splitlines()
+    assert len(out) == 7  # 6 commits + one join line
+    assert out[0].startswith("* ") and "(HEAD, alt)" in out[0]
+    tip_main = next(line for line in out if "(main)" in line)
+    assert tip_main.startswith("| * ")
+    join = out.index("|/")
+    assert out[join + 1].startswith("* " + demo.fork_point[:8])
+    assert out[-1].startswith("* " + demo.main[0][:8])
+
+
+def test_log_json_is_ndjson_with_full_ids(demo):
+    records = ndjson(_ok(ckpt(demo.path, "log", "main", "--json")).stdout)
+    assert [r["id"] for r in records] == list(reversed(demo.main))
+    for record in records:
+        assert set(record) == COMMIT_KEYS and set(record["summary"]) == SUMMARY_KEYS
+        assert len(record["id"]) == 64 and record["branch"] == "main"
+    assert records[0]["parents"] == [demo.main[-2]] and records[-1]["parents"] == []
+    assert records[0]["summary"]["tasks_done"] == 4 and records[0]["summary"]["entities"][0] == [
+        "crew",
+        "crew",
+    ]
+    all_records = ndjson(_ok(ckpt(demo.path, "log", "--all", "--json")).stdout)
+    assert {r["id"] for r in all_records} == set(demo.main + demo.alt)
+    assert [r["seq"] for r in all_records] == sorted((r["seq"] for r in all_records), reverse=True)
+
+
+def test_log_marks_pruned_history(demo):
+    store = Store.open(demo.path)
+    store.prune("main", keep=2)
+    store.gc()
+    store.close()
+    out = _ok(ckpt(demo.path, "log", "main", "--oneline")).stdout.splitlines()
+    assert len(out) == 3 and "pruned" in out[-1]
+    records = ndjson(_ok(ckpt(demo.path, "log", "main", "--json")).stdout)
+    assert records[-1] == {"id": demo.main[1], "pruned": True}
+
+
+# -- list ---------------------------------------------------------------------------------------------------
+
+
+def test_list_newest_first_with_short_ids_branch_trigger_summary(demo):
+    lines = _ok(ckpt(demo.path, "list")).stdout.splitlines()
+    order = list(reversed(demo.main[:2] + demo.main[2:] + demo.alt))
+    assert len(lines) == 6
+    for line, full in zip(lines, order):
+        cols = line.split()
+        short = cols[2]
+        assert len(short) >= 8 and full.startswith(short)
+        assert cols[3] in ("main", "alt") and cols[4] == "task_completed"
+    assert lines[0].endswith("crew:crew [4/4 tasks]") and "alt" in lines[0]
+    assert lines[-1].endswith("crew:crew [1/4 tasks]")
+
+
+def test_list_branch_filter_and_json(demo):
+    records = ndjson(_ok(ckpt(demo.path, "list", "--branch", "alt", "--json")).stdout)
+    assert [r["id"] for r in records] == list(reversed(demo.alt))
+    assert all(set(r) == COMMIT_KEYS for r in records)
+    unknown = ckpt(demo.path, "list", "--branch", "nope")
+    assert unknown.exit_code == 1 and "nope" in unknown.stderr
+
+
+def test_list_empty_store(tmp_path):
+    Store.init(tmp_path / "s").close()
+    result = _ok(ckpt(str(tmp_path / "s"), "list"))
+    assert result.stdout == "" and "no checkpoints yet" in result.stderr
+    assert _ok(ckpt(str(tmp_path / "s"), "list", "--json")).stdout == ""
+
+
+# -- info / rev-parse ---------------------------------------------------------------------------------------
+
+
+def test_info_human_and_json(demo):
+    out = _ok(ckpt(demo.path, "info", "main~1")).stdout
+    assert f"commit    {demo.main[2]}" in out
+    assert f"parents   {demo.main[1]}" in out and "tasks     3/4 completed" in out
+    record = orjson.loads(_ok(ckpt(demo.path, "info", "main", "--json")).stdout)
+    assert set(record) == COMMIT_KEYS | {"branches_at"}
+    assert record["id"] == demo.main[-1] and record["branches_at"] == ["main"]
+    assert record["alias"] == "20261129T234525_8465e992"
+
+
+def test_rev_parse_forms(demo):
+    assert _ok(ckpt(demo.path, "rev-parse", "main~2")).stdout.strip() == demo.main[1]
+    assert _ok(ckpt(demo.path, "rev-parse", demo.alt[0][:10])).stdout.strip() == demo.alt[0]
+    assert _ok(ckpt(demo.path, "rev-parse", "alt^")).stdout.strip() == demo.alt[0]
+    assert _ok(ckpt(demo.path, "rev-parse", "20261129T234525_04befffc")).stdout.strip() == demo.main[2]
+    record = orjson.loads(_ok(ckpt(demo.path, "rev-parse", "HEAD", "--json")).stdout)
+    assert record == {"rev": "HEAD", "id": demo.alt[-1]}
+
+
+def test_unknown_revision_is_one_line(demo):
+    result = ckpt(demo.path, "info", "no-such-thing")
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr == (
+        "ckpt: error: unknown revision 'no-such-thing': not a commit id, branch or checkpoint id; "
+        "see `ckpt list`\n"
+    )
+    assert ckpt(demo.path, "rev-parse", "main~9").exit_code == 1
+
+
+def test_ambiguous_prefix_lists_candidates(tmp_path):
+    store = Store.init(tmp_path / "s")
+    seen: dict[str, str] = {}
+    for n in range(5000):
+        cid = store.commit({"n": n})
+        if cid[:4] in seen:
+            pair = (seen[cid[:4]], cid)
+            break
+        seen[cid[:4]] = cid
+    else:
+        pytest.fail("no 4-hex prefix collision in 5000 commits")
+    store.close()
+    result = ckpt(str(tmp_path / "s"), "rev-parse", pair[0][:4])
+    assert result.exit_code == 1 and "ambiguous" in result.stderr
+    assert pair[0][:12] in result.stderr and pair[1][:12] in result.stderr
+    assert result.stderr.count("\n") == 1
+    err = orjson.loads(ckpt(str(tmp_path / "s"), "show", pair[0][:4], "--json").stderr)["error"]
+    assert err["type"] == "AmbiguousRevision"
+
+
+# -- show ---------------------------------------------------------------------------------------------------
+
+
+def test_show_document_path_raw_json(demo):
+    store = Store.open(demo.path)
+    doc = store.read("alt")
+    store.close()
+    assert orjson.loads(_ok(ckpt(demo.path, "show", "alt")).stdout) == doc
+    raw = _ok(ckpt(demo.path, "show", "alt", "--raw")).stdout
+    assert raw == orjson.dumps(doc).decode() + "\n"
+    text = _ok(ckpt(demo.path, "show", "alt", "--path", "entities[0].tasks[3].output.raw")).stdout
+    assert text == "Sea otters hold hands while sleeping.\nThey use rocks as tools.\n"
+    quoted = _ok(ckpt(demo.path, "show", "alt", "--path", "entities[0].tasks[3].output.raw", "--raw")).stdout
+    assert orjson.loads(quoted) == doc["entities"][0]["tasks"][3]["output"]["raw"]
+    inputs = orjson.loads(
+        _ok(ckpt(demo.path, "show", "alt", "--path", "entities[0].checkpoint_inputs", "--json")).stdout
+    )
+    assert inputs == {"topic": "sea otters"}
+
+
+def test_show_bad_path_names_what_exists(demo):
+    result = ckpt(demo.path, "show", "main", "--path", "entities[0].tasks[9]")
+    assert result.exit_code == 1 and "has 4 items" in result.stderr and result.stderr.count("\n") == 1
+    result = ckpt(demo.path, "show", "main", "--path", "entities[0].bogus")
+    assert "has no key 'bogus'" in result.stderr
+
+
+# -- diff ---------------------------------------------------------------------------------------------------
+
+
+def test_diff_branch_tips_shows_edited_input_and_changed_outputs(demo):
+    out = _ok(ckpt(demo.path, "diff", "main", "alt")).stdout
+    assert out.splitlines()[0] == f"diff main ({demo.main[-1][:12]}) alt ({demo.alt[-1][:12]})"
+    assert '~ topic: "otters" -> "sea otters"' in out
+    assert "~ task4  completed  output +2 -1 lines" in out
+    assert "-[Researcher] deterministic answer for <task4>" in out
+    assert "+Sea otters hold hands while sleeping." in out
+    assert "events 48 -> 49" in out
+
+
+def test_diff_stat_is_one_screen(demo):
+    out = _ok(ckpt(demo.path, "diff", "main", "alt", "--stat")).stdout
+    assert len(out.splitlines()) <= 40
+    assert "topic" in out and "task4" in out and "+Sea otters" not in out
+
+
+def test_diff_json_schema(demo):
+    record = orjson.loads(_ok(ckpt(demo.path, "diff", "main~2", "main", "--json")).stdout)
+    assert record["old"] == {"rev": "main~2", "id": demo.main[1]}
+    assert record["new"] == {"rev": "main", "id": demo.main[-1]}
+    assert record["schema"] == "crewckpt.diff/1" and record["crewai"] is True
+    assert set(record) >= {
+        "identical",
+        "sizes",
+        "inputs",
+        "entities",
+        "events",
+        "changes",
+        "changes_truncated",
+    }
+    tasks = {t["name"]: t for t in record["entities"][0]["tasks"]}
+    assert (tasks["task3"]["old_status"], tasks["task3"]["new_status"]) == ("pending", "completed")
+    # task1 was done in both: its output is the same (CrewAI re-serialises its agent, hence "changed")
+    assert tasks["task1"]["output_diff"] is None and "output" not in tasks["task1"]["fields"]
+
+
+def test_diff_single_rev_against_its_parent_and_files(demo, tmp_path):
+    record = orjson.loads(_ok(ckpt(demo.path, "diff", "alt", "--json")).stdout)
+    assert record["old"]["id"] == demo.alt[0] and record["new"]["id"] == demo.alt[1]
+    store = Store.open(demo.path)
+    (tmp_path / "a.json").write_bytes(orjson.dumps(store.read("main")))
+    store.close()
+    same = orjson.loads(_ok(ckpt(demo.path, "diff", str(tmp_path / "a.json"), "main", "--json")).stdout)
+    assert same["identical"] is True and same["old"]["id"] is None
+    root = ckpt(demo.path, "diff", demo.main[0])
+    assert root.exit_code == 1 and "parent" in root.stderr
+
+
+# -- colour -------------------------------------------------------------------------------------------------
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(demo):
+    plain = _ok(ckpt(demo.path, "diff", "main", "alt")).stdout
+    assert not ANSI.search(plain)
+    forced = _ok(ckpt(demo.path, "diff", "main", "alt", env={"FORCE_COLOR": "1", "NO_COLOR": None})).stdout
+    assert ANSI.search(forced)
+    assert not ANSI.search(_ok(ckpt(demo.path, "list", env={"FORCE_COLOR": "1", "NO_COLOR": "1"})).stdout)
+
+
+def test_debug_shows_traceback(demo):
+    quiet = ckpt(demo.path, "info", "nope")
+    loud = ckpt(demo.path, "--debug", "info", "nope")
+    assert "Traceback" not in quiet.stderr
+    assert "Traceback" in loud.stderr and "UnknownRevision" in loud.stderr and loud.exit_code == 1
+
+
+# -- graph layout -------------------------------------------------------------------------------------------
+
+
+def _draw(commits):
+    lines = []
+    for row in graph_rows(commits):
+        lines += row.before
+        lines.append(f"{row.row} {row.commit_id}")
+    return lines
+
+
+def test_graph_layout_fork_roots_and_merge():
+    assert _draw([("d", ["c"]), ("y", ["x"]), ("c", ["b"]), ("x", ["b"]), ("b", ["a"]), ("a", [])]) == [
+        "* d", "| * y", "* | c", "| * x", "|/", "* b", "* a",
+    ]  # fmt: skip
+    assert _draw([("r2", ["r1"]), ("b", ["a"]), ("r1", []), ("a", [])]) == [
+        "* r2",
+        "| * b",
+        "* | r1",
+        " /",
+        "* a",
+    ]
+    assert _draw([("m", ["c", "y"]), ("y", ["b"]), ("c", ["b"]), ("b", [])]) == [
+        "* m", "|\\", "| * y", "* | c", "|/", "* b",
+    ]  # fmt: skip
+    three = _draw([("p", ["a"]), ("q", ["z"]), ("s", ["a"]), ("z", []), ("a", [])])
+    assert three == ["* p", "| * q", "| | * s", "| * | z", "|  /", "|/", "* a"]
