@@ -1,1 +1,146 @@
-"""crewckpt.crewai."""
+"""CrewAI integration: drop-in checkpointing for Crew, Flow and Agent on a crewckpt store.
+
+One-line change::
+
+    from crewckpt.crewai import CheckpointConfig
+    crew = Crew(agents=..., tasks=..., checkpoint=CheckpointConfig(on_events=["*"]))   # store: ./.ckpt
+
+Restore and fork by hash or ref through CrewAI's own entry points::
+
+    crew.kickoff(from_checkpoint=CheckpointConfig(restore_from="main~2"))
+    Crew.from_checkpoint(CheckpointConfig(restore_from="3fa2c1"))
+    Crew.fork(CheckpointConfig(restore_from="main~4"), branch="exp")
+    restore("main", store=".ckpt")            # -> the Crew / Flow / Agent the checkpoint records
+
+Importing this module installs crewckpt's hooks into CrewAI (see :mod:`crewckpt.crewai.hooks`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from crewckpt.crewai.config import DEFAULT_LOCATION, CheckpointConfig, CrewckptProvider
+from crewckpt.crewai.hooks import install
+from crewckpt.crewai.snapshot import UnserializableFieldWarning
+from crewckpt.crewai.writer import EMIT_LOCK, open_store, write_checkpoint
+
+install()
+
+_ENTITY_CLASSES = ("crew", "flow", "agent")
+
+
+def _store_path(store: Any) -> str:
+    if store is None:
+        from crewckpt.history.store import find_store
+
+        return str(find_store(None))
+    if isinstance(store, (str, os.PathLike)):
+        return os.fspath(store)
+    path = getattr(store, "path", None)
+    if path is None:
+        raise ValueError("restore needs a store on disk (Store.memory() cannot be restored from by CrewAI)")
+    return os.fspath(path)
+
+
+def restore(rev: str = "HEAD", *, store: Any = None, cls: type | None = None, fork: bool | str = False,
+            **kwargs: Any) -> Any:
+    """Restore the entity a checkpoint records, ready to resume with ``kickoff()``.
+
+    Args:
+        rev: revision: commit id or prefix (>= 4 hex), branch, ``main~2``, ``exp@{1}``, ``HEAD``/``latest``,
+            or a CrewAI checkpoint id imported as an alias.
+        store: a :class:`crewckpt.Store`, a store folder, or None (``$CKPT_STORE`` or the nearest ``.ckpt``).
+        cls: class to restore into (e.g. your Flow subclass, whose methods the checkpoint cannot carry);
+            default: Crew, Flow or Agent after the checkpoint's first entity.
+        fork: False to continue the checkpoint's branch; True or a branch name to fork (CrewAI's
+            ``fork(config, branch)``; True generates ``fork/<id[:12]>_<6 hex>``).
+        kwargs: passed to ``cls.from_checkpoint`` (e.g. ``definition=`` for declarative flows).
+    Returns:
+        The restored Crew, Flow or Agent; it keeps checkpointing to ``store`` with this checkpoint as parent.
+    Raises:
+        StoreNotFound, UnknownRevision, AmbiguousRevision: bad store or revision.
+        IntegrityError: a stored object does not match its hash.
+        ValueError: the checkpoint holds no Crew/Flow/Agent, or callbacks are stored and
+            ``CREWAI_DESERIALIZE_CALLBACKS`` is not set (CrewAI's rule).
+    """
+    path = _store_path(store)
+    if cls is None:
+        cls = entity_class(open_store(path).read(rev))
+    config = CheckpointConfig(location=path, restore_from=rev)
+    if fork is not False:
+        return cls.fork(config, branch=None if fork is True else fork, **kwargs)
+    return cls.from_checkpoint(config, **kwargs)
+
+
+def entity_class(doc: Any) -> type:
+    """Crew, Flow or Agent for a checkpoint document's first entity (``entity_type``).
+
+    Raises:
+        ValueError: the document has no entity CrewAI can restore.
+    """
+    from crewai import Agent, Crew, Flow
+
+    entities = doc.get("entities") if isinstance(doc, dict) else None
+    for entity in entities or []:
+        kind = entity.get("entity_type") if isinstance(entity, dict) else None
+        if kind in _ENTITY_CLASSES:
+            return {"crew": Crew, "flow": Flow, "agent": Agent}[kind]
+    raise ValueError("the checkpoint holds no crew, flow or agent to restore")
+
+
+def checkpoint(state: Any = None, location: str | os.PathLike[str] = DEFAULT_LOCATION, *,
+               branch: str | None = None, trigger: str | None = "manual") -> str | None:
+    """Write the current RuntimeState into a crewckpt store now (manual checkpoint).
+
+    For CrewAI event handlers (``@crewai_event_bus.on(TaskCompletedEvent)`` receiving ``state``) or any code
+    that holds the state: the docs' ``state.checkpoint(...)`` recipe, pointed at crewckpt. The checkpoint
+    continues the state's lineage (parent = its last checkpoint) on ``branch`` (default: the state's).
+
+    Args:
+        state: a ``crewai.state.runtime.RuntimeState``; None = the one attached to the event bus.
+        location: store folder (created if missing).
+        branch: branch to write on; the state stays on it for later checkpoints.
+        trigger: label recorded as the commit's trigger (not added to the document).
+    Returns:
+        The commit id (64 hex), or None if the write failed (logged; CrewAI's ``CheckpointFailedEvent``).
+    Raises:
+        RuntimeError: no state given and none attached to the event bus.
+        BadRefName: ``branch`` is not a valid branch name.
+    """
+    from crewai.events.event_bus import crewai_event_bus
+
+    if state is None:
+        state = crewai_event_bus.runtime_state
+        if state is None:
+            raise RuntimeError("no RuntimeState: pass the handler's `state` or call inside a kickoff")
+    if branch is not None:
+        from crewckpt.history.refnames import check_branch
+
+        branch = check_branch(branch)
+    cfg = CheckpointConfig(location=os.fspath(location))
+    with EMIT_LOCK:  # no event is recorded while the snapshot is taken
+        return write_checkpoint(state, cfg, None, branch=branch, commit_trigger=trigger)
+
+
+async def acheckpoint(state: Any = None, location: str | os.PathLike[str] = DEFAULT_LOCATION, *,
+                      branch: str | None = None, trigger: str | None = "manual") -> str | None:
+    """Async form of :func:`checkpoint` (the write runs in a worker thread; same arguments and result)."""
+    from crewai.events.event_bus import crewai_event_bus
+
+    if state is None:
+        state = crewai_event_bus.runtime_state
+    return await asyncio.to_thread(checkpoint, state, location, branch=branch, trigger=trigger)
+
+
+__all__ = [
+    "CheckpointConfig",
+    "CrewckptProvider",
+    "UnserializableFieldWarning",
+    "acheckpoint",
+    "checkpoint",
+    "entity_class",
+    "install",
+    "restore",
+]

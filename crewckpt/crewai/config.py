@@ -1,0 +1,166 @@
+"""``CheckpointConfig`` and ``CrewckptProvider``: CrewAI's checkpoint settings pointed at a crewckpt store.
+
+``CheckpointConfig`` subclasses ``crewai.state.checkpoint_config.CheckpointConfig`` so ``Crew``, ``Flow`` and
+``Agent`` accept it as ``checkpoint=`` and as ``from_checkpoint=``; it keeps CrewAI's fields and defaults
+(``on_events=["task_completed"]``, ``max_checkpoints=None``, ``restore_from=None``) and changes two:
+``location`` is a crewckpt store folder (default ``./.ckpt``, created on the first write) and ``provider``
+is widened from CrewAI's closed JSON/SQLite union to any ``BaseProvider`` so it can hold
+:class:`CrewckptProvider` (the only provider it accepts: JSON files and SQLite rows are import/export views).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+from crewai.state.checkpoint_config import CheckpointConfig as CrewAICheckpointConfig
+from crewai.state.provider.core import BaseProvider
+from pydantic import Field, SerializeAsAny, field_validator
+
+DEFAULT_LOCATION = "./.ckpt"
+SIGNAL_EVENTS: frozenset[str] = frozenset({"SIGTERM", "SIGINT", "SIGHUP", "SIGTSTP", "SIGCONT"})
+
+
+def split_location(location: str) -> tuple[str, str | None]:
+    """Split ``"<store path>#<rev>"`` (the form a CrewckptProvider returns) into ``(path, rev)``.
+
+    A location without ``#`` is a store path with no revision: ``(location, None)``.
+    """
+    path, sep, rev = str(location).rpartition("#")
+    if not sep:
+        return str(location), None
+    return path, rev or None
+
+
+def join_location(store_path: str | os.PathLike[str], commit_id: str) -> str:
+    """``"<absolute store path>#<commit id>"``: what CrewAI's events and ``extract_id`` see."""
+    return f"{os.path.abspath(store_path)}#{commit_id}"
+
+
+class CrewckptProvider(BaseProvider):
+    """CrewAI provider interface over a crewckpt store (``location`` is the store folder).
+
+    Used when CrewAI itself drives a write or read through ``state._provider`` (the docs'
+    ``state.checkpoint(location)`` recipe on a restored state, ``afrom_checkpoint``). Automatic
+    checkpoints do not go through :meth:`checkpoint`: crewckpt writes them on the emitting thread with an
+    incremental serializer (see :mod:`crewckpt.crewai.writer`).
+
+    Locations returned are ``"<absolute store path>#<commit id>"``; :meth:`extract_id` returns the commit id.
+    """
+
+    provider_type: Literal["crewckpt"] = "crewckpt"
+
+    def checkpoint(self, data: str, location: str, *, parent_id: str | None = None,
+                   branch: str = "main") -> str:
+        """Commit a serialized RuntimeState (JSON text) on ``branch``; returns ``"<store>#<commit id>"``.
+
+        Raises:
+            orjson.JSONDecodeError: ``data`` is not JSON.
+            crewckpt.errors.CkptError: the store refused the commit.
+        """
+        from crewckpt.crewai.writer import commit_document, open_store
+
+        path, _ = split_location(location)
+        store = open_store(path, create=True)
+        doc = orjson.loads(data)
+        commit_id, _branch = commit_document(store, doc, parent_id=parent_id, branch=branch,
+                                             trigger=doc.get("trigger") if isinstance(doc, dict) else None)
+        return join_location(path, commit_id)
+
+    async def acheckpoint(self, data: str, location: str, *, parent_id: str | None = None,
+                          branch: str = "main") -> str:
+        """Async form of :meth:`checkpoint` (runs it in a worker thread)."""
+        return await asyncio.to_thread(self.checkpoint, data, location, parent_id=parent_id, branch=branch)
+
+    def prune(self, location: str, max_keep: int, *, branch: str = "main") -> int:
+        """Keep the newest ``max_keep`` checkpoints of ``branch``; returns how many were pruned."""
+        from crewckpt.crewai.writer import open_store
+
+        path, _ = split_location(location)
+        return len(open_store(path).prune(branch, keep=max_keep))
+
+    def extract_id(self, location: str) -> str:
+        """The commit id after ``#`` (or the whole string when there is no ``#``)."""
+        path, rev = split_location(location)
+        return rev if rev is not None else path
+
+    def from_checkpoint(self, location: str) -> str:
+        """JSON text of the checkpoint ``"<store>#<rev>"`` (rev: id, prefix, branch, ``main~2``...)."""
+        from crewckpt.crewai.writer import open_store
+
+        path, rev = split_location(location)
+        return orjson.dumps(open_store(path).read(rev or "HEAD")).decode()
+
+    async def afrom_checkpoint(self, location: str) -> str:
+        """Async form of :meth:`from_checkpoint`."""
+        return await asyncio.to_thread(self.from_checkpoint, location)
+
+
+class CheckpointConfig(CrewAICheckpointConfig):
+    """CrewAI's ``CheckpointConfig`` writing into a crewckpt store.
+
+    Fields (CrewAI's, with crewckpt's defaults):
+        location: store folder, default ``./.ckpt`` (relative paths resolve against the working folder
+            at write time, as in CrewAI); the store is created on the first write.
+        on_events: event names that trigger a checkpoint, ``"*"`` for all, and the signals
+            ``SIGTERM``, ``SIGINT``, ``SIGHUP``, ``SIGTSTP``, ``SIGCONT`` (crewckpt installs handlers for the
+            signals listed, chaining to the previous handler). Default ``["task_completed"]``.
+        provider: always a :class:`CrewckptProvider`.
+        max_checkpoints: after each write keep only the newest N checkpoints of the branch written.
+        restore_from: a revision (``"3fa2c1"``, ``"main"``, ``"main~2"``, ``"exp@{1}"``, ``"latest"``) in the
+            store at ``location``, or ``"<store path>#<rev>"``. Used by ``from_checkpoint``/``fork`` and
+            ``kickoff(from_checkpoint=...)``.
+
+    Semantics follow CrewAI's docs: ``checkpoint=None`` inherits from the parent (task -> agent -> crew),
+    ``True`` uses CrewAI's defaults, ``False`` opts out and stops inheritance, a config overrides.
+    """
+
+    location: str = Field(default=DEFAULT_LOCATION, description="crewckpt store folder.")
+    provider: SerializeAsAny[BaseProvider] = Field(  # type: ignore[assignment]
+        default_factory=CrewckptProvider, description="Always a CrewckptProvider."
+    )
+
+    @field_validator("provider", mode="before")
+    @classmethod
+    def _only_crewckpt(cls, value: Any) -> Any:
+        if isinstance(value, dict) and value.get("provider_type", "crewckpt") == "crewckpt":
+            return CrewckptProvider()
+        if isinstance(value, CrewckptProvider):
+            return value
+        kind = value.get("provider_type") if isinstance(value, dict) else type(value).__name__
+        raise ValueError(
+            f"crewckpt.crewai.CheckpointConfig writes to a crewckpt store, not {kind!r}; "
+            "use crewai.CheckpointConfig for CrewAI's JSON/SQLite providers"
+        )
+
+    @field_validator("location", mode="before")
+    @classmethod
+    def _location_str(cls, value: Any) -> Any:
+        if isinstance(value, os.PathLike):
+            return os.fspath(value)
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("location is empty; give a store folder such as './.ckpt'")
+        return value
+
+    @property
+    def signals(self) -> frozenset[str]:
+        """The signal names in ``on_events``."""
+        return SIGNAL_EVENTS & set(self.on_events)
+
+    def triggers(self, event_type: str) -> bool:
+        """True when an event of this type triggers a checkpoint (``"*"`` matches every event)."""
+        return self.trigger_all or event_type in self.on_events
+
+    def store_path(self) -> Path:
+        """Absolute store folder for ``location`` (a ``"path#rev"`` location gives its path part)."""
+        return Path(os.path.abspath(split_location(self.location)[0]))
+
+    def model_post_init(self, __context: Any) -> None:
+        super().model_post_init(__context)
+        if self.signals:
+            from crewckpt.crewai.hooks import install_signal_handlers
+
+            install_signal_handlers(self.signals)

@@ -1,0 +1,326 @@
+"""The places where crewckpt attaches to CrewAI 1.15 (installed once by :func:`install`).
+
+CrewAI offers no synchronous per-event hook and its restore path only knows JSON files and SQLite rows, so
+crewckpt wraps four functions (each wrapper calls the original for everything that is not crewckpt's):
+
+* ``CrewAIEventsBus._prepare_event`` (runs on the emitting thread for ``emit`` and ``aemit``, after the event
+  got its ids and sequence number and was added to the event record): crewckpt takes the checkpoint here,
+  under one re-entrant lock, so each snapshot holds exactly the events up to its trigger, in emission order,
+  and each run's checkpoints form one chain. CrewAI's own listener runs on a thread pool, which is what
+  loses, reorders and forks its checkpoints (shared notes, 'What the built-in machinery does').
+* ``crewai.state.checkpoint_listener._should_checkpoint``: returns None for crewckpt configs, so CrewAI's
+  pool listener does not also write (or re-serialize) them.
+* ``RuntimeState.from_checkpoint`` / ``afrom_checkpoint``: a crewckpt config, or a ``"<store>#<rev>"``
+  location, restores from the store (``Crew/Flow/Agent.from_checkpoint``, ``fork`` and
+  ``kickoff(from_checkpoint=...)`` all go through it).
+* ``RuntimeState.fork``: on a state restored from crewckpt, checks the branch name before any write and
+  names automatic branches ``fork/<commit id[:12]>_<6 hex>``.
+
+Signals: with telemetry off CrewAI never emits its SIGTERM/SIGINT/... events, so a config listing signals
+installs handlers (main thread only) that emit CrewAI's signal event, checkpoint, then hand the signal to the
+handler that was there before (default action included: SIGTERM still terminates).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import threading
+import time
+import uuid
+from typing import Any
+
+from crewai.events.event_bus import CrewAIEventsBus, crewai_event_bus, is_replaying
+from crewai.events.types.checkpoint_events import (
+    CheckpointBaseEvent,
+    CheckpointForkBaseEvent,
+    CheckpointRestoreBaseEvent,
+    CheckpointRestoreCompletedEvent,
+    CheckpointRestoreFailedEvent,
+    CheckpointRestoreStartedEvent,
+)
+from crewai.events.types.system_events import (
+    SigContEvent,
+    SigHupEvent,
+    SigIntEvent,
+    SigTermEvent,
+    SigTStpEvent,
+)
+from crewai.state import checkpoint_listener
+from crewai.state.checkpoint_config import CheckpointConfig as CrewAICheckpointConfig
+from crewai.state.runtime import RuntimeState
+
+from crewckpt.crewai.config import SIGNAL_EVENTS, CheckpointConfig, CrewckptProvider, split_location
+from crewckpt.crewai.snapshot import IdWeakMap, builder_for
+from crewckpt.crewai.writer import EMIT_LOCK, open_store, write_checkpoint
+
+logger = logging.getLogger("crewckpt.crewai")
+
+_SKIP = (CheckpointBaseEvent, CheckpointForkBaseEvent, CheckpointRestoreBaseEvent)
+_installed = False
+_install_lock = threading.Lock()
+_orig: dict[str, Any] = {}
+
+# states restored from a store -> that store's path (fork checks branch names against it)
+_state_store = IdWeakMap()
+
+
+# -- the write hook -----------------------------------------------------------------------------------------
+
+def config_for(source: Any, event: Any, state: RuntimeState) -> CheckpointConfig | None:
+    """The crewckpt config that ``event`` from ``source`` triggers, or None.
+
+    Entities resolve as CrewAI does (task -> agent -> crew; ``False`` stops the walk). Signal events come
+    from no entity: the first entity of the running state whose config lists the signal (or ``"*"``) wins.
+    """
+    if event.type in SIGNAL_EVENTS:
+        for entity in state.root:
+            cfg = checkpoint_listener._find_checkpoint(entity)
+            if isinstance(cfg, CheckpointConfig) and cfg.triggers(event.type):
+                return cfg
+        return None
+    cfg = checkpoint_listener._find_checkpoint(source)
+    if isinstance(cfg, CheckpointConfig) and cfg.triggers(event.type):
+        return cfg
+    return None
+
+
+def _prepare_event(self: CrewAIEventsBus, source: Any, event: Any) -> None:
+    if isinstance(event, _SKIP):
+        _orig["prepare"](self, source, event)
+        return
+    with EMIT_LOCK:
+        _orig["prepare"](self, source, event)
+        state = self._runtime_state
+        if state is None:
+            return
+        builder = builder_for(state, create=False)
+        if builder is not None:
+            builder.mark(event)
+        if is_replaying():
+            return
+        cfg = config_for(source, event, state)
+        if cfg is not None:
+            write_checkpoint(state, cfg, event)
+    if _pending_signals and threading.current_thread() is threading.main_thread():
+        _drain_signals()
+
+
+def _should_checkpoint(source: Any, event: Any) -> CrewAICheckpointConfig | None:
+    cfg = _orig["should"](source, event)
+    return None if isinstance(cfg, CheckpointConfig) else cfg
+
+
+# -- restore -------------------------------------------------------------------------------------------------
+
+def crewckpt_target(config: Any) -> tuple[str, str] | None:
+    """``(store path, revision)`` when ``config.restore_from`` names a crewckpt checkpoint, else None.
+
+    A crewckpt config: ``restore_from`` is a revision in ``config.location`` or ``"<store>#<rev>"``.
+    A CrewAI config: only ``"<store>#<rev>"`` or a store folder (its HEAD), when that folder is a store.
+    """
+    raw = getattr(config, "restore_from", None)
+    if raw is None:
+        return None
+    raw = os.fspath(raw) if isinstance(raw, os.PathLike) else str(raw)
+    path, rev = split_location(raw)
+    if isinstance(config, CheckpointConfig):
+        if rev is not None and path and _is_store(path):
+            return path, rev
+        return str(config.store_path()), raw
+    if rev is not None and _is_store(path):
+        return path, rev
+    if rev is None and _is_store(raw):
+        return raw, "HEAD"
+    return None
+
+
+def _is_store(path: str) -> bool:
+    from crewckpt.backends.sqlite import DB_NAME
+
+    return bool(path) and os.path.isfile(os.path.join(path, DB_NAME))
+
+
+def inject_configs(value: Any) -> Any:
+    """Replace serialized crewckpt configs (``provider.provider_type == "crewckpt"``) by CheckpointConfig
+    instances, in place, so validation of the document yields crewckpt configs (CrewAI's field type only
+    knows JSON/SQLite providers). Iterative; returns ``value``."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            for k, child in v.items():
+                if (k == "checkpoint" and isinstance(child, dict)
+                        and isinstance(child.get("provider"), dict)
+                        and child["provider"].get("provider_type") == "crewckpt"):
+                    v[k] = CheckpointConfig.model_validate(child)
+                elif isinstance(child, (dict, list)):
+                    stack.append(child)
+        elif isinstance(v, list):
+            stack.extend(c for c in v if isinstance(c, (dict, list)))
+    return value
+
+
+def load_state(cls: type[RuntimeState], doc: Any, **kwargs: Any) -> RuntimeState:
+    """Validate a checkpoint document into a RuntimeState (``kwargs``: e.g. ``context=``)."""
+    if not isinstance(doc, dict) or "entities" not in doc:
+        raise ValueError("not a CrewAI checkpoint: the document has no 'entities'")
+    return cls.model_validate(inject_configs(doc), **kwargs)
+
+
+def restore_state(cls: type[RuntimeState], config: Any, path: str, rev: str, **kwargs: Any) -> RuntimeState:
+    """CrewAI's ``RuntimeState.from_checkpoint`` for a crewckpt store (same events, same lineage fields)."""
+    location = f"{os.path.abspath(path)}#{rev}"
+    crewai_event_bus.emit(config, CheckpointRestoreStartedEvent(location=location, provider="CrewckptProvider"))
+    start = time.perf_counter()
+    try:
+        store = open_store(path)
+        commit_id = store.resolve(rev)
+        state = load_state(cls, store.read(commit_id), **kwargs)
+        state._provider = CrewckptProvider()
+        state._checkpoint_id = commit_id
+        state._parent_id = commit_id
+        _state_store.set(state, os.path.abspath(path))
+    except Exception as exc:
+        crewai_event_bus.emit(config, CheckpointRestoreFailedEvent(
+            location=location, provider="CrewckptProvider", error=str(exc)))
+        raise
+    crewai_event_bus.emit(config, CheckpointRestoreCompletedEvent(
+        location=location, provider="CrewckptProvider", checkpoint_id=commit_id, branch=state._branch,
+        parent_id=state._parent_id, duration_ms=(time.perf_counter() - start) * 1000.0))
+    return state
+
+
+def _from_checkpoint(cls: type[RuntimeState], config: Any, **kwargs: Any) -> RuntimeState:
+    target = crewckpt_target(config)
+    if target is None:
+        return _orig["from"](cls, config, **kwargs)
+    return restore_state(cls, config, *target, **kwargs)
+
+
+async def _afrom_checkpoint(cls: type[RuntimeState], config: Any, **kwargs: Any) -> RuntimeState:
+    target = crewckpt_target(config)
+    if target is None:
+        return await _orig["afrom"](cls, config, **kwargs)
+    return await asyncio.to_thread(restore_state, cls, config, *target, **kwargs)
+
+
+def _fork(self: RuntimeState, branch: str | None = None) -> None:
+    path = _state_store.get(self)
+    if path is None:
+        _orig["fork"](self, branch)
+        return
+    from crewckpt.errors import BranchExists
+    from crewckpt.history.refnames import check_branch
+
+    if not branch:
+        base = (self._checkpoint_id or uuid.uuid4().hex)[:12]
+        branch = f"fork/{base}_{uuid.uuid4().hex[:6]}"
+    branch = check_branch(branch)
+    tip = open_store(path).branches().get(branch)
+    if tip is not None and tip != self._checkpoint_id:
+        raise BranchExists(f"branch {branch!r} already exists (tip {tip[:12]}); fork with another name "
+                           f"or delete it first (ckpt branch -d {branch})")
+    _orig["fork"](self, branch)
+
+
+# -- signals -------------------------------------------------------------------------------------------------
+
+_SIGNAL_EVENT_CLASSES = {"SIGTERM": SigTermEvent, "SIGINT": SigIntEvent, "SIGHUP": SigHupEvent,
+                         "SIGTSTP": SigTStpEvent, "SIGCONT": SigContEvent}
+_signal_previous: dict[int, Any] = {}
+_pending_signals: list[tuple[int, Any]] = []
+_last_signal_event: dict[str, float] = {}
+
+
+class _SignalSource:
+    """The source of signal events crewckpt emits (CrewAI's own come from its Telemetry object)."""
+
+    entity_type = None
+
+
+_SIGNAL_SOURCE = _SignalSource()
+
+
+def install_signal_handlers(names: frozenset[str] | set[str]) -> None:
+    """Install crewckpt's handler for each named signal (idempotent; no-op off the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        logger.debug("crewckpt: signal checkpoints need the main thread; %s not installed", sorted(names))
+        return
+    for name in sorted(names):
+        signum = getattr(signal, name, None)
+        if signum is None or signum in _signal_previous:
+            continue
+        try:
+            _signal_previous[signum] = signal.getsignal(signum)
+            signal.signal(signum, _on_signal)
+        except (ValueError, OSError) as exc:
+            _signal_previous.pop(signum, None)
+            logger.warning("crewckpt: cannot handle %s: %s", name, exc)
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    if EMIT_LOCK._is_owned():  # type: ignore[attr-defined]  # interrupted inside a write: finish it first
+        _pending_signals.append((signum, frame))
+        return
+    _deliver(signum, frame)
+
+
+def _drain_signals() -> None:
+    while _pending_signals and not EMIT_LOCK._is_owned():  # type: ignore[attr-defined]
+        signum, frame = _pending_signals.pop(0)
+        _deliver(signum, frame)
+
+
+def _deliver(signum: int, frame: Any) -> None:
+    name = signal.Signals(signum).name
+    # CrewAI's telemetry handler (when telemetry is on) may have emitted this signal just before chaining here
+    if time.monotonic() - _last_signal_event.get(name, -1.0) > 0.5:
+        try:
+            crewai_event_bus.emit(_SIGNAL_SOURCE, _SIGNAL_EVENT_CLASSES[name]())
+        except Exception as exc:  # a signal handler must never fail
+            logger.warning("crewckpt: checkpoint on %s failed: %s", name, exc)
+    previous = _signal_previous.get(signum)
+    if callable(previous):
+        previous(signum, frame)
+    elif previous == signal.SIG_DFL or previous is None:
+        if signum == getattr(signal, "SIGCONT", None):
+            return
+        signal.signal(signum, signal.SIG_DFL)  # default action (terminate / stop), then re-arm
+        os.kill(os.getpid(), signum)
+        signal.signal(signum, _on_signal)
+
+
+def _note_signal(event: Any) -> None:
+    if event.type in SIGNAL_EVENTS:
+        _last_signal_event[event.type] = time.monotonic()
+
+
+# -- installation --------------------------------------------------------------------------------------------
+
+def install() -> None:
+    """Install the wrappers described in the module docstring (idempotent, thread-safe)."""
+    global _installed
+    if _installed:
+        return
+    with _install_lock:
+        if _installed:
+            return
+        _orig["prepare"] = CrewAIEventsBus._prepare_event
+        _orig["should"] = checkpoint_listener._should_checkpoint
+        _orig["from"] = RuntimeState.from_checkpoint.__func__  # type: ignore[attr-defined]
+        _orig["afrom"] = RuntimeState.afrom_checkpoint.__func__  # type: ignore[attr-defined]
+        _orig["fork"] = RuntimeState.fork
+
+        def prepare(self: CrewAIEventsBus, source: Any, event: Any) -> None:
+            _note_signal(event)
+            _prepare_event(self, source, event)
+
+        CrewAIEventsBus._prepare_event = prepare  # type: ignore[method-assign]
+        checkpoint_listener._should_checkpoint = _should_checkpoint
+        RuntimeState.from_checkpoint = classmethod(_from_checkpoint)  # type: ignore[assignment]
+        RuntimeState.afrom_checkpoint = classmethod(_afrom_checkpoint)  # type: ignore[assignment]
+        RuntimeState.fork = _fork  # type: ignore[method-assign]
+        _installed = True

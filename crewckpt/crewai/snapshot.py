@@ -1,0 +1,272 @@
+"""Incremental serialization of a CrewAI ``RuntimeState`` into the checkpoint document.
+
+The document has exactly the keys CrewAI's listener writes, in its order: ``crewai_version``,
+``parent_id``, ``branch``, ``entities``, ``event_record`` (``{"nodes": {event_id: {"event", "edges"}}}``)
+and ``trigger``. Entities are dumped on every checkpoint (they change all the time); the event record is
+append-mostly, so each event is dumped once and each node is rebuilt only when an event added after it
+wired a new edge to it (``EventRecord.add`` touches at most the parent, triggering, previous and started
+nodes). The cost of one checkpoint therefore does not grow with the number of events recorded so far.
+
+Difference from CrewAI, on purpose: an event embeds live objects (a ``task_started`` event holds the Task);
+CrewAI re-dumps them on every checkpoint, so an old event shows later task output. Here an event is dumped
+when the first checkpoint that contains it is taken and never changes afterwards (with ``"*"``: the
+state when it was emitted), which is what an event log should hold.
+
+Values pydantic cannot serialize are replaced by ``null`` with one :class:`UnserializableFieldWarning` per
+field (``Class.field``) per run; callbacks that cannot round-trip (bound methods, partials, callable
+instances, lambdas, closures) are not stored, following ``crewai.types.callback``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+import weakref
+from typing import Any
+
+from crewai.state.runtime import RuntimeState, _prepare_entities
+from crewai.types.callback import _is_non_roundtrippable, callable_to_string
+from crewai_core.version import get_crewai_version
+from pydantic import BaseModel
+
+logger = logging.getLogger("crewckpt.crewai")
+
+
+class UnserializableFieldWarning(UserWarning):
+    """A field's value could not be serialized into a checkpoint and was stored as null."""
+
+
+def _is_callback_field(info: Any) -> bool:
+    """True for fields typed with CrewAI's SerializableCallable (directly or in a list)."""
+    stack = [info.annotation, *info.metadata]
+    seen = 0
+    while stack and seen < 50:
+        seen += 1
+        item = stack.pop()
+        if getattr(item, "func", None) is callable_to_string:
+            return True
+        stack.extend(getattr(item, "__metadata__", ()) or ())
+        stack.extend(getattr(item, "__args__", ()) or ())
+    return False
+
+
+_CALLBACK_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def callback_fields(cls: type[BaseModel]) -> tuple[str, ...]:
+    """Names of ``cls``'s fields that hold CrewAI serializable callables (cached per class)."""
+    names = _CALLBACK_FIELDS.get(cls)
+    if names is None:
+        names = tuple(n for n, f in cls.model_fields.items() if _is_callback_field(f))
+        _CALLBACK_FIELDS[cls] = names
+    return names
+
+
+class SnapshotBuilder:
+    """Builds checkpoint documents for one RuntimeState, reusing what did not change.
+
+    Not thread-safe by itself: callers hold crewckpt's emission lock (no event can be recorded while a
+    document is built).
+    """
+
+    def __init__(self) -> None:
+        self._record_ref: weakref.ref[Any] | None = None
+        self._events: dict[str, Any] = {}
+        self._nodes: dict[str, dict[str, Any]] = {}
+        self._dirty: set[str] = set()
+        self._full = True
+        self.warned: set[str] = set()
+        self.version = get_crewai_version()
+
+    # -- dirty tracking (called for every recorded event, on the emitting thread) --------------------
+    def mark(self, event: Any) -> None:
+        """Note that ``event`` was just added: its node and the nodes it links to changed."""
+        if self._full:
+            return
+        dirty = self._dirty
+        dirty.add(event.event_id)
+        for ref in (event.parent_event_id, event.triggered_by_event_id, event.previous_event_id,
+                    event.started_event_id):
+            if ref:
+                dirty.add(ref)
+
+    # -- document ----------------------------------------------------------------------------------
+    def document(self, state: RuntimeState, *, parent_id: str | None, branch: str,
+                 trigger: str | None) -> dict[str, Any]:
+        """Return the checkpoint document of ``state`` now (CrewAI's key order; ``trigger`` if given)."""
+        _prepare_entities(state.root)
+        doc: dict[str, Any] = {
+            "crewai_version": self.version,
+            "parent_id": parent_id,
+            "branch": branch,
+            "entities": [self.dump_model(e) for e in state.root],
+            "event_record": {"nodes": self._event_nodes(state)},
+        }
+        if trigger is not None:
+            doc["trigger"] = trigger
+        return doc
+
+    def _event_nodes(self, state: RuntimeState) -> dict[str, Any]:
+        record = state.event_record
+        nodes = record.nodes
+        if self._record_ref is None or self._record_ref() is not record or len(nodes) < len(self._nodes):
+            self._record_ref = weakref.ref(record)
+            self._events.clear()
+            self._nodes.clear()
+            self._full = True
+        cache = self._nodes
+        if self._full:
+            dirty: Any = nodes.keys()
+        else:
+            dirty = self._dirty
+        for event_id in list(dirty):
+            node = nodes.get(event_id)
+            if node is None:
+                continue
+            event_json = self._events.get(event_id)
+            if event_json is None:
+                event_json = self._events[event_id] = self.dump_model(node.event)
+            cache[event_id] = {"event": event_json, "edges": {k: list(v) for k, v in node.edges.items()}}
+        self._dirty = set()
+        self._full = False
+        out: dict[str, Any] = {}
+        for event_id in nodes:
+            entry = cache.get(event_id)
+            if entry is None:  # recorded outside crewckpt's hook: dump it now
+                node = nodes[event_id]
+                event_json = self._events[event_id] = self.dump_model(node.event)
+                entry = cache[event_id] = {"event": event_json,
+                                           "edges": {k: list(v) for k, v in node.edges.items()}}
+            out[event_id] = entry
+        return out
+
+    # -- safe model dumping -----------------------------------------------------------------------
+    def dump_model(self, model: BaseModel) -> Any:
+        """``model.model_dump(mode="json")`` that never raises: bad values become null (one warning each)."""
+        try:
+            out = model.model_dump(mode="json", warnings=False)
+        except Exception:
+            out = self._dump_fieldwise(model, type(model).__name__)
+        self._drop_bad_callbacks(model, out)
+        return out
+
+    def _dump_fieldwise(self, model: BaseModel, path: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name in type(model).model_fields:
+            try:
+                out.update(model.model_dump(mode="json", include={name}, warnings=False))
+                continue
+            except Exception as exc:
+                error = exc
+            value = getattr(model, name, None)
+            if isinstance(value, BaseModel):
+                out[name] = self._dump_fieldwise_or_whole(value, f"{type(value).__name__}")
+            elif isinstance(value, list) and any(isinstance(v, BaseModel) for v in value):
+                out[name] = [
+                    self._dump_fieldwise_or_whole(v, type(v).__name__) if isinstance(v, BaseModel)
+                    else self._dump_plain(v, f"{path}.{name}")
+                    for v in value
+                ]
+            else:
+                out[name] = None
+                self.warn(f"{path}.{name}", value, error)
+        return out
+
+    def _dump_fieldwise_or_whole(self, model: BaseModel, path: str) -> Any:
+        try:
+            out = model.model_dump(mode="json", warnings=False)
+        except Exception:
+            out = self._dump_fieldwise(model, path)
+        self._drop_bad_callbacks(model, out)
+        return out
+
+    def _dump_plain(self, value: Any, path: str) -> Any:
+        from pydantic_core import to_jsonable_python
+
+        try:
+            return to_jsonable_python(value)
+        except Exception as exc:
+            self.warn(path, value, exc)
+            return None
+
+    def _drop_bad_callbacks(self, model: BaseModel, out: Any, seen: set[int] | None = None) -> None:
+        """Null out callbacks CrewAI would store as a dotted path that cannot be resolved faithfully.
+
+        Walks nested models (tasks, agents, task.agent) alongside their dumped dicts; each model once.
+        """
+        if not isinstance(out, dict):
+            return
+        seen = set() if seen is None else seen
+        if id(model) in seen:
+            return
+        seen.add(id(model))
+        cls = type(model)
+        for name in callback_fields(cls):
+            value = getattr(model, name, None)
+            if value is None or name not in out:
+                continue
+            if isinstance(value, list):
+                keep = [v for v in value if not (callable(v) and _is_non_roundtrippable(v))]
+                if len(keep) != len(value):
+                    self.warn(f"{cls.__name__}.{name}", value, None)
+                    out[name] = [callable_to_string(v) for v in keep]
+            elif callable(value) and _is_non_roundtrippable(value):
+                self.warn(f"{cls.__name__}.{name}", value, None)
+                out[name] = None
+        for name, value in model.__dict__.items():
+            sub = out.get(name)
+            if isinstance(value, BaseModel) and isinstance(sub, dict):
+                self._drop_bad_callbacks(value, sub, seen)
+            elif isinstance(value, list) and isinstance(sub, list) and len(sub) == len(value):
+                for v, s in zip(value, sub):
+                    if isinstance(v, BaseModel) and isinstance(s, dict):
+                        self._drop_bad_callbacks(v, s, seen)
+
+    def warn(self, field: str, value: Any, error: BaseException | None) -> None:
+        """Warn once per field per run that ``field`` was stored as null."""
+        if field in self.warned:
+            return
+        self.warned.add(field)
+        why = f": {error}" if error is not None else " (cannot be restored from a dotted path)"
+        message = (
+            f"crewckpt: {field} holds a {type(value).__name__} that cannot be stored in a checkpoint{why}; "
+            "stored as null (use a module-level function or a JSON-serializable value)"
+        )
+        logger.warning(message)
+        warnings.warn(message, UnserializableFieldWarning, stacklevel=2)
+
+
+class IdWeakMap:
+    """Map from an object (by identity, for unhashable pydantic models) to a value, dropped with the object."""
+
+    def __init__(self) -> None:
+        self._d: dict[int, tuple[weakref.ref[Any], Any]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, obj: Any) -> Any:
+        entry = self._d.get(id(obj))
+        if entry is not None and entry[0]() is obj:
+            return entry[1]
+        return None
+
+    def set(self, obj: Any, value: Any) -> None:
+        key = id(obj)
+        with self._lock:
+            self._d[key] = (weakref.ref(obj, lambda _r, k=key: self._d.pop(k, None)), value)
+
+
+_builders = IdWeakMap()
+_builders_lock = threading.Lock()
+
+
+def builder_for(state: RuntimeState, *, create: bool = True) -> SnapshotBuilder | None:
+    """The SnapshotBuilder kept for ``state`` (created on first use when ``create``)."""
+    builder = _builders.get(state)
+    if builder is None and create:
+        with _builders_lock:
+            builder = _builders.get(state)
+            if builder is None:
+                builder = SnapshotBuilder()
+                _builders.set(state, builder)
+    return builder

@@ -1,0 +1,237 @@
+"""Writing checkpoints of a CrewAI RuntimeState into a crewckpt store.
+
+One write: build the document with the state's :class:`~crewckpt.crewai.snapshot.SnapshotBuilder`, commit it
+on the state's branch with the state's last checkpoint as parent, then advance the state's lineage
+(``_checkpoint_id``/``_parent_id``) exactly as CrewAI's listener does, so every run is one linear chain.
+Writes are best-effort: an error is logged, CrewAI's ``CheckpointFailedEvent`` is emitted and the run goes
+on. CrewAI's ``CheckpointStartedEvent``/``CheckpointCompletedEvent``/``CheckpointPrunedEvent`` are emitted
+around each write with the same fields CrewAI fills (location ``"<store>#<commit id>"``).
+
+Branch rule (git's, so that nothing stored is ever dropped from a branch): a run's first checkpoint goes on
+top of its branch's tip; later ones use the previous checkpoint as parent. When the branch tip is no longer
+the parent (the run was restored from an older checkpoint, or another writer moved the branch), the
+checkpoint goes on a new branch ``<branch>-from-<parent id[:8]>`` (``-2``, ``-3``... when taken) and the
+run stays there, leaving the old continuation where it was.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from crewai.events.event_bus import crewai_event_bus
+from crewai.events.types.checkpoint_events import (
+    CheckpointCompletedEvent,
+    CheckpointFailedEvent,
+    CheckpointPrunedEvent,
+    CheckpointStartedEvent,
+)
+
+from crewckpt.crewai.config import CheckpointConfig, join_location
+from crewckpt.crewai.snapshot import IdWeakMap, builder_for
+
+if TYPE_CHECKING:
+    from crewai.state.runtime import RuntimeState
+
+    from crewckpt import Store
+
+logger = logging.getLogger("crewckpt.crewai")
+
+PROVIDER_NAME = "CrewckptProvider"
+
+EMIT_LOCK = threading.RLock()
+"""Held while an event is recorded and while a checkpoint is taken, so snapshots follow emission order."""
+
+_stores: dict[str, Store] = {}
+_stores_lock = threading.Lock()
+_run_ids = IdWeakMap()
+
+
+def open_store(path: str | os.PathLike[str], *, create: bool = False) -> Store:
+    """Open (and with ``create`` initialise) the store at ``path``; handles are cached per absolute path.
+
+    Raises:
+        crewckpt.errors.StoreNotFound: no store at ``path`` and ``create`` is False.
+    """
+    from crewckpt import Store
+    from crewckpt.errors import StoreNotFound
+
+    key = os.path.abspath(os.fspath(path))
+    store = _stores.get(key)
+    if store is not None:
+        return store
+    with _stores_lock:
+        store = _stores.get(key)
+        if store is None:
+            try:
+                store = Store.open(key)
+            except StoreNotFound:
+                if not create:
+                    raise
+                Path(key).parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    store = Store.init(key)
+                except Exception:
+                    store = Store.open(key)  # another process created it meanwhile
+            _stores[key] = store
+    return store
+
+
+def forget_stores() -> None:
+    """Close and drop every cached store handle (tests; after a store was deleted)."""
+    with _stores_lock:
+        for store in _stores.values():
+            close = getattr(store, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:  # pragma: no cover - closing is best-effort
+                    pass
+        _stores.clear()
+
+
+def _free_branch(store: Store, base: str) -> str:
+    names = store.branches()
+    if base not in names:
+        return base
+    n = 2
+    while f"{base}-{n}" in names:
+        n += 1
+    return f"{base}-{n}"
+
+
+def place(store: Store, parent_id: str | None, branch: str) -> tuple[list[str] | None, str]:
+    """Decide ``(parents, branch)`` for a checkpoint whose lineage parent is ``parent_id`` on ``branch``.
+
+    Returns ``parents=None`` (on top of the branch tip) for a run's first checkpoint, ``[parent_id]``
+    otherwise; the branch is a new ``<branch>-from-<parent[:8]>`` when ``branch``'s tip is not the parent.
+    """
+    if parent_id is None:
+        return None, branch
+    tip = store.branches().get(branch)
+    if tip == parent_id:
+        return [parent_id], branch
+    if not _known(store, parent_id):  # lineage from elsewhere (e.g. a CrewAI JSON checkpoint)
+        return None, branch
+    if tip is None:
+        return [parent_id], branch
+    return [parent_id], _free_branch(store, f"{branch}-from-{parent_id[:8]}")
+
+
+def _known(store: Store, commit_id: str) -> bool:
+    from crewckpt.errors import CkptError
+
+    try:
+        store.info(commit_id)
+    except (CkptError, ValueError):
+        return False
+    return True
+
+
+def commit_document(store: Store, doc: dict[str, Any], *, parent_id: str | None, branch: str,
+                    trigger: str | None = None, run_id: str | None = None) -> tuple[str, str]:
+    """Commit ``doc`` following the branch rule; returns ``(commit id, branch written)``.
+
+    ``doc["branch"]`` is rewritten when the checkpoint has to go on a new branch.
+    """
+    parents, target = place(store, parent_id, branch)
+    if target != branch and isinstance(doc, dict) and "branch" in doc:
+        doc["branch"] = target
+    commit_id = store.commit(doc, branch=target, parents=parents, run_id=run_id, trigger=trigger)
+    return commit_id, target
+
+
+def run_id_for(state: RuntimeState) -> str:
+    """A stable id for the run that owns ``state`` (recorded in each commit's ``run_id``)."""
+    rid = _run_ids.get(state)
+    if rid is None:
+        rid = "run-" + uuid.uuid4().hex[:12]
+        _run_ids.set(state, rid)
+    return rid
+
+
+def _emit(cfg: Any, event: Any) -> None:
+    # In a copy of the context, as CrewAI's listener does from its pool thread: checkpoint events must not
+    # become the "previous event" of the run's next event.
+    contextvars.copy_context().run(crewai_event_bus.emit, cfg, event)
+
+
+def _context(event: Any) -> dict[str, Any]:
+    return {
+        "task_id": getattr(event, "task_id", None),
+        "task_name": getattr(event, "task_name", None),
+        "agent_id": getattr(event, "agent_id", None),
+        "agent_role": getattr(event, "agent_role", None),
+    }
+
+
+def write_checkpoint(state: RuntimeState, cfg: CheckpointConfig, event: Any = None, *,
+                     trigger: str | None = None, branch: str | None = None,
+                     commit_trigger: str | None = None) -> str | None:
+    """Write one checkpoint of ``state`` now; best-effort.
+
+    Args:
+        state: the run's RuntimeState.
+        cfg: the crewckpt CheckpointConfig in effect (store = ``cfg.location``).
+        event: the triggering event, if any (its type becomes the document's ``trigger``).
+        trigger: trigger label when there is no event (manual checkpoints); None writes no ``trigger`` key.
+        branch: write on this branch instead of the state's (the state then stays on it).
+        commit_trigger: label for the commit's trigger field when it differs from the document's.
+    Returns:
+        The commit id (64 hex), or None when the write failed (logged, ``CheckpointFailedEvent`` emitted).
+    """
+    with EMIT_LOCK:
+        trigger = event.type if event is not None else trigger
+        if branch is not None and branch != state._branch:
+            state._branch = branch
+        parent_id: str | None = state._parent_id
+        branch_name: str = state._branch
+        context = _context(event)
+        location = str(cfg.store_path())
+        _emit(cfg, CheckpointStartedEvent(location=location, provider=PROVIDER_NAME, trigger=trigger,
+                                          branch=branch_name, parent_id=parent_id, **context))
+        start = time.perf_counter()
+        try:
+            store = open_store(location, create=True)
+            parents, target = place(store, parent_id, branch_name)
+            doc = builder_for(state).document(state, parent_id=parent_id, branch=target, trigger=trigger)
+            commit_id = store.commit(doc, branch=target, parents=parents, run_id=run_id_for(state),
+                                     trigger=commit_trigger or trigger)
+        except Exception as exc:
+            logger.warning("crewckpt: checkpoint on %s failed (trigger=%s): %s", location, trigger, exc,
+                           exc_info=logger.isEnabledFor(logging.DEBUG))
+            _emit(cfg, CheckpointFailedEvent(location=location, provider=PROVIDER_NAME, trigger=trigger,
+                                             branch=branch_name, parent_id=parent_id, error=str(exc),
+                                             **context))
+            return None
+        state._branch = target
+        state._checkpoint_id = commit_id
+        state._parent_id = commit_id
+        duration_ms = (time.perf_counter() - start) * 1000.0
+        logger.info("Checkpoint saved. Resume with: ckpt resume %s", commit_id[:12])
+        _emit(cfg, CheckpointCompletedEvent(location=join_location(location, commit_id),
+                                            provider=PROVIDER_NAME, trigger=trigger, branch=target,
+                                            parent_id=parent_id, checkpoint_id=commit_id,
+                                            duration_ms=duration_ms, **context))
+        if cfg.max_checkpoints is not None:
+            _prune(store, cfg, target, parent_id, trigger, context)
+        return commit_id
+
+
+def _prune(store: Store, cfg: CheckpointConfig, branch: str, parent_id: str | None, trigger: str | None,
+           context: dict[str, Any]) -> None:
+    try:
+        removed = store.prune(branch, keep=cfg.max_checkpoints)
+    except Exception as exc:
+        logger.warning("crewckpt: prune of branch %s in %s failed: %s", branch, cfg.location, exc)
+        return
+    _emit(cfg, CheckpointPrunedEvent(location=str(cfg.store_path()), provider=PROVIDER_NAME,
+                                     trigger=trigger, branch=branch, parent_id=parent_id,
+                                     removed_count=len(removed), max_checkpoints=cfg.max_checkpoints,
+                                     **context))
