@@ -9,6 +9,11 @@ How a commit is named in CrewAI's terms (:func:`view_entry`):
 * branch: its branch (``strip_prefix`` removed); created_at: the recorded one, else its UTC second;
 * data: the exact stored JSON value, rendered as CrewAI renders it (``json.dumps`` style, or pydantic's
   compact style when it was imported in that style), so JSON imported from CrewAI is exported byte for byte.
+  One rewrite (``native=True``, the default): a checkpoint config that names crewckpt's provider
+  (``{"provider": {"provider_type": "crewckpt"}, ...}``, written by crewckpt's CrewAI integration) becomes
+  the CrewAI config of the view itself (``json`` provider and the folder, or ``sqlite`` and the db), because
+  CrewAI alone cannot validate crewckpt's provider; a crew restored from the view by plain CrewAI then
+  keeps checkpointing into the view. Checkpoints written by CrewAI contain no such config: untouched.
 
 :class:`LiveViewExporter` publishes commits as they are made (the ``views=`` option of
 ``crewckpt.crewai.CheckpointConfig``): on its own thread, never raising into or blocking the caller.
@@ -69,7 +74,7 @@ class ExportReport:
 
 def export_crewai(store: Store, dest: str | Path, fmt: str = "json", *, revs: Sequence[str] | None = None,
                   branch: str | None = None, strip_prefix: str | None = None,
-                  progress: ProgressFn | None = None) -> ExportReport:
+                  progress: ProgressFn | None = None, native: bool = True) -> ExportReport:
     """Write commits to ``dest`` in CrewAI's ``fmt`` layout (``json``: a location folder; ``sqlite``: a db).
 
     Selection: ``revs`` (any revisions, exactly those commits) else ``branch`` (its live commits) else
@@ -93,7 +98,8 @@ def export_crewai(store: Store, dest: str | Path, fmt: str = "json", *, revs: Se
         if progress is not None:
             progress("reading", n, len(commits))
         try:
-            entry = view_entry(store, info, namer, strip_prefix=strip_prefix)
+            entry = view_entry(store, info, namer, strip_prefix=strip_prefix,
+                               native=(fmt, str(dest)) if native else None)
         except (CkptError, ValueError) as exc:
             report.problems.append(Problem(info.id, info.alias, "skipped", str(exc)))
             continue
@@ -122,8 +128,9 @@ def write_entries(dest: str | Path, fmt: str, entries: list[ViewEntry],
 
 
 def view_entry(store: Store, info: CommitInfo, namer: _Namer | None = None, *,
-               strip_prefix: str | None = None) -> ViewEntry:
+               strip_prefix: str | None = None, native: tuple[str, str] | None = None) -> ViewEntry:
     """How commit ``info`` appears in CrewAI's layouts (see the module docstring); reads its document.
+    ``native=(fmt, location)`` rewrites crewckpt checkpoint configs into that view's CrewAI config.
 
     Raises:
         MissingObject/IntegrityError: the commit's snapshot cannot be read.
@@ -137,9 +144,45 @@ def view_entry(store: Store, info: CommitInfo, namer: _Namer | None = None, *,
         parent_id = namer.checkpoint_id(info.parents[0]) if info.parents else None
     if strip_prefix and branch.startswith(strip_prefix) and len(branch) > len(strip_prefix):
         branch = branch[len(strip_prefix):]
-    text = layout.render_json(store.read(info.id), crewai.get("json_style"))
+    doc = store.read(info.id)
+    if native is not None:
+        doc = crewai_native(doc, *native)
+    text = layout.render_json(doc, crewai.get("json_style"))
     created = crewai.get("created_at") or layout.ns_to_ts(info.time_ns)
     return ViewEntry(namer.of_info(info), parent_id, branch, text, created, info.time_ns)
+
+
+CREWAI_CONFIG_FIELDS = ("location", "on_events", "provider", "max_checkpoints", "restore_from")
+"""Fields of ``crewai.state.checkpoint_config.CheckpointConfig`` (1.15.30), in its serialization order."""
+
+
+def crewai_native(doc: Any, fmt: str, location: str) -> Any:
+    """Replace, in place, every serialized checkpoint config whose provider is crewckpt's by CrewAI's own
+    config for the view (``fmt`` json/sqlite, ``location`` its folder or db); returns ``doc``. Other
+    values (all of CrewAI's own checkpoints) are left as they are."""
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, child in node.items():
+                if _is_crewckpt_config(child):
+                    native = {k: child[k] for k in CREWAI_CONFIG_FIELDS if k in child}
+                    native.update(location=location, provider={"provider_type": fmt}, restore_from=None)
+                    node[key] = native
+                else:
+                    stack.append(child)
+        elif isinstance(node, list):
+            for i, child in enumerate(node):
+                if _is_crewckpt_config(child):
+                    node[i] = crewai_native({"c": child}, fmt, location)["c"]
+                else:
+                    stack.append(child)
+    return doc
+
+
+def _is_crewckpt_config(v: Any) -> bool:
+    return (isinstance(v, dict) and isinstance(v.get("provider"), dict)
+            and v["provider"].get("provider_type") == "crewckpt")
 
 
 class _Namer:
@@ -285,7 +328,8 @@ class LiveViewExporter:
         entries = []
         for cid in ids:
             info = store.info(cid)
-            entries.append(view_entry(store, info, namer, strip_prefix=self.strip_prefix))
+            entries.append(view_entry(store, info, namer, strip_prefix=self.strip_prefix,
+                                      native=(self.fmt, self.dest)))
         problems: list[Problem] = []
         out = write_entries(self.dest, self.fmt, entries, problems)
         for p in problems:
