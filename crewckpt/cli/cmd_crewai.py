@@ -9,7 +9,7 @@ import click
 import orjson
 
 from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_option, obj
-from crewckpt.cli.fmt import entity_summary
+from crewckpt.cli.fmt import entity_summary, summary_fields_of
 from crewckpt.errors import CkptError
 
 INSTALL_HINT = "pip install 'crewckpt[crewai]'"
@@ -121,25 +121,30 @@ def list_crewai_path(path: str, branch: str | None, as_json: bool) -> None:
     with open_source(path) as source:
         records = [r for r in source.records if branch is None or r.branch == branch]
         rows = []
-        for record in sorted(records, key=lambda r: (r.created_at, r.checkpoint_id), reverse=True):
+        for record in reversed(_write_order(records, source.kind)):
             try:
                 checkpoint = source.load(record)
             except CkptError as exc:
-                rows.append((record, None, str(exc)))
+                rows.append((record, None, None, str(exc)))
                 continue
-            rows.append((record, summarize(checkpoint.value), None))
+            trigger = checkpoint.value.get("trigger")
+            rows.append(
+                (record, summarize(checkpoint.value), trigger if isinstance(trigger, str) else None, None)
+            )
         problems = list(source.problems)
         kind = source.kind
     if as_json:
-        emit_ndjson(_crewai_record(r, s, err, kind) for r, s, err in rows)
+        emit_ndjson(_crewai_record(r, s, err, kind, trigger) for r, s, trigger, err in rows)
     else:
-        for record, summary, error in rows:
-            what = entity_summary(_summary_dict(summary)) if summary else f"unreadable: {error}"
+        twidth = max((len(t or "manual") for _, _, t, _ in rows), default=0)
+        for record, summary, trigger, error in rows:
+            what = entity_summary(summary_fields_of(summary)) if summary else f"unreadable: {error}"
             app.styled(
                 [
                     (_ts(record.created_at) + "  ", "dim"),
                     (record.checkpoint_id + "  ", "yellow"),
                     (record.branch + "  ", "cyan"),
+                    ((trigger or "manual").ljust(twidth) + "  ", None),
                     (f"parent {record.parent_id or '-'}  ", "dim"),
                     (what, "red" if error else None),
                 ]
@@ -159,7 +164,7 @@ def info_crewai_path(path: str, as_json: bool) -> None:
 
     app = obj()
     with open_source(path) as source:
-        records = sorted(source.records, key=lambda r: (r.created_at, r.checkpoint_id))
+        records = _write_order(source.records, source.kind)
         latest = records[-1] if records else None
         checkpoint = source.load(latest) if latest else None
         kind = source.kind
@@ -171,7 +176,7 @@ def info_crewai_path(path: str, as_json: bool) -> None:
         "checkpoints": len(records),
         "branches": sorted({r.branch for r in records}),
         "stored_bytes": sum(r.size for r in records),
-        "latest": _crewai_record(latest, summary, None, kind) if latest else None,
+        "latest": _crewai_record(latest, summary, None, kind, _trigger(checkpoint)) if latest else None,
         "problems": [str(p) for p in problems],
     }
     if checkpoint is not None:
@@ -196,9 +201,9 @@ def info_crewai_path(path: str, as_json: bool) -> None:
             ("  created", _ts(latest.created_at) + " UTC"),
             ("  crewai", str(record["latest"].get("crewai_version") or "-")),
             ("  inputs", orjson.dumps(record["latest"].get("inputs") or {}).decode()),
-            ("  entities", entity_summary(_summary_dict(summary)) if summary else "-"),
+            ("  entities", entity_summary(summary_fields_of(summary)) if summary else "-"),
             ("  events", str(summary.event_count) if summary else "-"),
-            ("  trigger", str(checkpoint.value.get("trigger") or "manual") if checkpoint else "-"),
+            ("  trigger", _trigger(checkpoint) or "manual"),
         ]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
@@ -207,8 +212,26 @@ def info_crewai_path(path: str, as_json: bool) -> None:
         click.echo(f"ckpt: warning: {problem}", err=True)
 
 
-def _crewai_record(record: Any, summary: Any, error: str | None, kind: str) -> dict[str, Any]:
+def _write_order(records: list[Any], kind: str) -> list[Any]:
+    """Oldest first, as CrewAI orders them: by creation second, then file mtime (JSON) or rowid (SQLite,
+    the listing order). Checkpoint ids are random within a second, so they cannot break ties."""
+    import os
+
+    def mtime(record: Any) -> int:
+        try:
+            return os.stat(record.source).st_mtime_ns if kind != "sqlite" else 0
+        except OSError:
+            return 0
+
+    position = {id(r): i for i, r in enumerate(records)}
+    return sorted(records, key=lambda r: (r.created_at, mtime(r), position[id(r)]))
+
+
+def _crewai_record(
+    record: Any, summary: Any, error: str | None, kind: str, trigger: str | None = None
+) -> dict[str, Any]:
     return {
+        "trigger": trigger,
         "checkpoint_id": record.checkpoint_id,
         "parent_id": record.parent_id,
         "branch": record.branch,
@@ -223,12 +246,17 @@ def _crewai_record(record: Any, summary: Any, error: str | None, kind: str) -> d
 
 def _summary_dict(summary: Any) -> dict[str, Any]:
     return {
-        "entities": [{"type": t, "name": n} for t, n in summary.entities],
+        "entities": [[t, n] for t, n in summary.entities],  # as in the commit record: [type, name]
         "tasks_done": summary.tasks_done,
         "tasks_total": summary.tasks_total,
         "event_count": summary.event_count,
         "logical_bytes": summary.logical_bytes,
     }
+
+
+def _trigger(checkpoint: Any) -> str | None:
+    value = checkpoint.value.get("trigger") if checkpoint is not None else None
+    return value if isinstance(value, str) else None
 
 
 def _inputs(doc: Any) -> dict[str, Any]:
@@ -252,64 +280,110 @@ def _ts(created_at: str) -> str:
 
 @click.command("import")
 @click.argument("path", type=click.Path(exists=True))
-@click.option("--branch", "branch", metavar="B", help="Put every imported checkpoint on branch B.")
+@click.option(
+    "--branch-prefix",
+    "branch_prefix",
+    metavar="P",
+    help="Prepend P to every CrewAI branch (imported/ -> imported/main).",
+)
+@click.option(
+    "--branch",
+    "branch",
+    metavar="B",
+    help="Put every checkpoint on branch B (CrewAI's branch is kept in meta).",
+)
 @json_option
-def import_(path: str, branch: str | None, as_json: bool) -> None:
-    """Import CrewAI checkpoints (JSON folder, JSON file or SQLite db) into the store, keeping lineage.
+def import_(path: str, branch_prefix: str | None, branch: str | None, as_json: bool) -> None:
+    """Import CrewAI checkpoints (a JSON folder, one JSON file or an SQLite db) into the store.
+
+    Lineage (parent ids) and branches are kept; CrewAI ids become aliases (`ckpt show <crewai id>`).
+    Importing the same source twice adds nothing. Unreadable checkpoints are skipped and reported.
 
     \b
     Examples:
       ckpt import ./.checkpoints
-      ckpt import cp.db --branch imported
+      ckpt import cp.db --branch-prefix imported/
     """
     from crewckpt.views import transfer
 
     app = obj()
     store = app.store()
     with app.progress(f"import {path}") as update:
-        report = transfer.import_checkpoints(store, path, branch=branch, progress=update)
-    _print_transfer(app, "imported", report, as_json)
+        report = transfer.import_checkpoints(
+            store, path, branch_prefix=branch_prefix, branch=branch, progress=update
+        )
+    _print_transfer(app, report, as_json)
 
 
 @click.command()
-@click.argument("dest", type=click.Path())
+@click.argument("revs", nargs=-1, metavar="[REV...]")
 @click.option(
-    "--branch", "branches", multiple=True, metavar="B", help="Only branch B (repeatable; default all)."
+    "--to", "dest", required=True, type=click.Path(), metavar="PATH", help="Destination folder or database."
 )
 @click.option(
     "--format",
     "fmt",
     type=click.Choice(["json", "sqlite"]),
     default=None,
-    help="CrewAI layout to write (default: sqlite for a .db/.sqlite DEST, else a JSON folder).",
+    help="CrewAI layout (default: sqlite when PATH ends in .db/.sqlite, else a JSON folder).",
+)
+@click.option(
+    "--branch", "branches", multiple=True, metavar="B", help="The live checkpoints of branch B (repeatable)."
+)
+@click.option(
+    "--all", "all_", is_flag=True, help="Every live checkpoint (the default without REV or --branch)."
+)
+@click.option(
+    "--strip-prefix", "strip_prefix", metavar="P", help="Remove P from branch names (undoes --branch-prefix)."
 )
 @json_option
-def export(dest: str, branches: tuple[str, ...], fmt: str | None, as_json: bool) -> None:
-    """Write the store's checkpoints in CrewAI's layout, readable by `crewai checkpoint` and from_checkpoint.
+def export(
+    revs: tuple[str, ...],
+    dest: str,
+    fmt: str | None,
+    branches: tuple[str, ...],
+    all_: bool,
+    strip_prefix: str | None,
+    as_json: bool,
+) -> None:
+    """Write checkpoints in CrewAI's layout, readable by `crewai checkpoint` and from_checkpoint.
+
+    Exactly the commits REV... name, else the live commits of each --branch, else all of them. Files
+    already there with the same content are left as they are.
 
     \b
     Examples:
-      ckpt export ./.checkpoints --branch main
-      ckpt export runs.db
+      ckpt export --branch main --to ./.checkpoints
+      ckpt export main~2 main --format sqlite --to runs.db
     """
     from crewckpt.views import transfer
 
+    if sum(bool(x) for x in (revs, branches, all_)) > 1:
+        raise UsageProblem("choose one selection: REV..., --branch B or --all")
     if fmt is None:
         fmt = "sqlite" if dest.endswith((".db", ".sqlite", ".sqlite3")) else "json"
     app = obj()
     store = app.store()
+    for branch in branches:
+        store.resolve(branch)  # unknown branch: a one-line error before anything is written
     with app.progress(f"export {dest}") as update:
         report = transfer.export_checkpoints(
-            store, dest, fmt=fmt, branches=list(branches) or None, progress=update
+            store,
+            dest,
+            fmt=fmt,
+            revs=list(revs) or None,
+            branches=list(branches) or None,
+            strip_prefix=strip_prefix,
+            progress=update,
         )
-    _print_transfer(app, "exported", report, as_json)
+    _print_transfer(app, report, as_json)
 
 
-def _print_transfer(app: Any, verb: str, report: Any, as_json: bool) -> None:
-    from crewckpt.cli.cmd_maint import _print_report, _report_dict
-
-    record = _report_dict(report)
+def _print_transfer(app: Any, report: Any, as_json: bool) -> None:
+    """The report's to_json() record, or its one-line summary and one line per problem (on stderr)."""
     if as_json:
-        emit_json(record)
+        emit_json(report.to_json())
         return
-    _print_report(app, verb, record)
+    click.echo(report.summary())
+    for problem in report.problems:
+        click.echo(f"ckpt: warning: {problem}", err=True)

@@ -45,9 +45,13 @@ def parse_duration_ns(text: str) -> int:
 
 
 def summary_fields(info: Any) -> dict[str, Any]:
-    """The commit summary as a plain dict: entities [{type, name}], tasks_done, tasks_total, event_count,
+    """A commit's summary as a plain dict: entities [{type, name}], tasks_done, tasks_total, event_count,
     logical_bytes (bytes of the document as compact JSON)."""
-    summary = getattr(info, "summary", None)
+    return summary_fields_of(getattr(info, "summary", None))
+
+
+def summary_fields_of(summary: Any) -> dict[str, Any]:
+    """A Summary (crewckpt.format.objects.Summary, or a dict of its fields) as a plain dict; see above."""
     if summary is None:
         return {"entities": [], "tasks_done": 0, "tasks_total": 0, "event_count": 0, "logical_bytes": 0}
     get = summary.get if isinstance(summary, dict) else lambda k, d=None: getattr(summary, k, d)
