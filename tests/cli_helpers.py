@@ -71,3 +71,9 @@ def ckpt(
 def ndjson(text: str) -> list[dict]:
     """Parse NDJSON output: one JSON value per non-empty line."""
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def ok(result: Result, code: int = 0) -> Result:
+    """Assert the exit status (showing stdout and stderr when it differs); returns the result."""
+    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
+    return result

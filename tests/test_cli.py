@@ -6,7 +6,7 @@ import re
 
 import orjson
 import pytest
-from cli_helpers import DemoStore, build_demo_store, ckpt, ndjson
+from cli_helpers import DemoStore, build_demo_store, ckpt, ndjson, ok
 
 from crewckpt.cli.graph import graph_rows
 from crewckpt.cli.main import cli
@@ -25,29 +25,24 @@ def demo(tmp_path) -> DemoStore:
     return build_demo_store(tmp_path / ".ckpt")
 
 
-def _ok(result, code: int = 0):
-    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
-    return result
-
-
 # -- help ---------------------------------------------------------------------------------------------------
 
 
 def test_every_verb_has_help_with_an_example():
     for name in cli.commands:
-        result = _ok(ckpt(None, name, "--help"))
+        result = ok(ckpt(None, name, "--help"))
         assert "Example" in result.stdout, name
         assert "Usage: ckpt " + name in result.stdout
 
 
 def test_no_verb_prints_help_until_the_tui_exists(monkeypatch):
-    result = _ok(ckpt(None))
+    result = ok(ckpt(None))
     assert "Commands:" in result.stdout and "log" in result.stdout
     import crewckpt.tui
 
     seen = []
     monkeypatch.setattr(crewckpt.tui, "run", lambda store_path: seen.append(store_path), raising=False)
-    result = _ok(ckpt("/some/store"))
+    result = ok(ckpt("/some/store"))
     assert seen == ["/some/store"] and "Commands:" not in result.stdout
 
 
@@ -62,7 +57,7 @@ def test_unknown_option_is_usage_error():
 def test_init_then_discovery_from_a_subfolder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("CKPT_STORE", raising=False)
-    result = _ok(ckpt(None, "init"))
+    result = ok(ckpt(None, "init"))
     assert f"Initialized empty crewckpt store in {tmp_path / '.ckpt'}" in result.stdout
     again = ckpt(None, "init")
     assert (
@@ -72,17 +67,17 @@ def test_init_then_discovery_from_a_subfolder(tmp_path, monkeypatch):
     sub.mkdir(parents=True)
     monkeypatch.chdir(sub)
     Store.open(tmp_path / ".ckpt").commit({"x": 1})
-    assert len(ndjson(_ok(ckpt(None, "list", "--json")).stdout)) == 1
+    assert len(ndjson(ok(ckpt(None, "list", "--json")).stdout)) == 1
 
 
 def test_init_json(tmp_path):
-    result = _ok(ckpt(None, "init", str(tmp_path / "s"), "--json"))
+    result = ok(ckpt(None, "init", str(tmp_path / "s"), "--json"))
     assert orjson.loads(result.stdout) == {"path": str(tmp_path / "s")}
 
 
 def test_store_from_environment(demo, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
-    result = _ok(ckpt(None, "rev-parse", "main", env={"CKPT_STORE": demo.path}))
+    result = ok(ckpt(None, "rev-parse", "main", env={"CKPT_STORE": demo.path}))
     assert result.stdout.strip() == demo.main[-1]
 
 
@@ -99,7 +94,7 @@ def test_not_a_store(tmp_path):
 
 
 def test_log_follows_first_parents_newest_first(demo):
-    out = _ok(ckpt(demo.path, "log", "alt")).stdout
+    out = ok(ckpt(demo.path, "log", "alt")).stdout
     shown = re.findall(r"^commit ([0-9a-f]{8,})", out, re.MULTILINE)
     expected = list(reversed(demo.main[:2] + demo.alt))
     assert [s for s in shown] == [e[: len(s)] for s, e in zip(shown, expected)] and len(shown) == 4
@@ -109,14 +104,14 @@ def test_log_follows_first_parents_newest_first(demo):
 
 
 def test_log_limit_oneline_and_branch_option(demo):
-    out = _ok(ckpt(demo.path, "log", "--branch", "main", "-n", "2", "--oneline")).stdout.splitlines()
+    out = ok(ckpt(demo.path, "log", "--branch", "main", "-n", "2", "--oneline")).stdout.splitlines()
     assert len(out) == 2
     assert out[0].startswith(demo.main[-1][:8]) and "(main)" in out[0]
     assert out[1].startswith(demo.main[-2][:8]) and "crew:crew [3/4 tasks]" in out[1]
 
 
 def test_log_graph_all_shows_both_branches_and_the_fork_point(demo):
-    out = _ok(ckpt(demo.path, "log", "--graph", "--all", "--oneline")).stdout.splitlines()
+    out = ok(ckpt(demo.path, "log", "--graph", "--all", "--oneline")).stdout.splitlines()
     assert len(out) == 7  # 6 commits + one join line
     assert out[0].startswith("* ") and "(HEAD, alt)" in out[0]
     tip_main = next(line for line in out if "(main)" in line)
@@ -127,7 +122,7 @@ def test_log_graph_all_shows_both_branches_and_the_fork_point(demo):
 
 
 def test_log_json_is_ndjson_with_full_ids(demo):
-    records = ndjson(_ok(ckpt(demo.path, "log", "main", "--json")).stdout)
+    records = ndjson(ok(ckpt(demo.path, "log", "main", "--json")).stdout)
     assert [r["id"] for r in records] == list(reversed(demo.main))
     for record in records:
         assert set(record) == COMMIT_KEYS and set(record["summary"]) == SUMMARY_KEYS
@@ -137,7 +132,7 @@ def test_log_json_is_ndjson_with_full_ids(demo):
         "crew",
         "crew",
     ]
-    all_records = ndjson(_ok(ckpt(demo.path, "log", "--all", "--json")).stdout)
+    all_records = ndjson(ok(ckpt(demo.path, "log", "--all", "--json")).stdout)
     assert {r["id"] for r in all_records} == set(demo.main + demo.alt)
     assert [r["seq"] for r in all_records] == sorted((r["seq"] for r in all_records), reverse=True)
 
@@ -147,9 +142,9 @@ def test_log_marks_pruned_history(demo):
     store.prune("main", keep=2)
     store.gc()
     store.close()
-    out = _ok(ckpt(demo.path, "log", "main", "--oneline")).stdout.splitlines()
+    out = ok(ckpt(demo.path, "log", "main", "--oneline")).stdout.splitlines()
     assert len(out) == 3 and "pruned" in out[-1]
-    records = ndjson(_ok(ckpt(demo.path, "log", "main", "--json")).stdout)
+    records = ndjson(ok(ckpt(demo.path, "log", "main", "--json")).stdout)
     assert records[-1] == {"id": demo.main[1], "pruned": True}
 
 
@@ -157,7 +152,7 @@ def test_log_marks_pruned_history(demo):
 
 
 def test_list_newest_first_with_short_ids_branch_trigger_summary(demo):
-    lines = _ok(ckpt(demo.path, "list")).stdout.splitlines()
+    lines = ok(ckpt(demo.path, "list")).stdout.splitlines()
     order = list(reversed(demo.main[:2] + demo.main[2:] + demo.alt))
     assert len(lines) == 6
     for line, full in zip(lines, order):
@@ -170,7 +165,7 @@ def test_list_newest_first_with_short_ids_branch_trigger_summary(demo):
 
 
 def test_list_branch_filter_and_json(demo):
-    records = ndjson(_ok(ckpt(demo.path, "list", "--branch", "alt", "--json")).stdout)
+    records = ndjson(ok(ckpt(demo.path, "list", "--branch", "alt", "--json")).stdout)
     assert [r["id"] for r in records] == list(reversed(demo.alt))
     assert all(set(r) == COMMIT_KEYS for r in records)
     unknown = ckpt(demo.path, "list", "--branch", "nope")
@@ -179,30 +174,30 @@ def test_list_branch_filter_and_json(demo):
 
 def test_list_empty_store(tmp_path):
     Store.init(tmp_path / "s").close()
-    result = _ok(ckpt(str(tmp_path / "s"), "list"))
+    result = ok(ckpt(str(tmp_path / "s"), "list"))
     assert result.stdout == "" and "no checkpoints yet" in result.stderr
-    assert _ok(ckpt(str(tmp_path / "s"), "list", "--json")).stdout == ""
+    assert ok(ckpt(str(tmp_path / "s"), "list", "--json")).stdout == ""
 
 
 # -- info / rev-parse ---------------------------------------------------------------------------------------
 
 
 def test_info_human_and_json(demo):
-    out = _ok(ckpt(demo.path, "info", "main~1")).stdout
+    out = ok(ckpt(demo.path, "info", "main~1")).stdout
     assert f"commit    {demo.main[2]}" in out
     assert f"parents   {demo.main[1]}" in out and "tasks     3/4 completed" in out
-    record = orjson.loads(_ok(ckpt(demo.path, "info", "main", "--json")).stdout)
+    record = orjson.loads(ok(ckpt(demo.path, "info", "main", "--json")).stdout)
     assert set(record) == COMMIT_KEYS | {"branches_at"}
     assert record["id"] == demo.main[-1] and record["branches_at"] == ["main"]
     assert record["alias"] == "20261129T234525_8465e992"
 
 
 def test_rev_parse_forms(demo):
-    assert _ok(ckpt(demo.path, "rev-parse", "main~2")).stdout.strip() == demo.main[1]
-    assert _ok(ckpt(demo.path, "rev-parse", demo.alt[0][:10])).stdout.strip() == demo.alt[0]
-    assert _ok(ckpt(demo.path, "rev-parse", "alt^")).stdout.strip() == demo.alt[0]
-    assert _ok(ckpt(demo.path, "rev-parse", "20261129T234525_04befffc")).stdout.strip() == demo.main[2]
-    record = orjson.loads(_ok(ckpt(demo.path, "rev-parse", "HEAD", "--json")).stdout)
+    assert ok(ckpt(demo.path, "rev-parse", "main~2")).stdout.strip() == demo.main[1]
+    assert ok(ckpt(demo.path, "rev-parse", demo.alt[0][:10])).stdout.strip() == demo.alt[0]
+    assert ok(ckpt(demo.path, "rev-parse", "alt^")).stdout.strip() == demo.alt[0]
+    assert ok(ckpt(demo.path, "rev-parse", "20261129T234525_04befffc")).stdout.strip() == demo.main[2]
+    record = orjson.loads(ok(ckpt(demo.path, "rev-parse", "HEAD", "--json")).stdout)
     assert record == {"rev": "HEAD", "id": demo.alt[-1]}
 
 
@@ -243,15 +238,15 @@ def test_show_document_path_raw_json(demo):
     store = Store.open(demo.path)
     doc = store.read("alt")
     store.close()
-    assert orjson.loads(_ok(ckpt(demo.path, "show", "alt")).stdout) == doc
-    raw = _ok(ckpt(demo.path, "show", "alt", "--raw")).stdout
+    assert orjson.loads(ok(ckpt(demo.path, "show", "alt")).stdout) == doc
+    raw = ok(ckpt(demo.path, "show", "alt", "--raw")).stdout
     assert raw == orjson.dumps(doc).decode() + "\n"
-    text = _ok(ckpt(demo.path, "show", "alt", "--path", "entities[0].tasks[3].output.raw")).stdout
+    text = ok(ckpt(demo.path, "show", "alt", "--path", "entities[0].tasks[3].output.raw")).stdout
     assert text == "Sea otters hold hands while sleeping.\nThey use rocks as tools.\n"
-    quoted = _ok(ckpt(demo.path, "show", "alt", "--path", "entities[0].tasks[3].output.raw", "--raw")).stdout
+    quoted = ok(ckpt(demo.path, "show", "alt", "--path", "entities[0].tasks[3].output.raw", "--raw")).stdout
     assert orjson.loads(quoted) == doc["entities"][0]["tasks"][3]["output"]["raw"]
     inputs = orjson.loads(
-        _ok(ckpt(demo.path, "show", "alt", "--path", "entities[0].checkpoint_inputs", "--json")).stdout
+        ok(ckpt(demo.path, "show", "alt", "--path", "entities[0].checkpoint_inputs", "--json")).stdout
     )
     assert inputs == {"topic": "sea otters"}
 
@@ -267,7 +262,7 @@ def test_show_bad_path_names_what_exists(demo):
 
 
 def test_diff_branch_tips_shows_edited_input_and_changed_outputs(demo):
-    out = _ok(ckpt(demo.path, "diff", "main", "alt")).stdout
+    out = ok(ckpt(demo.path, "diff", "main", "alt")).stdout
     assert out.splitlines()[0] == f"diff main ({demo.main[-1][:12]}) alt ({demo.alt[-1][:12]})"
     assert '~ topic: "otters" -> "sea otters"' in out
     assert "~ task4  completed  output +2 -1 lines" in out
@@ -277,13 +272,13 @@ def test_diff_branch_tips_shows_edited_input_and_changed_outputs(demo):
 
 
 def test_diff_stat_is_one_screen(demo):
-    out = _ok(ckpt(demo.path, "diff", "main", "alt", "--stat")).stdout
+    out = ok(ckpt(demo.path, "diff", "main", "alt", "--stat")).stdout
     assert len(out.splitlines()) <= 40
     assert "topic" in out and "task4" in out and "+Sea otters" not in out
 
 
 def test_diff_json_schema(demo):
-    record = orjson.loads(_ok(ckpt(demo.path, "diff", "main~2", "main", "--json")).stdout)
+    record = orjson.loads(ok(ckpt(demo.path, "diff", "main~2", "main", "--json")).stdout)
     assert record["old"] == {"rev": "main~2", "id": demo.main[1]}
     assert record["new"] == {"rev": "main", "id": demo.main[-1]}
     assert record["schema"] == "crewckpt.diff/1" and record["crewai"] is True
@@ -303,12 +298,12 @@ def test_diff_json_schema(demo):
 
 
 def test_diff_single_rev_against_its_parent_and_files(demo, tmp_path):
-    record = orjson.loads(_ok(ckpt(demo.path, "diff", "alt", "--json")).stdout)
+    record = orjson.loads(ok(ckpt(demo.path, "diff", "alt", "--json")).stdout)
     assert record["old"]["id"] == demo.alt[0] and record["new"]["id"] == demo.alt[1]
     store = Store.open(demo.path)
     (tmp_path / "a.json").write_bytes(orjson.dumps(store.read("main")))
     store.close()
-    same = orjson.loads(_ok(ckpt(demo.path, "diff", str(tmp_path / "a.json"), "main", "--json")).stdout)
+    same = orjson.loads(ok(ckpt(demo.path, "diff", str(tmp_path / "a.json"), "main", "--json")).stdout)
     assert same["identical"] is True and same["old"]["id"] is None
     root = ckpt(demo.path, "diff", demo.main[0])
     assert root.exit_code == 1 and "parent" in root.stderr
@@ -318,11 +313,11 @@ def test_diff_single_rev_against_its_parent_and_files(demo, tmp_path):
 
 
 def test_colour_only_on_a_terminal_and_never_with_no_color(demo):
-    plain = _ok(ckpt(demo.path, "diff", "main", "alt")).stdout
+    plain = ok(ckpt(demo.path, "diff", "main", "alt")).stdout
     assert not ANSI.search(plain)
-    forced = _ok(ckpt(demo.path, "diff", "main", "alt", env={"FORCE_COLOR": "1", "NO_COLOR": None})).stdout
+    forced = ok(ckpt(demo.path, "diff", "main", "alt", env={"FORCE_COLOR": "1", "NO_COLOR": None})).stdout
     assert ANSI.search(forced)
-    assert not ANSI.search(_ok(ckpt(demo.path, "list", env={"FORCE_COLOR": "1", "NO_COLOR": "1"})).stdout)
+    assert not ANSI.search(ok(ckpt(demo.path, "list", env={"FORCE_COLOR": "1", "NO_COLOR": "1"})).stdout)
 
 
 def test_debug_shows_traceback(demo):

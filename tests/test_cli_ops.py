@@ -8,19 +8,9 @@ import sys
 
 import orjson
 import pytest
-from cli_helpers import FIXTURES, DemoStore, build_demo_store, ckpt, ndjson
+from cli_helpers import FIXTURES, DemoStore, build_demo_store, ckpt, ndjson, ok
 
 from crewckpt.history.store import Store
-
-
-@pytest.fixture
-def demo(tmp_path) -> DemoStore:
-    return build_demo_store(tmp_path / ".ckpt")
-
-
-def _ok(result, code: int = 0):
-    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
-    return result
 
 
 def _branches(path: str) -> dict[str, str]:
@@ -28,14 +18,19 @@ def _branches(path: str) -> dict[str, str]:
         return store.branches()
 
 
+@pytest.fixture
+def demo(tmp_path) -> DemoStore:
+    return build_demo_store(tmp_path / ".ckpt")
+
+
 # -- branch -------------------------------------------------------------------------------------------------
 
 
 def test_branch_list_human_and_json(demo):
-    lines = _ok(ckpt(demo.path, "branch")).stdout.splitlines()
+    lines = ok(ckpt(demo.path, "branch")).stdout.splitlines()
     assert lines[0].startswith("* alt ") and demo.alt[-1][:8] in lines[0]  # HEAD (latest) is alt's tip
     assert lines[1].startswith("  main") and "crew:crew [4/4 tasks]" in lines[1]
-    records = ndjson(_ok(ckpt(demo.path, "branch", "--json")).stdout)
+    records = ndjson(ok(ckpt(demo.path, "branch", "--json")).stdout)
     assert [(r["branch"], r["tip"], r["head"]) for r in records] == [
         ("alt", demo.alt[-1], True),
         ("main", demo.main[-1], False),
@@ -44,16 +39,16 @@ def test_branch_list_human_and_json(demo):
 
 
 def test_branch_create_rename_delete(demo):
-    out = _ok(ckpt(demo.path, "branch", "try", "main~1")).stdout
+    out = ok(ckpt(demo.path, "branch", "try", "main~1")).stdout
     assert out == f"Created branch try at {demo.main[2][:8]}\n"
     assert _branches(demo.path)["try"] == demo.main[2]
-    record = orjson.loads(_ok(ckpt(demo.path, "branch", "-m", "try", "exp/one", "--json")).stdout)
+    record = orjson.loads(ok(ckpt(demo.path, "branch", "-m", "try", "exp/one", "--json")).stdout)
     assert record == {"renamed": "try", "to": "exp/one", "tip": demo.main[2]}
     assert "try" not in _branches(demo.path)
-    record = orjson.loads(_ok(ckpt(demo.path, "branch", "-d", "exp/one", "--json")).stdout)
+    record = orjson.loads(ok(ckpt(demo.path, "branch", "-d", "exp/one", "--json")).stdout)
     assert record == {"deleted": "exp/one", "tip": demo.main[2]}
     assert set(_branches(demo.path)) == {"main", "alt"}
-    created = orjson.loads(_ok(ckpt(demo.path, "branch", "h", "--json")).stdout)
+    created = orjson.loads(ok(ckpt(demo.path, "branch", "h", "--json")).stdout)
     assert created == {"created": "h", "tip": demo.alt[-1]}  # REV defaults to HEAD
 
 
@@ -74,12 +69,12 @@ def test_branch_errors(demo):
 
 
 def test_fork_default_and_named(demo):
-    out = _ok(ckpt(demo.path, "fork", "main~2")).stdout
+    out = ok(ckpt(demo.path, "fork", "main~2")).stdout
     name = f"fork/{demo.main[1][:8]}"
     assert f"as branch {name}" in out and f"ckpt resume {name}" in out
-    again = orjson.loads(_ok(ckpt(demo.path, "fork", "main~2", "--json")).stdout)
+    again = orjson.loads(ok(ckpt(demo.path, "fork", "main~2", "--json")).stdout)
     assert again == {"branch": name + "-2", "tip": demo.main[1], "rev": "main~2"}
-    named = orjson.loads(_ok(ckpt(demo.path, "fork", "alt", "--branch", "sea", "--json")).stdout)
+    named = orjson.loads(ok(ckpt(demo.path, "fork", "alt", "--branch", "sea", "--json")).stdout)
     assert named["branch"] == "sea" and _branches(demo.path)["sea"] == demo.alt[-1]
     assert ckpt(demo.path, "fork", "alt", "--branch", "a b").exit_code == 2
 
@@ -123,12 +118,12 @@ def test_resume_calls_restore_and_kickoff(demo, monkeypatch):
     # The integration's restore is tested with real CrewAI in its own tests; here only the CLI's part.
     monkeypatch.setitem(sys.modules, "crewckpt.crewai", types.SimpleNamespace(restore=restore))
     record = orjson.loads(
-        _ok(ckpt(demo.path, "resume", "main~1", "--inputs", '{"topic": "x"}', "--json")).stdout
+        ok(ckpt(demo.path, "resume", "main~1", "--inputs", '{"topic": "x"}', "--json")).stdout
     )
     assert calls == [("restore", demo.main[2]), ("kickoff", {"topic": "x"})]
     assert record == {"rev": "main~1", "id": demo.main[2], "entity": "FakeCrew", "output": "final answer",
                       "head": demo.alt[-1]}  # fmt: skip
-    human = _ok(ckpt(demo.path, "resume", "main")).stdout
+    human = ok(ckpt(demo.path, "resume", "main")).stdout
     assert human.endswith("final answer\n") and f"from {demo.main[-1][:8]}" in human
 
 
@@ -136,7 +131,7 @@ def test_resume_calls_restore_and_kickoff(demo, monkeypatch):
 
 
 def test_prune_dry_run_lists_exactly_what_goes_and_changes_nothing(demo):
-    out = _ok(ckpt(demo.path, "prune", "--keep", "1", "--branch", "main", "--dry-run")).stdout.splitlines()
+    out = ok(ckpt(demo.path, "prune", "--keep", "1", "--branch", "main", "--dry-run")).stdout.splitlines()
     would = [line.split()[2] for line in out if line.startswith("would prune")]
     assert [
         demo.main[0][: len(would[0])],
@@ -144,8 +139,8 @@ def test_prune_dry_run_lists_exactly_what_goes_and_changes_nothing(demo):
         demo.main[2][: len(would[2])],
     ] == would
     assert out[-1] == "3 checkpoint(s) would be pruned (dry run: nothing changed)"
-    assert len(ndjson(_ok(ckpt(demo.path, "list", "--json")).stdout)) == 6
-    records = ndjson(_ok(ckpt(demo.path, "prune", "--keep", "1", "--dry-run", "--json")).stdout)
+    assert len(ndjson(ok(ckpt(demo.path, "list", "--json")).stdout)) == 6
+    records = ndjson(ok(ckpt(demo.path, "prune", "--keep", "1", "--dry-run", "--json")).stdout)
     assert {(r["branch"], r["id"]) for r in records} == {("main", c) for c in demo.main[:3]} | {
         ("alt", demo.alt[0])
     }
@@ -153,15 +148,15 @@ def test_prune_dry_run_lists_exactly_what_goes_and_changes_nothing(demo):
 
 
 def test_prune_then_gc_frees_space(demo):
-    records = ndjson(_ok(ckpt(demo.path, "prune", "--keep", "2", "--branch", "main", "--json")).stdout)
+    records = ndjson(ok(ckpt(demo.path, "prune", "--keep", "2", "--branch", "main", "--json")).stdout)
     assert [r["id"] for r in records] == demo.main[:2] and not any(r["dry_run"] for r in records)
-    live = {r["id"] for r in ndjson(_ok(ckpt(demo.path, "list", "--json")).stdout)}
+    live = {r["id"] for r in ndjson(ok(ckpt(demo.path, "list", "--json")).stdout)}
     assert live == set(demo.main[2:] + demo.alt)
-    gc = orjson.loads(_ok(ckpt(demo.path, "gc", "--json")).stdout)
+    gc = orjson.loads(ok(ckpt(demo.path, "gc", "--json")).stdout)
     assert gc["deleted_objects"] > 0 and gc["dry_run"] is False
-    again = orjson.loads(_ok(ckpt(demo.path, "gc", "--dry-run", "--json")).stdout)
+    again = orjson.loads(ok(ckpt(demo.path, "gc", "--dry-run", "--json")).stdout)
     assert again["deleted_objects"] == 0 and again["dry_run"] is True
-    assert _ok(ckpt(demo.path, "gc")).stdout.startswith("gc: deleted 0 object(s)")
+    assert ok(ckpt(demo.path, "gc")).stdout.startswith("gc: deleted 0 object(s)")
     with Store.open(demo.path) as store:  # what is left still reads back
         assert store.read("alt")["entities"][0]["checkpoint_inputs"] == {"topic": "sea otters"}
 
@@ -171,14 +166,14 @@ def test_prune_usage_errors(demo):
     bad = ckpt(demo.path, "prune", "--older-than", "soon")
     assert bad.exit_code == 2 and "bad duration 'soon'" in bad.stderr
     assert ckpt(demo.path, "prune", "--keep", "0").exit_code == 2
-    old = ndjson(_ok(ckpt(demo.path, "prune", "--older-than", "7d", "--json")).stdout)
+    old = ndjson(ok(ckpt(demo.path, "prune", "--older-than", "7d", "--json")).stdout)
     assert old == []  # everything was written just now
 
 
 def test_fsck_ok_and_corruption(demo):
-    out = _ok(ckpt(demo.path, "fsck", "--full")).stdout
+    out = ok(ckpt(demo.path, "fsck", "--full")).stdout
     assert out.startswith("fsck --full: checked ") and out.rstrip().endswith("ok")
-    record = orjson.loads(_ok(ckpt(demo.path, "fsck", "--json")).stdout)
+    record = orjson.loads(ok(ckpt(demo.path, "fsck", "--json")).stdout)
     assert record["ok"] is True and record["checked"] > 0 and record["broken"] == {}
     db = sqlite3.connect(f"{demo.path}/store.db")
     oid, frame = db.execute("SELECT oid, frame FROM objects WHERE kind = (SELECT kind FROM objects "
@@ -193,12 +188,12 @@ def test_fsck_ok_and_corruption(demo):
 
 
 def test_stats_human_and_json(demo):
-    record = orjson.loads(_ok(ckpt(demo.path, "stats", "--json")).stdout)
+    record = orjson.loads(ok(ckpt(demo.path, "stats", "--json")).stdout)
     assert record["commits"] == 6 and record["objects"] > 0
     assert record["branches"]["main"]["commits"] == 4 and record["branches"]["alt"]["commits"] == 2
     assert record["total_ratio"] == pytest.approx(record["logical_bytes"] / record["stored_bytes"])
     assert record["total_ratio"] > 2  # six overlapping checkpoints deduplicate
-    out = _ok(ckpt(demo.path, "stats")).stdout
+    out = ok(ckpt(demo.path, "stats")).stdout
     assert "dedup" in out and "compression" in out and f"{record['total_ratio']:.2f}x" in out
     assert any(line.split()[:2] == ["main", "4"] for line in out.splitlines())
 
@@ -209,14 +204,14 @@ def test_stats_human_and_json(demo):
 def test_list_and_info_crewai_json_folder(tmp_path):
     src = tmp_path / "cps"
     shutil.copytree(FIXTURES / "crew_restore_src", src)
-    lines = _ok(ckpt(None, "list", str(src))).stdout.splitlines()
+    lines = ok(ckpt(None, "list", str(src))).stdout.splitlines()
     assert len(lines) == 14
     assert sum(" alt " in line for line in lines) == 2
-    records = ndjson(_ok(ckpt(None, "list", str(src), "--branch", "alt", "--json")).stdout)
+    records = ndjson(ok(ckpt(None, "list", str(src), "--branch", "alt", "--json")).stdout)
     assert [r["checkpoint_id"] for r in records] == ["20261129T234528_cf0ef2d2", "20261129T234528_31cc0c7b"]
     assert records[0]["parent_id"] == "20261129T234528_31cc0c7b" and records[0]["kind"] == "json-folder"
     assert records[0]["summary"]["tasks_done"] == 4 and records[0]["trigger"] == "task_completed"
-    info = orjson.loads(_ok(ckpt(None, "info", str(src), "--json")).stdout)
+    info = orjson.loads(ok(ckpt(None, "info", str(src), "--json")).stdout)
     assert info["checkpoints"] == 14 and info["branches"] == ["alt", "main"]
     assert info["latest"]["inputs"] == {"topic": "otters"} and info["latest"]["crewai_version"] == "1.15.30"
 
@@ -224,15 +219,15 @@ def test_list_and_info_crewai_json_folder(tmp_path):
 def test_list_and_info_crewai_file_and_jsonb_sqlite(tmp_path):
     db = tmp_path / "cp.db"
     shutil.copy(FIXTURES / "crew_sqlite_star" / "cp.db", db)
-    records = ndjson(_ok(ckpt(None, "list", str(db), "--json")).stdout)
+    records = ndjson(ok(ckpt(None, "list", str(db), "--json")).stdout)
     assert len(records) == 26 and all(r["kind"] == "sqlite" and r["error"] is None for r in records)
     assert records[0]["trigger"] == "crew_kickoff_completed"  # newest first (rowid order within a second)
     assert records[-1]["parent_id"] is None and records[-1]["summary"]["tasks_done"] == 0
-    human = _ok(ckpt(None, "info", str(db))).stdout
+    human = ok(ckpt(None, "info", str(db))).stdout
     assert "(sqlite)" in human and "checkpoints  26" in human and '{"topic":"otters"}' in human
     one = next((FIXTURES / "crew_default/.checkpoints/main").glob("*_p-none.json"))
     shutil.copy(one, tmp_path / one.name)
-    info = orjson.loads(_ok(ckpt(None, "info", str(tmp_path / one.name), "--json")).stdout)
+    info = orjson.loads(ok(ckpt(None, "info", str(tmp_path / one.name), "--json")).stdout)
     assert info["kind"] == "json-file" and info["checkpoints"] == 1 and info["latest"]["parent_id"] is None
 
 
@@ -241,24 +236,24 @@ def test_list_crewai_damaged_file_is_reported_not_fatal(tmp_path):
     shutil.copytree(FIXTURES / "crew_default/.checkpoints/main", src)
     victim = max(src.glob("*.json"))
     victim.write_bytes(victim.read_bytes()[:100])
-    result = _ok(ckpt(None, "list", str(src)))
+    result = ok(ckpt(None, "list", str(src)))
     assert len(result.stdout.splitlines()) == 4 and "unreadable: truncated JSON" in result.stdout
 
 
 def test_import_then_export_round_trip(tmp_path):
     store = str(tmp_path / "s")
-    _ok(ckpt(None, "init", store))
+    ok(ckpt(None, "init", store))
     src = tmp_path / "cps"
     shutil.copytree(FIXTURES / "flow_json", src)
-    record = orjson.loads(_ok(ckpt(store, "import", str(src), "--branch-prefix", "imp/", "--json")).stdout)
+    record = orjson.loads(ok(ckpt(store, "import", str(src), "--branch-prefix", "imp/", "--json")).stdout)
     assert record["imported"] == 5 and record["skipped"] == 0
     assert set(record["branches"]) == {"imp/main", "imp/experiment-1"}
-    again = _ok(ckpt(store, "import", str(src), "--branch-prefix", "imp/")).stdout
+    again = ok(ckpt(store, "import", str(src), "--branch-prefix", "imp/")).stdout
     assert "0 imported, 5 already present" in again
-    assert len(ndjson(_ok(ckpt(store, "list", "--json")).stdout)) == 5
+    assert len(ndjson(ok(ckpt(store, "list", "--json")).stdout)) == 5
     out = tmp_path / "out"
     exported = orjson.loads(
-        _ok(
+        ok(
             ckpt(
                 store, "export", "--branch", "imp/main", "--strip-prefix", "imp/", "--to", str(out), "--json"
             )
@@ -269,8 +264,8 @@ def test_import_then_export_round_trip(tmp_path):
         p.name for p in (src / "main").iterdir()
     )
     db = tmp_path / "out.db"
-    assert "5 written" in _ok(ckpt(store, "export", "--to", str(db))).stdout
-    assert len(ndjson(_ok(ckpt(None, "list", str(db), "--json")).stdout)) == 5
+    assert "5 written" in ok(ckpt(store, "export", "--to", str(db))).stdout
+    assert len(ndjson(ok(ckpt(None, "list", str(db), "--json")).stdout)) == 5
 
 
 def test_import_export_errors(tmp_path, demo):
