@@ -39,19 +39,27 @@ def require_crewai(verb: str) -> None:
     metavar="JSON",
     help='Kickoff inputs as a JSON object, e.g. \'{"topic": "otters"}\'.',
 )
+@click.option(
+    "--branch", "branch", metavar="NAME", help="Fork: write the resumed run's checkpoints on new branch NAME."
+)
 @json_option
-def resume(rev: str, inputs_text: str | None, as_json: bool) -> None:
+def resume(rev: str, inputs_text: str | None, branch: str | None, as_json: bool) -> None:
     """Restore the crew, flow or agent that checkpoint REV records and run it to the end.
 
-    Completed tasks (crews) and completed methods (flows) are skipped; new checkpoints continue REV's
-    branch with REV as parent. Needs the crewai extra (pip install 'crewckpt[crewai]').
+    Completed tasks (crews) and completed methods (flows) are skipped. New checkpoints follow REV (REV's
+    branch when REV is its tip, else a new branch; --branch NAME to choose). Needs the crewai extra
+    (pip install 'crewckpt[crewai]'); the LLMs are rebuilt from their stored type.
 
     \b
     Examples:
       ckpt resume                         # the latest checkpoint
-      ckpt resume main~2 --inputs '{"topic": "sea otters"}'
+      ckpt resume main~2 --inputs '{"topic": "sea otters"}' --branch sea-otters
     """
     inputs = _parse_inputs(inputs_text)
+    if branch is not None:
+        from crewckpt.history.refnames import check_branch
+
+        check_branch(branch)  # BadRefName (exit 2) before CrewAI is even loaded
     require_crewai("resume")
     try:
         from crewckpt.crewai import restore
@@ -62,7 +70,10 @@ def resume(rev: str, inputs_text: str | None, as_json: bool) -> None:
     app = obj()
     store = app.store()
     full = store.resolve(rev)
-    entity = restore(full, store=store)
+    try:
+        entity = restore(full, store=store, fork=branch) if branch else restore(full, store=store)
+    except ValueError as exc:
+        raise CkptError(f"cannot restore {rev} ({full[:12]}): {' '.join(str(exc).split())}") from None
     result = _kickoff(entity, inputs)
     output = getattr(result, "raw", result)
     record = {

@@ -150,7 +150,8 @@ def _entity_lines(entity: dict[str, Any], max_items: int) -> list[Line]:
         methods = flow["completed_methods"]
         parts = [f"+{m}" for m in methods["added"]] + [f"-{m}" for m in methods["removed"]]
         if parts:
-            items.append(("changed", f"  ~ completed methods {' '.join(parts)}"))
+            more = f" ... ({len(parts)} in all)" if len(parts) > 6 else ""
+            items.append(("changed", f"  ~ completed methods {' '.join(parts[:6])}{more}"))
         if flow["state"]:
             paths = ", ".join(c["path"].removeprefix("checkpoint_state.") for c in flow["state"][:4])
             more = ", ..." if len(flow["state"]) > 4 else ""
