@@ -37,4 +37,6 @@ def test_resume_runs_the_remaining_tasks_and_forks_with_new_inputs(crewai_offlin
         assert len(sea) == 3 and sea[-1] == before[0]  # two new tasks on branch sea, forked at main~2
     stat = ok(ckpt(None, "diff", "main", "sea", "--stat")).stdout
     assert '~ topic: "otters" -> "sea otters"' in stat
-    assert "~ task2  completed  output +1 -1 lines" in stat and "~ task3  completed  output +1 -1 lines" in stat
+    assert (
+        "~ task2  completed  output +1 -1 lines" in stat and "~ task3  completed  output +1 -1 lines" in stat
+    )
