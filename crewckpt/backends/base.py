@@ -46,6 +46,21 @@ class StoredObject:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ObjectMeta:
+    """Listing form of an object: id, kind, body size (bytes), touched time (UTC ns), and ``head``: the first
+    HEAD_BYTES bytes of its frame (enough to see a packed frame's pack id without reading the payload)."""
+
+    oid: bytes
+    kind: int
+    size: int
+    touched_ns: int
+    head: bytes
+
+
+HEAD_BYTES = 9
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class IndexRow:
     """A live commit in the commit index (a cache of the commit object's fields plus liveness).
 
@@ -90,12 +105,17 @@ class Reader(abc.ABC):
         return self.get_many([oid]).get(oid)
 
     @abc.abstractmethod
+    def get_prefix(self, prefix: bytes, kind: int) -> list[StoredObject]:
+        """Objects of ``kind`` whose id starts with ``prefix`` (packed frames name packs by an 8-byte
+        prefix; callers verify which candidate is meant)."""
+
+    @abc.abstractmethod
     def has_many(self, oids: Iterable[bytes]) -> set[bytes]:
         """The subset of ``oids`` present. Any count of ids."""
 
     @abc.abstractmethod
-    def iter_objects(self) -> Iterator[tuple[bytes, int, int]]:
-        """Every object as ``(oid, kind, touched_ns)``, in no particular order."""
+    def iter_objects(self) -> Iterator[ObjectMeta]:
+        """Every object's :class:`ObjectMeta`, in no particular order."""
 
     @abc.abstractmethod
     def object_stats(self) -> tuple[int, int, int]:
@@ -140,6 +160,11 @@ class Txn(Reader):
     @abc.abstractmethod
     def put_many(self, objs: Iterable[StoredObject], now_ns: int) -> int:
         """Insert absent objects; set ``touched_ns = now_ns`` on present ones. Returns how many were new."""
+
+    @abc.abstractmethod
+    def reframe(self, frames: Iterable[tuple[bytes, bytes]]) -> int:
+        """Replace the frames of existing objects by equivalent ones ``(oid, frame)`` (same body: repacking);
+        absent ids are skipped. Returns how many changed. Ids and touched times stay."""
 
     @abc.abstractmethod
     def touch(self, oids: Sequence[bytes], now_ns: int) -> set[bytes]:
@@ -206,8 +231,9 @@ class Backend(Reader):
         process (no stale lock files)."""
 
     @abc.abstractmethod
-    def reclaim(self) -> None:
-        """Give freed space back to the operating system (SQLite: incremental vacuum + WAL checkpoint)."""
+    def reclaim(self, compact: bool = False) -> None:
+        """Give freed space back to the operating system (SQLite: incremental vacuum + WAL checkpoint);
+        ``compact`` also rewrites the file densely (SQLite VACUUM: time proportional to the store)."""
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -12,7 +12,7 @@ import dataclasses
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 
-from crewckpt.backends.base import Backend, IndexRow, ReflogEntry, StoredObject, Txn
+from crewckpt.backends.base import HEAD_BYTES, Backend, IndexRow, ObjectMeta, ReflogEntry, StoredObject, Txn
 from crewckpt.errors import RefConflict
 
 
@@ -33,12 +33,15 @@ class _MemReader:
     def get_many(self, oids: Iterable[bytes]) -> dict[bytes, StoredObject]:
         return {o: self._s.objects[o][0] for o in oids if o in self._s.objects}
 
+    def get_prefix(self, prefix: bytes, kind: int) -> list[StoredObject]:
+        return [o for oid, (o, _) in self._s.objects.items() if oid.startswith(prefix) and o.kind == kind]
+
     def has_many(self, oids: Iterable[bytes]) -> set[bytes]:
         return {o for o in oids if o in self._s.objects}
 
-    def iter_objects(self) -> Iterator[tuple[bytes, int, int]]:
+    def iter_objects(self) -> Iterator[ObjectMeta]:
         for oid, (o, touched) in list(self._s.objects.items()):
-            yield oid, o.kind, touched
+            yield ObjectMeta(oid, o.kind, o.size, touched, o.frame[:HEAD_BYTES])
 
     def object_stats(self) -> tuple[int, int, int]:
         objs = [o for o, _ in self._s.objects.values()]
@@ -86,6 +89,15 @@ class MemoryTxn(_MemReader, Txn):
             else:
                 self._s.objects[o.oid] = (old[0], max(old[1], now_ns))
         return new
+
+    def reframe(self, frames: Iterable[tuple[bytes, bytes]]) -> int:
+        n = 0
+        for oid, frame in frames:
+            old = self._s.objects.get(oid)
+            if old is not None:
+                self._s.objects[oid] = (dataclasses.replace(old[0], frame=frame), old[1])
+                n += 1
+        return n
 
     def touch(self, oids: Sequence[bytes], now_ns: int) -> set[bytes]:
         missing = set()
@@ -172,7 +184,7 @@ class MemoryBackend(_MemReader, Backend):
             if got:
                 self._gc.release()
 
-    def reclaim(self) -> None:
+    def reclaim(self, compact: bool = False) -> None:
         """Nothing to give back: freed objects are already garbage for Python."""
 
     def close(self) -> None:

@@ -4,7 +4,9 @@
 
 * ``0x00`` RAW: payload is the body;
 * ``0x01`` ZSTD: payload is one zstd frame (content size in the header) of the body;
-* ``0x02`` ZSTD_DICT: 32-byte id of a DICT object, then one zstd frame made with that dictionary.
+* ``0x02`` ZSTD_DICT: 32-byte id of a DICT object, then one zstd frame made with that dictionary;
+* ``0x03`` PACKED: first 8 bytes of a PACK object's id, then offset and length (LEB128 varints): the body
+  is that slice of the pack's body (resolved by crewckpt.history.objectdb, not here).
 
 Compression never changes an object's id. Compressor objects are reused (a one-shot call with a dictionary
 is ~30x slower: ../shared/notes/store-anchors.md); zstandard objects are not thread-safe, hence the lock.
@@ -20,7 +22,8 @@ import zstandard
 from crewckpt.errors import DecodeError
 from crewckpt.format.objects import ID_BYTES, MAX_BODY
 
-RAW, ZSTD, ZSTD_DICT = 0, 1, 2
+RAW, ZSTD, ZSTD_DICT, PACKED = 0, 1, 2, 3
+PACK_LEVEL = 9  # repacking trades CPU for the long-range matches between versions of an object
 MIN_COMPRESS = 64  # bytes: a zstd frame costs ~9 B, so tiny bodies stay raw
 LEVEL = 3
 
@@ -43,6 +46,7 @@ class Codec:
         self._dict_cctx: tuple[bytes, zstandard.ZstdCompressor] | None = None
         self._dict_dctx: dict[bytes, zstandard.ZstdDecompressor] = {}
         self._load_dict = load_dict
+        self._level_cctx: dict[int, zstandard.ZstdCompressor] = {}
         if dictionary is not None:
             self.use_dictionary(*dictionary)
 
@@ -53,11 +57,18 @@ class Codec:
             self._dict_cctx = (dict_id, zstandard.ZstdCompressor(level=self._level, dict_data=zd))
             self._dict_dctx[dict_id] = zstandard.ZstdDecompressor(dict_data=zd)
 
-    def encode(self, body: bytes, compress: bool = True) -> bytes:
-        """body -> frame. Small or incompressible bodies stay RAW."""
+    def encode(self, body: bytes, compress: bool = True, level: int | None = None) -> bytes:
+        """body -> frame. Small or incompressible bodies stay RAW. ``level`` overrides the zstd level (and
+        skips the dictionary: packs are large enough to carry their own context)."""
         if not compress or len(body) < MIN_COMPRESS:
             return b"\x00" + body
         with self._lock:
+            if level is not None and level != self._level:
+                cctx = self._level_cctx.get(level)
+                if cctx is None:
+                    cctx = self._level_cctx[level] = zstandard.ZstdCompressor(level=level)
+                z = cctx.compress(body)
+                return b"\x01" + z if len(z) < len(body) else b"\x00" + body
             if self._dict_cctx is not None:
                 dict_id, cctx = self._dict_cctx
                 z = cctx.compress(body)
@@ -83,6 +94,8 @@ class Codec:
             if len(dict_id) != ID_BYTES:
                 raise DecodeError("truncated dictionary id in frame")
             return self._unzstd(self._dict_decompressor(dict_id), z)
+        if codec == PACKED:
+            raise DecodeError("a packed frame must be resolved through its pack")
         raise DecodeError(f"unknown codec byte {codec}")
 
     def _dict_decompressor(self, dict_id: bytes) -> zstandard.ZstdDecompressor:
@@ -115,3 +128,48 @@ def train_dictionary(samples: list[bytes], size: int = 64 * 1024) -> bytes:
         return zstandard.train_dictionary(size, samples).as_bytes()
     except zstandard.ZstdError as e:
         raise DecodeError(f"cannot train a zstd dictionary: {e}") from None
+
+
+PACK_KEY = 8  # bytes of the pack id kept in a packed frame
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def packed_frame(pack_id: bytes, offset: int, length: int) -> bytes:
+    """Frame of an object stored inside a pack: codec 3, the first 8 bytes of the pack id, then offset and
+    length as unsigned LEB128 varints (bytes). A reader resolves the prefix to PACK objects and keeps the one
+    whose slice hashes to the member's id, so a prefix collision can cost a retry, never wrong data."""
+    return b"\x03" + pack_id[:PACK_KEY] + _uvarint(offset) + _uvarint(length)
+
+
+def parse_packed(frame: bytes) -> tuple[bytes, int, int]:
+    """``(pack id prefix, offset, length)`` of a PACKED frame. Raises DecodeError when malformed."""
+    if len(frame) < 1 + PACK_KEY + 2 or frame[0] != PACKED:
+        raise DecodeError("malformed packed frame")
+    vals = []
+    pos = 1 + PACK_KEY
+    for _ in range(2):
+        n = shift = 0
+        while True:
+            if pos >= len(frame) or shift > 35:
+                raise DecodeError("malformed packed frame varint")
+            b = frame[pos]
+            pos += 1
+            n |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                break
+        vals.append(n)
+    if pos != len(frame):
+        raise DecodeError("trailing bytes in packed frame")
+    return bytes(frame[1:1 + PACK_KEY]), vals[0], vals[1]

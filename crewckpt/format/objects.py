@@ -18,8 +18,8 @@ from crewckpt.errors import DecodeError
 FORMAT_VERSION = 1
 """Store format version this code writes and reads (objects_format.md, section 'Versioning')."""
 
-BLOB, TREE, COMMIT, DICT = 1, 2, 3, 4
-KIND_NAMES: dict[int, bytes] = {BLOB: b"blob", TREE: b"tree", COMMIT: b"commit", DICT: b"dict"}
+BLOB, TREE, COMMIT, DICT, PACK = 1, 2, 3, 4, 5
+KIND_NAMES: dict[int, bytes] = {BLOB: b"blob", TREE: b"tree", COMMIT: b"commit", DICT: b"dict", PACK: b"pack"}
 
 # tree forms
 OBJECT, ARRAY, OBJECT_CHUNKS, ARRAY_CHUNKS, STRING_CHUNKS, VALUE = 0, 1, 2, 3, 4, 5
@@ -36,7 +36,7 @@ def object_id(kind: int, body: bytes) -> bytes:
     """Return the 32-byte BLAKE3 id of an object.
 
     Args:
-        kind: one of BLOB, TREE, COMMIT, DICT.
+        kind: one of BLOB, TREE, COMMIT, DICT, PACK.
         body: the uncompressed encoded body.
     Raises:
         DecodeError: unknown kind.

@@ -76,8 +76,8 @@ def fsck(store: Store, *, full: bool = False, progress: Progress | None = None) 
                 body = store.objects.verify(s)
                 checked += 1
                 kids = [ln.oid for ln in links_in(ob.decode_tree(body)[1])] if s.kind == ob.TREE else []
-            except IntegrityError as e:
-                broken[o] = str(e)
+            except (IntegrityError, MissingObject) as e:
+                broken[o] = _why(e) if isinstance(e, IntegrityError) else f"its pack {e.oid} is missing"
                 kids = []
             except Exception as e:  # a tree body that does not decode
                 broken[o] = f"object {o.hex()} is corrupt: {e}"
@@ -87,7 +87,8 @@ def fsck(store: Store, *, full: bool = False, progress: Progress | None = None) 
         if progress:
             progress("check", len(children), None)
     if full:
-        for oid, _k, _t in b.iter_objects():
+        for m in b.iter_objects():
+            oid = m.oid
             if oid in children or oid in broken:
                 continue
             s = b.get(oid)
@@ -96,8 +97,8 @@ def fsck(store: Store, *, full: bool = False, progress: Progress | None = None) 
             try:
                 store.objects.verify(s)
                 checked += 1
-            except IntegrityError as e:
-                broken[oid] = str(e)
+            except (IntegrityError, MissingObject) as e:
+                broken[oid] = _why(e)
     affected = _affected(commits, children, broken)
     return FsckReport({k.hex(): v for k, v in broken.items()}, affected, checked, problems)
 

@@ -14,9 +14,10 @@ from typing import Any
 from crewckpt.backends.base import Backend, Reader, StoredObject
 from crewckpt.errors import DecodeError, IntegrityError, MissingObject
 from crewckpt.format import objects as ob
-from crewckpt.format.frame import Codec
+from crewckpt.format.frame import Codec, packed_frame, parse_packed
 
 TREE_CACHE_ITEMS = 20_000
+PACK_CACHE_BYTES = 64 * 1024 * 1024
 
 
 class ObjectDB:
@@ -32,6 +33,8 @@ class ObjectDB:
         self.codec = codec or Codec(load_dict=self._load_dict)
         self._trees: collections.OrderedDict[bytes, tuple[int, Any]] = collections.OrderedDict()
         self._lock = threading.Lock()
+        self._pack_cache: collections.OrderedDict[bytes, list[bytes]] = collections.OrderedDict()
+        self._pack_bytes = 0
 
     def _load_dict(self, dict_id: bytes) -> bytes:
         kind, body = self.get(dict_id)
@@ -43,16 +46,34 @@ class ObjectDB:
         """Encode one object for storage: ``StoredObject(id, kind, len(body), frame)``."""
         return StoredObject(ob.object_id(kind, body), kind, len(body), self.codec.encode(body))
 
-    def verify(self, stored: StoredObject) -> bytes:
-        """Decode a stored object and check its hash; returns the body.
+    def pack(self, objs: list[tuple[bytes, int, bytes]], level: int | None = None) -> list[StoredObject]:
+        """Store ``(oid, kind, body)`` objects inside one PACK object compressed as a whole (cross-object
+        redundancy: successive versions of a task or agent compress against each other, as in git packs).
+
+        Returns the pack object followed by one PACKED-frame member per input (objects_format.md, 'Packs').
+        """
+        body = b"".join(b for _, _, b in objs)
+        pack_id = ob.object_id(ob.PACK, body)
+        out = [StoredObject(pack_id, ob.PACK, len(body), self.codec.encode(body, level=level))]
+        off = 0
+        for oid, kind, b in objs:
+            out.append(StoredObject(oid, kind, len(b), packed_frame(pack_id, off, len(b))))
+            off += len(b)
+        return out
+
+    def verify(self, stored: StoredObject, reader: Reader | None = None) -> bytes:
+        """Decode a stored object (through its pack if packed) and check its hash; returns the body.
 
         Raises:
             IntegrityError: the frame does not decode, or decodes to bytes whose id differs.
+            MissingObject: its pack is gone (the error's ``oid`` is the pack id prefix).
         """
         try:
-            body = self.codec.decode(stored.frame)
             if stored.kind not in ob.KIND_NAMES:
                 raise DecodeError(f"unknown kind {stored.kind}")
+            if stored.frame[:1] == b"\x03":
+                return self._unpack(stored, reader)
+            body = self.codec.decode(stored.frame)
             oid = ob.object_id(stored.kind, body)
         except DecodeError as e:
             raise IntegrityError(stored.oid.hex(), str(e)) from None
@@ -60,17 +81,62 @@ class ObjectDB:
             raise IntegrityError(stored.oid.hex(), "content hash does not match its id")
         return body
 
+    def _unpack(self, stored: StoredObject, reader: Reader | None) -> bytes:
+        key, off, ln = parse_packed(stored.frame)
+        packs = self._packs(key, reader)
+        if not packs:
+            raise MissingObject(key.hex())
+        for body in packs:
+            piece = body[off:off + ln]
+            if len(piece) == ln and ob.object_id(stored.kind, piece) == stored.oid:
+                return piece
+        raise IntegrityError(stored.oid.hex(), f"no slice of pack {key.hex()}.. hashes to it")
+
+    def _packs(self, key: bytes, reader: Reader | None) -> list[bytes]:
+        """Verified, decompressed bodies of the packs whose id starts with ``key`` (LRU-cached by bytes).
+
+        Raises:
+            IntegrityError: a candidate pack is corrupt (named by its full id).
+        """
+        with self._lock:
+            hit = self._pack_cache.get(key)
+            if hit is not None:
+                self._pack_cache.move_to_end(key)
+                return hit
+        out = []
+        for s in (reader or self.backend).get_prefix(key, ob.PACK):
+            if s.frame[:1] == b"\x03":
+                raise IntegrityError(s.oid.hex(), "a pack cannot itself be packed")
+            out.append(self.verify(s, reader))
+        with self._lock:
+            self._pack_cache[key] = out
+            self._pack_bytes += sum(len(b) for b in out)
+            while self._pack_bytes > PACK_CACHE_BYTES and len(self._pack_cache) > 1:
+                _, old = self._pack_cache.popitem(last=False)
+                self._pack_bytes -= sum(len(b) for b in old)
+        return out
+
     def get(self, oid: bytes, reader: Reader | None = None) -> tuple[int, bytes]:
         """``(kind, body)`` of one object. Raises MissingObject or IntegrityError."""
-        got = (reader or self.backend).get_many([oid])
+        got = self.get_many([oid], reader)
         if oid not in got:
             raise MissingObject(oid.hex())
-        s = got[oid]
-        return s.kind, self.verify(s)
+        return got[oid]
 
     def get_many(self, oids: Iterable[bytes], reader: Reader | None = None) -> dict[bytes, tuple[int, bytes]]:
-        """Verified ``oid -> (kind, body)`` for the ids found; missing ids are absent from the result."""
-        return {o: (s.kind, self.verify(s)) for o, s in (reader or self.backend).get_many(oids).items()}
+        """Verified ``oid -> (kind, body)`` for the ids found; missing ids are absent from the result.
+
+        A pack that vanished between reading a frame and reading the pack means gc repacked concurrently:
+        the frames are read once more."""
+        r = reader or self.backend
+        ids = list(oids)
+        for attempt in (0, 1):
+            try:
+                return {o: (s.kind, self.verify(s, r)) for o, s in r.get_many(ids).items()}
+            except MissingObject:
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
 
     def trees(self, oids: Iterable[bytes], reader: Reader | None = None) -> dict[bytes, tuple[int, Any]]:
         """Decoded trees ``oid -> (form, payload)`` (cached; callers must not mutate payloads).

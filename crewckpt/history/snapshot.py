@@ -32,17 +32,41 @@ import pyfastcdc
 from crewckpt.errors import DecodeError, IntegrityError
 from crewckpt.format import objects as ob
 
-INLINE_MAX = 256
+INLINE_MAX = 2048
 MAX_INLINE_DEPTH = 64
 STR_CDC_MIN = 16 * 1024
 CHUNK_ENTRIES = 64
-LEAF_BYTES = 1024
+LEAF_BYTES = 4096
 _MASK = CHUNK_ENTRIES // 2 - 1
 _FORCE_CUT = 8 * CHUNK_ENTRIES
 CACHE_BYTES = 96 * 1024 * 1024
 
 _PENDING = object()
 _SCALARS = (type(None), bool, float)
+
+
+def _map_hdr(n: int) -> bytes:
+    return bytes([0x80 | n]) if n < 16 else (b"\xde" + n.to_bytes(2, "big") if n < 65536 else b"\xdf" + n.to_bytes(4, "big"))
+
+
+def _arr_hdr(n: int) -> bytes:
+    return bytes([0x90 | n]) if n < 16 else (b"\xdc" + n.to_bytes(2, "big") if n < 65536 else b"\xdd" + n.to_bytes(4, "big"))
+
+
+def _ext(code: int, oid: bytes) -> bytes:
+    """msgpack ext 8 of a 32-byte id: the packed form of a link."""
+    return b"\xc7\x20" + bytes([code]) + oid
+
+
+def _tree_body(form: int, packed_payload: bytes) -> bytes:
+    """``msgpack([form, payload])`` from the payload's packed bytes (forms are positive fixints)."""
+    return b"\x92" + bytes([form]) + packed_payload
+
+
+def _as_link(rep: bytes) -> ob.Link | None:
+    if len(rep) == 35 and rep[:2] == b"\xc7\x20" and rep[2] in (ob.EXT_TREE, ob.EXT_BLOB_STR):
+        return ob.Link(rep[3:], ob.TREE if rep[2] == ob.EXT_TREE else ob.BLOB)
+    return None
 
 
 class _Cache:
@@ -87,13 +111,16 @@ class _Frame:
             self.keys = []
             self.vals = list(v)
         self.i = 0
-        self.out: list[Any] = []
+        self.out: list[bytes] = []
         self.key = key
         self.height = 0
 
 
 class Splitter:
     """Turns JSON values into objects for one writer; keeps the caches between checkpoints.
+
+    Representations are msgpack bytes: a finished child is either its inline encoding or a packed link, and a
+    parent's body is built by concatenating them, so an unchanged subtree is never encoded twice.
 
     ``put(kind, body) -> oid`` receives each object the split needs (new or not); the caller decides what is
     already stored. Cache entries made during a split are staged and kept only when :meth:`keep` is called
@@ -103,7 +130,9 @@ class Splitter:
     def __init__(self, cache_bytes: int = CACHE_BYTES) -> None:
         self._cache = _Cache(cache_bytes)
         self._strs = _Cache(cache_bytes // 4)
+        self._keys: dict[str, bytes] = {}
         self._staged: list[tuple[_Cache, Any, Any]] = []
+        self._local: dict[Any, Any] = {}  # this split's finished containers: identical subtrees repeat a lot
         self._put: Callable[[int, bytes], bytes] = lambda k, b: ob.object_id(k, b)
 
     def reset(self) -> None:
@@ -111,16 +140,19 @@ class Splitter:
         self._cache.clear()
         self._strs.clear()
         self._staged.clear()
+        self._local.clear()
 
     def keep(self) -> None:
         """The objects of the last split are stored: publish its staged cache entries."""
         for cache, k, v in self._staged:
             cache.put(k, v)
         self._staged.clear()
+        self._local.clear()
 
     def discard(self) -> None:
         """The last split's objects were not stored: drop its staged cache entries."""
         self._staged.clear()
+        self._local.clear()
 
     def split(self, doc: Any, put: Callable[[int, bytes], bytes]) -> ob.Link:
         """Split ``doc`` into objects via ``put``; returns the root link (a TREE, or a BLOB for a long string).
@@ -130,44 +162,54 @@ class Splitter:
         """
         self._put = put
         self._staged.clear()
+        self._local.clear()
         rep, _ = self._value(doc)
-        if isinstance(rep, msgpack.ExtType):
-            return ob.Link(rep.data, ob.TREE if rep.code == ob.EXT_TREE else ob.BLOB)
-        if isinstance(doc, dict):
-            body = ob.encode_tree(ob.OBJECT, rep)
-        elif isinstance(doc, (list, tuple)):
-            body = ob.encode_tree(ob.ARRAY, rep)
-        else:
-            body = ob.encode_tree(ob.VALUE, rep)
-        return ob.Link(put(ob.TREE, body), ob.TREE)
+        link = _as_link(rep)
+        if link is not None:
+            return link
+        form = ob.OBJECT if isinstance(doc, dict) else ob.ARRAY if isinstance(doc, (list, tuple)) else ob.VALUE
+        return ob.Link(put(ob.TREE, _tree_body(form, rep)), ob.TREE)
 
     # -- walking -------------------------------------------------------------------------------------------
 
-    def _value(self, root: Any) -> tuple[Any, int]:
-        stack: list[_Frame] = []
-        result: list[tuple[Any, int]] = []
+    def _scalar(self, v: Any) -> bytes:
+        return msgpack.packb(ob.pack_int(v) if isinstance(v, int) and not isinstance(v, bool) else v)
 
-        def enter(v: Any) -> tuple[Any, int] | object:
-            if isinstance(v, _SCALARS):
-                return v, 0
-            if isinstance(v, int):
-                return ob.pack_int(v), 0
+    def _key(self, k: str) -> bytes:
+        b = self._keys.get(k)
+        if b is None:
+            b = ob.packb(ob.pack_str(k))
+            if len(self._keys) < 100_000:
+                self._keys[k] = b
+        return b
+
+    def _value(self, root: Any) -> tuple[bytes, int]:
+        stack: list[_Frame] = []
+        result: list[tuple[bytes, int]] = []
+
+        def enter(v: Any, keyed: bool = True) -> tuple[bytes, int] | object:
+            if isinstance(v, (*_SCALARS, int)):
+                return self._scalar(v), 0
             if isinstance(v, str):
                 return self._str(v), 0
             if isinstance(v, (dict, list, tuple)):
-                try:
-                    key = msgpack.packb(v, use_bin_type=True)
-                except (ValueError, TypeError, OverflowError, UnicodeEncodeError):
-                    key = None  # deep, big ints, surrogates or not JSON: walk without the cache
+                key = None
+                # the root and big (chunked) containers change on nearly every checkpoint: packing them for a
+                # cache key would re-encode the whole run; their entries are keyed one by one instead
+                if keyed and len(v) <= CHUNK_ENTRIES:
+                    try:
+                        key = msgpack.packb(v, use_bin_type=True)
+                    except (ValueError, TypeError, OverflowError, UnicodeEncodeError):
+                        key = None  # deep, big ints, surrogates or not JSON: walk without the cache
                 if key is not None:
-                    hit = self._cache.get(key)
+                    hit = self._local.get(key) or self._cache.get(key)
                     if hit is not None:
                         return hit
                 stack.append(_Frame(v, key))
                 return _PENDING
             raise TypeError(f"value of type {type(v).__name__} is not JSON")
 
-        r = enter(root)
+        r = enter(root, keyed=False)
         if r is not _PENDING:
             return r  # type: ignore[return-value]
         while stack:
@@ -184,6 +226,7 @@ class Splitter:
             done = self._finish(f)
             if f.key is not None:
                 self._staged.append((self._cache, f.key, done))
+                self._local[f.key] = done
             if stack:
                 p = stack[-1]
                 p.out.append(done[0])
@@ -193,85 +236,85 @@ class Splitter:
                 result.append(done)
         return result[0]
 
-    def _str(self, s: str) -> Any:
+    def _str(self, s: str) -> bytes:
         if len(s) < INLINE_MAX // 4:
-            return ob.pack_str(s)
+            return ob.packb(ob.pack_str(s))
         hit = self._strs.get(s)
         if hit is not None:
-            return hit
+            return hit  # type: ignore[no-any-return]
         b = ob.str_bytes(s)
         if len(b) <= INLINE_MAX:
-            return ob.pack_str(s)
+            return ob.packb(ob.pack_str(s))
         if len(b) < STR_CDC_MIN:
-            rep = msgpack.ExtType(ob.EXT_BLOB_STR, self._put(ob.BLOB, b))
+            rep = _ext(ob.EXT_BLOB_STR, self._put(ob.BLOB, b))
         else:
-            links = [ob.Link(self._put(ob.BLOB, b[c.offset:c.offset + c.length]), ob.BLOB)
+            links = [_ext(ob.EXT_BLOB_STR, self._put(ob.BLOB, b[c.offset:c.offset + c.length]))
                      for c in pyfastcdc.cdc.fastcdc(b, 1024, 4096, 16384)]
             rep = self._link_tree(ob.STRING_CHUNKS, links)
         self._staged.append((self._strs, s, rep))
         return rep
 
-    def _finish(self, f: _Frame) -> tuple[Any, int]:
+    def _finish(self, f: _Frame) -> tuple[bytes, int]:
         n = len(f.out)
         if f.is_dict:
-            keys = [ob.pack_str(k) for k in f.keys]
+            keys = [self._key(k) for k in f.keys]
             if n > CHUNK_ENTRIES:
                 return self._chunked(ob.OBJECT, keys, f.out), 0
-            payload: Any = dict(zip(keys, f.out))
+            payload = _map_hdr(n) + b"".join(x for kv in zip(keys, f.out) for x in kv)
             form = ob.OBJECT
         else:
             if n > CHUNK_ENTRIES:
                 return self._chunked(ob.ARRAY, None, f.out), 0
-            payload = f.out
+            payload = _arr_hdr(n) + b"".join(f.out)
             form = ob.ARRAY
         height = f.height + 1
-        body = ob.encode_tree(form, payload)
-        if len(body) > INLINE_MAX or height > MAX_INLINE_DEPTH:
-            return msgpack.ExtType(ob.EXT_TREE, self._put(ob.TREE, body)), 0
+        if len(payload) + 2 > INLINE_MAX or height > MAX_INLINE_DEPTH:
+            return _ext(ob.EXT_TREE, self._put(ob.TREE, _tree_body(form, payload))), 0
         return payload, height
 
-    def _chunked(self, form: int, keys: list[Any] | None, vals: list[Any]) -> msgpack.ExtType:
+    def _chunked(self, form: int, keys: list[bytes] | None, vals: list[bytes]) -> bytes:
         """Cut entries at content-defined boundaries into leaf trees, then the link list likewise.
 
-        An entry ends a leaf when ``crc32(its key, or its encoded value for arrays) < 2**32 * size /
+        An entry ends a leaf when ``crc32(its packed key, or its packed value for arrays) < 2**32 * size /
         LEAF_BYTES`` (``size``: the entry's encoded bytes): leaves average ~LEAF_BYTES whatever the entry
         size, and a boundary depends only on its own entry, so edits stay local.
         """
-        links: list[ob.Link] = []
+        links: list[bytes] = []
         start = 0
         last = len(vals) - 1
         for i in range(len(vals)):
-            v = vals[i]
-            vb = v.data if isinstance(v, msgpack.ExtType) else ob.packb(v)
+            vb = vals[i]
             if keys is not None:
-                k = keys[i]
-                kb = k.encode("utf-8") if isinstance(k, str) else k.data
+                kb = keys[i]
                 h, size = zlib.crc32(kb), len(kb) + len(vb)
             else:
                 h, size = zlib.crc32(vb), len(vb)
             if h < (size << 32) // LEAF_BYTES or i - start + 1 >= _FORCE_CUT or i == last:
                 if keys is not None:
-                    body = ob.encode_tree(ob.OBJECT, dict(zip(keys[start:i + 1], vals[start:i + 1])))
+                    payload = _map_hdr(i + 1 - start) + b"".join(
+                        x for kv in zip(keys[start:i + 1], vals[start:i + 1]) for x in kv)
+                    body = _tree_body(ob.OBJECT, payload)
                 else:
-                    body = ob.encode_tree(ob.ARRAY, vals[start:i + 1])
-                links.append(ob.Link(self._put(ob.TREE, body), ob.TREE))
+                    body = _tree_body(ob.ARRAY, _arr_hdr(i + 1 - start) + b"".join(vals[start:i + 1]))
+                links.append(_ext(ob.EXT_TREE, self._put(ob.TREE, body)))
                 start = i + 1
         return self._link_tree(ob.OBJECT_CHUNKS if form == ob.OBJECT else ob.ARRAY_CHUNKS, links)
 
-    def _link_tree(self, form: int, links: list[ob.Link]) -> msgpack.ExtType:
-        """Store a chunk-list tree; lists longer than CHUNK_ENTRIES get another level (boundaries by id)."""
+    def _link_tree(self, form: int, links: list[bytes]) -> bytes:
+        """Store a chunk-list tree of packed links; lists longer than CHUNK_ENTRIES get another level
+        (boundaries picked by the child ids)."""
         while len(links) > CHUNK_ENTRIES:
-            upper: list[ob.Link] = []
+            upper: list[bytes] = []
             start = 0
             for i, ln in enumerate(links):
-                if (ln.oid[0] & _MASK) == 0 or i - start + 1 >= _FORCE_CUT or i == len(links) - 1:
-                    body = ob.encode_tree(form, [x.ext() for x in links[start:i + 1]])
-                    upper.append(ob.Link(self._put(ob.TREE, body), ob.TREE))
+                if (ln[3] & _MASK) == 0 or i - start + 1 >= _FORCE_CUT or i == len(links) - 1:
+                    body = _tree_body(form, _arr_hdr(i + 1 - start) + b"".join(links[start:i + 1]))
+                    upper.append(_ext(ob.EXT_TREE, self._put(ob.TREE, body)))
                     start = i + 1
             links = upper
         if len(links) == 1 and form != ob.STRING_CHUNKS:
-            return links[0].ext()
-        return msgpack.ExtType(ob.EXT_TREE, self._put(ob.TREE, ob.encode_tree(form, [x.ext() for x in links])))
+            return links[0]
+        return _ext(ob.EXT_TREE, self._put(ob.TREE, _tree_body(form, _arr_hdr(len(links)) + b"".join(links))))
 
 
 # -- assembling --------------------------------------------------------------------------------------------

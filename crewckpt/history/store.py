@@ -34,6 +34,7 @@ from crewckpt.history.summary import json_size, summarize
 DEFAULT_DIR = ".ckpt"
 ENV_VAR = "CKPT_STORE"
 _EPOCH = "gc_epoch"
+LOOSE_MIN = 1 << 20  # bytes: bodies larger than this are stored loose, not packed
 
 
 class Store:
@@ -158,7 +159,7 @@ class Store:
                     return oid
 
                 root = self._splitter.split(doc, put)
-                frames = [self.objects.frame(k, b) for k, b in pending.values()]
+                frames = self._frames(pending)
                 try:
                     cid = self._land(frames, root, ref, rref, branch, run, parent_ids, trigger, summary,
                                      meta_json, alias, time_ns)
@@ -175,6 +176,19 @@ class Store:
                 self._known.update(pending)
                 return cid.hex()
         raise CkptError("commit kept racing with gc; retry")
+
+    def _frames(self, pending: dict[bytes, tuple[int, bytes]]) -> list[Any]:
+        """A checkpoint's new objects go into one pack; big blobs stay loose (objects_format.md, 'Packs')."""
+        small = [(o, k, b) for o, (k, b) in pending.items() if len(b) <= LOOSE_MIN]
+        big = [self.objects.frame(k, b) for o, (k, b) in pending.items() if len(b) > LOOSE_MIN]
+        if len(small) < 2:
+            return big + [self.objects.frame(k, b) for _, k, b in small]
+        return big + self.objects.pack(small)
+
+    def lookup_alias(self, alias: str) -> str | None:
+        """The 64-hex commit id a foreign id (CrewAI checkpoint id) names, or None. No revision parsing."""
+        a = self.backend.alias_get(alias)
+        return a.hex() if a else None
 
     @property
     def _default_run(self) -> str:
@@ -465,7 +479,7 @@ class Store:
         """Train a zstd dictionary from existing tree objects and use it for new writes; returns its id, or
         None when there are too few samples. Old frames keep their codec (ids never change)."""
         from crewckpt.format.frame import train_dictionary
-        ids = [oid for oid, kind, _ in self.backend.iter_objects() if kind == ob.TREE][:samples]
+        ids = [m.oid for m in self.backend.iter_objects() if m.kind == ob.TREE][:samples]
         if len(ids) < 100:
             return None
         bodies = [body for _, (_, body) in self.objects.get_many(ids).items()]
