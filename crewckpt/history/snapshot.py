@@ -96,10 +96,46 @@ class _Cache:
         self.size = 0
 
 
-class _Frame:
-    __slots__ = ("is_dict", "keys", "vals", "i", "out", "key", "height")
+class Frozen:
+    """An immutable JSON value inside a document passed to ``Store.commit`` (the caller promises never to
+    mutate ``value``). The first split computes its representation and remembers it on this object, tagged
+    with the splitter's generation; later checkpoints reuse it in O(1): no packing, walking or hashing.
+    That keeps a checkpoint's cost flat when most of the document (CrewAI's event record) never changes.
 
-    def __init__(self, v: dict[str, Any] | list[Any] | tuple[Any, ...], key: bytes | None) -> None:
+    Args:
+        value: any JSON value.
+        json_bytes: its compact JSON encoding, if the caller has it (saves dumping it to size the commit).
+    """
+
+    __slots__ = ("value", "json_bytes", "_rep", "_token")
+
+    def __init__(self, value: Any, json_bytes: bytes | None = None) -> None:
+        self.value = value
+        self.json_bytes = json_bytes
+        self._rep: tuple[bytes, int] | None = None
+        self._token: object = None
+
+    def __repr__(self) -> str:
+        return f"Frozen({self.value!r})"
+
+
+def thaw(v: Any) -> Any:
+    """``v`` with every :class:`Frozen` replaced by its value (shallow where no Frozen occurs)."""
+    if isinstance(v, Frozen):
+        return thaw(v.value)
+    if isinstance(v, dict):
+        return {k: thaw(x) for k, x in v.items()} if any(isinstance(x, (Frozen, dict, list)) for x in v.values()) else v
+    if isinstance(v, list):
+        return [thaw(x) for x in v]
+    return v
+
+
+class _Frame:
+    __slots__ = ("is_dict", "keys", "vals", "i", "out", "key", "height", "frozen")
+
+    def __init__(self, v: dict[str, Any] | list[Any] | tuple[Any, ...], key: bytes | None,
+                 frozen: Frozen | None = None) -> None:
+        self.frozen = frozen
         self.is_dict = isinstance(v, dict)
         if self.is_dict:
             for k in v:  # type: ignore[union-attr]
@@ -131,12 +167,14 @@ class Splitter:
         self._cache = _Cache(cache_bytes)
         self._strs = _Cache(cache_bytes // 4)
         self._keys: dict[str, bytes] = {}
-        self._staged: list[tuple[_Cache, Any, Any]] = []
+        self._staged: list[tuple[_Cache | None, Any, Any]] = []
         self._local: dict[Any, Any] = {}  # this split's finished containers: identical subtrees repeat a lot
         self._put: Callable[[int, bytes], bytes] = lambda k, b: ob.object_id(k, b)
+        self._token = object()  # generation tag for Frozen representations
 
     def reset(self) -> None:
         """Forget every cached representation (after a gc epoch change: objects may be gone)."""
+        self._token = object()
         self._cache.clear()
         self._strs.clear()
         self._staged.clear()
@@ -145,7 +183,10 @@ class Splitter:
     def keep(self) -> None:
         """The objects of the last split are stored: publish its staged cache entries."""
         for cache, k, v in self._staged:
-            cache.put(k, v)
+            if isinstance(k, Frozen):
+                k._rep, k._token = v, self._token
+            else:
+                cache.put(k, v)
         self._staged.clear()
         self._local.clear()
 
@@ -167,7 +208,8 @@ class Splitter:
         link = _as_link(rep)
         if link is not None:
             return link
-        form = ob.OBJECT if isinstance(doc, dict) else ob.ARRAY if isinstance(doc, (list, tuple)) else ob.VALUE
+        inner = doc.value if isinstance(doc, Frozen) else doc
+        form = ob.OBJECT if isinstance(inner, dict) else ob.ARRAY if isinstance(inner, (list, tuple)) else ob.VALUE
         return ob.Link(put(ob.TREE, _tree_body(form, rep)), ob.TREE)
 
     # -- walking -------------------------------------------------------------------------------------------
@@ -192,6 +234,16 @@ class Splitter:
                 return self._scalar(v), 0
             if isinstance(v, str):
                 return self._str(v), 0
+            if isinstance(v, Frozen):
+                if v._token is self._token and v._rep is not None:
+                    return v._rep
+                inner = v.value
+                if not isinstance(inner, (dict, list, tuple)):
+                    rep = enter(inner)
+                    self._staged.append((None, v, rep))  # type: ignore[arg-type]
+                    return rep
+                stack.append(_Frame(inner, None, v))
+                return _PENDING
             if isinstance(v, (dict, list, tuple)):
                 key = None
                 # the root and big (chunked) containers change on nearly every checkpoint: packing them for a
@@ -227,6 +279,8 @@ class Splitter:
             if f.key is not None:
                 self._staged.append((self._cache, f.key, done))
                 self._local[f.key] = done
+            if f.frozen is not None:
+                self._staged.append((None, f.frozen, done))  # type: ignore[arg-type]
             if stack:
                 p = stack[-1]
                 p.out.append(done[0])

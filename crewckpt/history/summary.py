@@ -12,14 +12,23 @@ from typing import Any
 import orjson
 
 from crewckpt.format.objects import Summary
+from crewckpt.history.snapshot import Frozen, thaw
+
+
+def _fragment(v: Any) -> Any:
+    if isinstance(v, Frozen):
+        return orjson.Fragment(v.json_bytes) if v.json_bytes is not None else v.value
+    raise TypeError(f"value of type {type(v).__name__} is not JSON")
 
 
 def json_size(doc: Any) -> int:
-    """Bytes of ``doc`` as compact UTF-8 JSON (the 'logical' size)."""
+    """Bytes of ``doc`` as compact UTF-8 JSON (the 'logical' size); a :class:`Frozen` with ``json_bytes``
+    counts those bytes without being dumped again."""
     try:
-        return len(orjson.dumps(doc))
+        return len(orjson.dumps(doc, default=_fragment))
     except (TypeError, orjson.JSONEncodeError):  # big ints, lone surrogates, non-str keys
-        return len(json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        return len(json.dumps(thaw(doc), separators=(",", ":"), ensure_ascii=False)
+                   .encode("utf-8", "surrogatepass"))
 
 
 def entity_name(e: dict[str, Any]) -> str:
@@ -34,22 +43,30 @@ def entity_name(e: dict[str, Any]) -> str:
 def summarize(doc: Any, logical_bytes: int | None = None) -> Summary:
     """Summary of one checkpoint document (see module docstring); ``logical_bytes`` if already known."""
     size = json_size(doc) if logical_bytes is None else logical_bytes
+    doc = doc.value if isinstance(doc, Frozen) else doc
     if not isinstance(doc, dict):
         return Summary(logical_bytes=size)
     entities: list[tuple[str, str]] = []
     done = total = 0
     ents = doc.get("entities")
+    ents = ents.value if isinstance(ents, Frozen) else ents
     if isinstance(ents, list):
         for e in ents:
+            e = e.value if isinstance(e, Frozen) else e
             if not isinstance(e, dict) or not isinstance(e.get("entity_type"), str):
                 continue
             entities.append((e["entity_type"], entity_name(e)))
             tasks = e.get("tasks")
+            tasks = tasks.value if isinstance(tasks, Frozen) else tasks
             if isinstance(tasks, list):
                 total += len(tasks)
+                tasks = [t.value if isinstance(t, Frozen) else t for t in tasks]
                 done += sum(1 for t in tasks if isinstance(t, dict) and t.get("output") is not None)
     events = 0
     rec = doc.get("event_record")
-    if isinstance(rec, dict) and isinstance(rec.get("nodes"), dict):
-        events = len(rec["nodes"])
+    rec = rec.value if isinstance(rec, Frozen) else rec
+    nodes = rec.get("nodes") if isinstance(rec, dict) else None
+    nodes = nodes.value if isinstance(nodes, Frozen) else nodes
+    if isinstance(nodes, dict):
+        events = len(nodes)
     return Summary(tuple(entities), done, total, events, size)
