@@ -145,9 +145,9 @@ def view_entry(store: Store, info: CommitInfo, namer: _Namer | None = None, *,
     if strip_prefix and branch.startswith(strip_prefix) and len(branch) > len(strip_prefix):
         branch = branch[len(strip_prefix):]
     doc = store.read(info.id)
-    if native is not None:
-        doc = crewai_native(doc, *native)
     text = layout.render_json(doc, crewai.get("json_style"))
+    if native is not None and '"crewckpt"' in text:  # cheap test first: CrewAI's own checkpoints skip the walk
+        text = layout.render_json(crewai_native(doc, *native), crewai.get("json_style"))
     created = crewai.get("created_at") or layout.ns_to_ts(info.time_ns)
     return ViewEntry(namer.of_info(info), parent_id, branch, text, created, info.time_ns)
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from crewckpt.errors import BadRefName
+from crewckpt.errors import BadRefName, CkptError
 from crewckpt.history import refnames
 from crewckpt.views import layout
 from crewckpt.views.reader import (
@@ -274,12 +274,30 @@ def _lineage_order(entries: dict[str, tuple[CheckpointRecord, tuple[str, int, st
 
 
 def lookup_alias(store: Store, alias: str) -> str | None:
-    """The commit id a CrewAI checkpoint id names in ``store``, or None (exact match only)."""
+    """The commit a CrewAI checkpoint id names in ``store``, or None.
+
+    Exact alias first; else, for an id of the shape export gives commits without an alias
+    (``<UTC second>_<8 hex of the commit id>``), the commit with that id prefix and that second, so a view
+    exported from the store (and checkpoints CrewAI wrote on top of it) import back onto the same commits.
+    """
     fn = getattr(store, "lookup_alias", None)
     if fn is not None:
-        return fn(alias)  # type: ignore[no-any-return]
-    raw = store.backend.alias_get(alias)
-    return raw.hex() if raw else None
+        found = fn(alias)
+    else:
+        raw = store.backend.alias_get(alias)
+        found = raw.hex() if raw else None
+    if found is not None:
+        return found  # type: ignore[no-any-return]
+    m = layout.CHECKPOINT_ID_RE.fullmatch(alias)
+    if m is None:
+        return None
+    try:
+        info = store.info(m.group(2))
+    except CkptError:
+        return None
+    if info.id.startswith(m.group(2)) and layout.ns_to_ts(info.time_ns) == m.group(1) and info.alias is None:
+        return info.id
+    return None
 
 
 class _progress_reporter:

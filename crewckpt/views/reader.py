@@ -143,7 +143,9 @@ def _parse_text(text: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        why = "truncated JSON" if exc.pos >= len(text.rstrip()) else "invalid JSON"
+        end = text.rstrip()
+        cut = exc.pos >= len(end) or exc.msg.startswith("Unterminated string") or not end.endswith(("}", "]"))
+        why = "truncated JSON" if cut else "invalid JSON"
         raise DamagedCheckpoint(f"{why}: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
 
 
