@@ -14,7 +14,9 @@ from crewckpt.history.diff import SCHEMA, diff_documents, task_status
 from crewckpt.history.diff_render import human_bytes, plain_text, render_full, render_stat
 from crewckpt.history.jsonpath import JsonPathError, format_path, get_path, parse_path
 
-FIXTURES = "/work/shared/fixtures/crewai-1.15.30"
+from crewai_fixtures import FIXTURES as _FIXTURES_PATH  # vendored copy
+
+FIXTURES = str(_FIXTURES_PATH)
 
 
 def _load(pattern: str) -> list[dict]:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from crewckpt.views.jsonb import MAX_DEPTH, JsonbError, jsonb_to_text, jsonb_to_value, looks_like_jsonb
 
-FIXTURES = Path("/work/shared/fixtures/crewai-1.15.30")
+from crewai_fixtures import FIXTURES  # vendored copy of the CrewAI 1.15.30 fixtures
 try:  # apsw ships its own SQLite (>= 3.45 has jsonb); the oracle tests need it
     import apsw  # type: ignore[no-redef]
 except ImportError:  # pragma: no cover
