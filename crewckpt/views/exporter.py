@@ -327,9 +327,11 @@ class LiveViewExporter:
         namer = _Namer(store)
         entries = []
         for cid in ids:
-            info = store.info(cid)
-            entries.append(view_entry(store, info, namer, strip_prefix=self.strip_prefix,
-                                      native=(self.fmt, self.dest)))
+            try:
+                entries.append(view_entry(store, store.info(cid), namer, strip_prefix=self.strip_prefix,
+                                          native=(self.fmt, self.dest)))
+            except Exception as exc:  # noqa: BLE001 - one bad commit must not hold back the others
+                self._fail(exc)
         problems: list[Problem] = []
         out = write_entries(self.dest, self.fmt, entries, problems)
         for p in problems:
