@@ -28,6 +28,8 @@ import json
 import re
 from typing import Any
 
+from crewckpt.errors import CkptError
+
 __all__ = ["JsonbError", "jsonb_to_text", "jsonb_to_value", "looks_like_jsonb", "MAX_DEPTH"]
 
 MAX_DEPTH = 1000
@@ -47,8 +49,9 @@ _NEEDS_ESCAPE_RE = re.compile(r'["\\\x00-\x1f]')
 _SHORT_ESCAPES = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
 
 
-class JsonbError(ValueError):
-    """A BLOB is not well-formed JSONB. ``offset`` is the byte where the problem was found."""
+class JsonbError(CkptError, ValueError):
+    """A BLOB is not well-formed JSONB. ``offset`` is the byte where the problem was found; ``reason`` says
+    what is wrong in a few words."""
 
     def __init__(self, offset: int, reason: str) -> None:
         super().__init__(f"malformed JSONB at byte {offset}: {reason}")
