@@ -51,7 +51,9 @@ def build_store(path: Path, commits: int) -> None:
             if run % 10 == 9 and k == 12:  # fork this run here onto its own branch
                 branch = f"fork/run-{run}"
                 store.create_branch(branch, parent[0])
-            cid = store.commit(doc, branch=branch, parents=parent, run_id=f"run-{run}", trigger=doc.get("trigger"))
+            cid = store.commit(
+                doc, branch=branch, parents=parent, run_id=f"run-{run}", trigger=doc.get("trigger")
+            )
             parent = [cid]
             written += 1
         run += 1
@@ -105,7 +107,9 @@ def main() -> None:
     env_note = f"python {sys.version.split()[0]}, {os.cpu_count()} cpu"
     lines = [f"ckpt on {opts.commits} commits ({env_note}); seconds, best / median of {opts.repeat}"]
     baseline = time_process([sys.executable, "-c", "pass"], opts.repeat)
-    lines.append(f"  {'python -c pass (start-up only)':<34} {min(baseline):.3f} / {statistics.median(baseline):.3f}")
+    lines.append(
+        f"  {'python -c pass (start-up only)':<34} {min(baseline):.3f} / {statistics.median(baseline):.3f}"
+    )
     verdicts = []
     for args, gated in (
         (["list"], True),

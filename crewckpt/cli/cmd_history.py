@@ -70,12 +70,14 @@ def log(
     store = app.store()
     if branch:
         rev = branch
+    head = _try_resolve(store, "HEAD")  # once: resolving HEAD scans the commit index
+    if rev in ("HEAD", "latest") and head is not None:
+        rev = head
     commits = _log_commits(store, rev, all_, limit)
     if as_json:
         emit_ndjson(_log_record(c) for c in commits)
         return
     tips = _tips_by_id(store)
-    head = _try_resolve(store, "HEAD")
     shorts = short_ids([c.id for c in commits] + [p for c in commits for p in getattr(c, "parents", [])])
     rows: Iterable[Any]
     if graph:
@@ -202,7 +204,8 @@ def list_(path: str | None, branch: str | None, as_json: bool) -> None:
     store = app.store()
     if branch is not None:
         store.resolve(branch)  # unknown branch -> UnknownRevision with the names available
-    commits = sorted(store.list(branch), key=lambda c: c.seq, reverse=True)
+    commits = store.list(branch)  # write order (seq): reversed, newest first
+    commits.reverse()
     if as_json:
         emit_ndjson(commit_json(c) for c in commits)
         return
@@ -220,7 +223,7 @@ def list_(path: str | None, branch: str | None, as_json: bool) -> None:
                 (shorts[c.id].ljust(width) + "  ", "yellow"),
                 ((c.branch or "-").ljust(bwidth) + "  ", "cyan"),
                 ((c.trigger or "manual").ljust(twidth) + "  ", None),
-                (entity_summary(summary_fields(c)), None),
+                (entity_summary(c.summary), None),
             ]
         )
 
@@ -337,7 +340,7 @@ def show(rev: str, json_path: str | None, raw: bool, as_json: bool) -> None:
         click.echo(value)
         return
     text = orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
-    if app.out.is_terminal and not app.out.no_color and len(text) < 2_000_000:
+    if app.color and len(text) < 2_000_000:
         from rich.syntax import Syntax
 
         app.out.print(Syntax(text, "json", background_color="default", word_wrap=False), soft_wrap=True)

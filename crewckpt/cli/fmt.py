@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import itertools
+import functools
 import re
 from collections.abc import Iterable
 from datetime import datetime
@@ -15,25 +15,26 @@ _UNIT_S = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 *
 
 
 def short_ids(ids: Iterable[str], minimum: int = SHORT_ID_MIN) -> dict[str, str]:
-    """Shortest prefixes (at least ``minimum`` hex digits) that tell the given ids apart.
+    """The shortest common length (at least ``minimum`` hex digits) at which the given ids differ.
 
-    Like git's abbreviations, unique among the ids given: pass every id in the store when the output
-    lists them all. Returns {full id: short id}.
+    One length for all, so columns line up; unique among the ids given: pass every id in the store when
+    the output lists them all. Returns {full id: short id}.
     """
-    ordered = sorted(set(ids))
-    length = {i: minimum for i in ordered}
-    for a, b in itertools.pairwise(ordered):
-        common = 0
-        while common < min(len(a), len(b)) and a[common] == b[common]:
-            common += 1
-        length[a] = max(length[a], common + 1)
-        length[b] = max(length[b], common + 1)
-    return {i: i[: length[i]] for i in ordered}
+    unique = set(ids)
+    length = minimum
+    while length < 64 and len({i[:length] for i in unique}) < len(unique):
+        length += 1
+    return {i: i[:length] for i in unique}
+
+
+@functools.lru_cache(maxsize=4096)
+def _local_second(second: int) -> str:
+    return datetime.fromtimestamp(second).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def local_time(time_ns: int) -> str:
-    """``2026-11-29 23:42:23`` in the local time zone, for human output."""
-    return datetime.fromtimestamp(time_ns / 1e9).strftime("%Y-%m-%d %H:%M:%S")
+    """``2026-11-29 23:42:23`` in the local time zone, for human output (checkpoints share seconds: cached)."""
+    return _local_second(time_ns // 1_000_000_000)
 
 
 def parse_duration_ns(text: str) -> int:
@@ -54,43 +55,53 @@ def summary_fields_of(summary: Any) -> dict[str, Any]:
     """A Summary (crewckpt.format.objects.Summary, or a dict of its fields) as a plain dict; see above."""
     if summary is None:
         return {"entities": [], "tasks_done": 0, "tasks_total": 0, "event_count": 0, "logical_bytes": 0}
-    get = summary.get if isinstance(summary, dict) else lambda k, d=None: getattr(summary, k, d)
-    entities = []
-    for entity in get("entities", None) or []:
-        if isinstance(entity, dict):
-            entities.append({"type": entity.get("type"), "name": entity.get("name")})
-        else:
-            kind, name = (list(entity) + [None, None])[:2]
-            entities.append({"type": kind, "name": name})
+    if isinstance(summary, dict):
+        entities = summary.get("entities") or []
+        fields = summary
+    else:
+        entities = summary.entities
+        fields = {
+            k: getattr(summary, k) for k in ("tasks_done", "tasks_total", "event_count", "logical_bytes")
+        }
     return {
-        "entities": entities,
-        "tasks_done": int(get("tasks_done", 0) or 0),
-        "tasks_total": int(get("tasks_total", 0) or 0),
-        "event_count": int(get("event_count", 0) or 0),
-        "logical_bytes": int(get("logical_bytes", 0) or 0),
+        "entities": [
+            {"type": e.get("type"), "name": e.get("name")}
+            if isinstance(e, dict)
+            else {"type": e[0], "name": e[1]}
+            for e in entities
+        ],
+        "tasks_done": int(fields.get("tasks_done") or 0),
+        "tasks_total": int(fields.get("tasks_total") or 0),
+        "event_count": int(fields.get("event_count") or 0),
+        "logical_bytes": int(fields.get("logical_bytes") or 0),
     }
 
 
-def entity_summary(summary: dict[str, Any]) -> str:
+def entity_summary(summary: Any) -> str:
     """``crew:research [3/6 tasks]``: the first entity, its task progress, then other named entities.
 
+    ``summary``: a commit's Summary (crewckpt.format.objects.Summary) or the dict of summary_fields.
     Unnamed entities (CrewAI's per-agent executor flows inside a crew) are left out.
     """
-    entities = summary["entities"]
-    if not entities:
+    if isinstance(summary, dict):
+        pairs = [(e["type"], e["name"]) for e in summary["entities"]]
+        done, total = summary["tasks_done"], summary["tasks_total"]
+    else:
+        pairs, done, total = summary.entities, summary.tasks_done, summary.tasks_total
+    if not pairs:
         return "-"
-    first = entities[0]
-    text = _entity(first)
-    if summary["tasks_total"]:
-        text += f" [{summary['tasks_done']}/{summary['tasks_total']} tasks]"
-    others = [_entity(e) for e in entities[1:] if e.get("name")]
+    text = _entity(pairs[0])
+    if total:
+        text += f" [{done}/{total} tasks]"
+    others = [_entity(e) for e in pairs[1:] if e[1]]
     if others:
         text += ", " + ", ".join(others[:2]) + (f" +{len(others) - 2}" if len(others) > 2 else "")
     return text
 
 
-def _entity(entity: dict[str, Any]) -> str:
-    return f"{entity['type']}:{entity['name']}" if entity.get("name") else str(entity["type"])
+def _entity(pair: Any) -> str:
+    kind, name = pair
+    return f"{kind}:{name}" if name else str(kind)
 
 
 def commit_json(info: Any, *, branches_at: list[str] | None = None) -> dict[str, Any]:

@@ -187,3 +187,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 __all__ = ["UsageProblem", "cli", "describe_error", "launch_tui", "main"]
+
+
+if __name__ == "__main__":  # python -m crewckpt.cli.main
+    main()
