@@ -202,3 +202,13 @@ def test_on_disk_store_and_progress_callback(fixtures: Path, tmp_path: Path) -> 
     assert import_crewai(reopened, fixtures / "crew_json_star", progress=False).imported == []
     assert reopened.info("20261129T234227_0d859366").alias == "20261129T234227_0d859366"
     reopened.close()
+
+
+def test_store_methods(fixtures: Path, tmp_path: Path) -> None:
+    if not hasattr(Store, "import_crewai"):
+        pytest.skip("Store.import_crewai not added yet (docs/TEAM.md, 'Requests to the store')")
+    store = Store.memory()
+    report = store.import_crewai(fixtures / "flow_json", branch_prefix="crewai/")
+    assert len(report.imported) == 5 and set(report.branches) == {"crewai/main", "crewai/experiment-1"}
+    out = store.export_crewai(tmp_path / "v.db", "sqlite", branch="crewai/main", strip_prefix="crewai/")
+    assert len(out.outcome.written) == 3
