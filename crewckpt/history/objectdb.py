@@ -83,7 +83,10 @@ class ObjectDB:
 
     def _unpack(self, stored: StoredObject, reader: Reader | None) -> bytes:
         key, off, ln = parse_packed(stored.frame)
-        packs = self._packs(key, reader)
+        try:
+            packs = self._packs(key, reader)
+        except IntegrityError as e:
+            raise IntegrityError(stored.oid.hex(), f"its pack {e.oid} is corrupt") from None
         if not packs:
             raise MissingObject(key.hex())
         for body in packs:
