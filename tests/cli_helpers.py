@@ -9,11 +9,11 @@ from pathlib import Path
 
 import orjson
 from click.testing import CliRunner, Result
+from crewai_fixtures import FIXTURES  # vendored real CrewAI 1.15.30 checkpoints (read-only)
 
 from crewckpt.cli.main import cli
 from crewckpt.history.store import Store
 
-from crewai_fixtures import FIXTURES  # vendored copy of the CrewAI 1.15.30 fixtures
 MAIN_RUN = ["9e065638", "b6baebfb", "04befffc", "8465e992"]  # crew_restore_src/main, first run, in lineage
 ALT_RUN = ["31cc0c7b", "cf0ef2d2"]  # crew_restore_src/alt, forked from b6baebfb
 

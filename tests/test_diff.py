@@ -5,22 +5,17 @@ from __future__ import annotations
 import copy
 import glob
 import json
-import os
 
 import orjson
 import pytest
+from crewai_fixtures import FIXTURES  # vendored real CrewAI 1.15.30 checkpoints (read-only)
 
 from crewckpt.history.diff import SCHEMA, diff_documents, task_status
 from crewckpt.history.diff_render import human_bytes, plain_text, render_full, render_stat
 from crewckpt.history.jsonpath import JsonPathError, format_path, get_path, parse_path
 
-from crewai_fixtures import FIXTURES as _FIXTURES_PATH  # vendored copy
-
-FIXTURES = str(_FIXTURES_PATH)
-
-
 def _load(pattern: str) -> list[dict]:
-    paths = sorted(glob.glob(os.path.join(FIXTURES, pattern)))
+    paths = sorted(glob.glob(str(FIXTURES / pattern)))
     assert paths, pattern
     return [orjson.loads(open(p, "rb").read()) for p in paths]
 
