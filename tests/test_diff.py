@@ -14,6 +14,7 @@ from crewckpt.history.diff import SCHEMA, diff_documents, task_status
 from crewckpt.history.diff_render import human_bytes, plain_text, render_full, render_stat
 from crewckpt.history.jsonpath import JsonPathError, format_path, get_path, parse_path
 
+
 def _load(pattern: str) -> list[dict]:
     paths = sorted(glob.glob(str(FIXTURES / pattern)))
     assert paths, pattern
