@@ -126,45 +126,67 @@ def jsonb_to_value(blob: bytes) -> Any:
     Raises:
         JsonbError: as :func:`jsonb_to_text`.
     """
-    buf = memoryview(blob) if not isinstance(blob, memoryview) else blob
-    # Each frame: [payload end, container, pending label or _NO_LABEL]
+    buf = bytes(blob)
+    # Each frame: [payload end, container, is object, pending label or _NO_LABEL]
     stack: list[list[Any]] = []
     i, n = 0, len(buf)
     value: Any = None
+    frame: list[Any] | None = None
+    no_label = _NO_LABEL
+    needs_escape = _NEEDS_ESCAPE_RE.search
     while True:
-        if stack and i == stack[-1][0]:
-            frame = stack.pop()
-            if frame[2] is not _NO_LABEL:
+        if frame is not None and i == frame[0]:
+            if frame[3] is not no_label:
                 raise JsonbError(i, "object label without a value")
             value = frame[1]
+            stack.pop()
+            frame = stack[-1] if stack else None
         else:
-            limit = stack[-1][0] if stack else n
-            etype, start, end = _header(buf, i, limit)
-            if etype == ARRAY or etype == OBJECT:
+            limit = frame[0] if frame is not None else n
+            # Inline fast path for the common headers (1-3 bytes); _header handles the rest and errors.
+            first = buf[i] if i < limit else -1
+            x = first >> 4
+            if 0 <= x <= 11:
+                etype, start, end = first & 0x0F, i + 1, i + 1 + x
+            elif x == 12 and i + 2 <= limit:
+                etype, start, end = first & 0x0F, i + 2, i + 2 + buf[i + 1]
+            elif x == 13 and i + 3 <= limit:
+                etype, start, end = first & 0x0F, i + 3, i + 3 + (buf[i + 1] << 8 | buf[i + 2])
+            else:
+                etype, start, end = _header(buf, i, limit)
+            if end > limit or etype > OBJECT:
+                etype, start, end = _header(buf, i, limit)  # raises the precise error
+            expecting_label = frame is not None and frame[2] and frame[3] is no_label
+            if etype >= ARRAY:
+                if expecting_label:
+                    raise JsonbError(i, f"object label of type {etype}, not text")
                 if len(stack) >= MAX_DEPTH:
                     raise JsonbError(i, f"nested deeper than {MAX_DEPTH}")
-                frame = [end, {} if etype == OBJECT else [], _NO_LABEL]
-                if stack and isinstance(stack[-1][1], dict) and stack[-1][2] is _NO_LABEL:
-                    raise JsonbError(i, f"object label of type {etype}, not text")
+                frame = [end, {} if etype == OBJECT else [], etype == OBJECT, no_label]
                 stack.append(frame)
                 i = start
                 continue
-            if stack and isinstance(stack[-1][1], dict) and stack[-1][2] is _NO_LABEL:
-                if etype not in _TEXT_TYPES:
+            if etype == TEXT:
+                try:
+                    value = buf[start:end].decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise JsonbError(start + exc.start, "payload is not valid UTF-8") from None
+                if needs_escape(value):
+                    raise JsonbError(i, "TEXT element holds a character that needs escaping")
+            else:
+                if expecting_label and etype not in _TEXT_TYPES:
                     raise JsonbError(i, f"object label of type {etype}, not text")
-            value = _scalar_value(etype, buf, i, start, end)
+                value = _scalar_value(etype, buf, i, start, end)
             i = end
-        if not stack:
+        if frame is None:
             break
-        frame = stack[-1]
-        container = frame[1]
-        if isinstance(container, list):
-            container.append(value)
-        elif frame[2] is _NO_LABEL:
-            frame[2] = value
+        if not frame[2]:
+            frame[1].append(value)
+        elif frame[3] is no_label:
+            frame[3] = value
         else:
-            container[frame[2]] = value
-            frame[2] = _NO_LABEL
+            frame[1][frame[3]] = value
+            frame[3] = no_label
     if i != n:
         raise JsonbError(i, f"{n - i} trailing bytes after the element")
     return value
