@@ -35,7 +35,10 @@ def test_branch_list_human_and_json(demo):
         ("alt", demo.alt[-1], True),
         ("main", demo.main[-1], False),
     ]
-    assert records[0]["summary"]["tasks_done"] == 4
+    assert records[0]["summary"]["tasks_done"] == 4 and records[0]["summary"]["entities"][0] == [
+        "crew",
+        "crew",
+    ]
 
 
 def test_branch_create_rename_delete(demo):
@@ -210,7 +213,11 @@ def test_list_and_info_crewai_json_folder(tmp_path):
     records = ndjson(ok(ckpt(None, "list", str(src), "--branch", "alt", "--json")).stdout)
     assert [r["checkpoint_id"] for r in records] == ["20261129T234528_cf0ef2d2", "20261129T234528_31cc0c7b"]
     assert records[0]["parent_id"] == "20261129T234528_31cc0c7b" and records[0]["kind"] == "json-folder"
-    assert records[0]["summary"]["tasks_done"] == 4 and records[0]["trigger"] == "task_completed"
+    assert (
+        records[0]["summary"]["tasks_done"] == 4
+        and records[0]["summary"]["entities"][0] == ["crew", "crew"]
+        and records[0]["trigger"] == "task_completed"
+    )
     info = orjson.loads(ok(ckpt(None, "info", str(src), "--json")).stdout)
     assert info["checkpoints"] == 14 and info["branches"] == ["alt", "main"]
     assert info["latest"]["inputs"] == {"topic": "otters"} and info["latest"]["crewai_version"] == "1.15.30"

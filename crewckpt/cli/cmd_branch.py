@@ -73,8 +73,8 @@ def _list_branches(store, as_json: bool) -> None:  # type: ignore[no-untyped-def
             {
                 "branch": name,
                 "tip": tip,
-                "time": infos[name].time_ns,
-                "summary": summary_fields(infos[name]),
+                "time_ns": infos[name].time_ns,
+                "summary": infos[name].to_json()["summary"],
                 "head": tip == head,
             }
             for name, tip in sorted(branches.items())
