@@ -23,6 +23,7 @@ import hashlib
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ def set_offline_env(env: dict[str, str] | os._Environ[str] | None = None) -> Non
 set_offline_env()  # importing crewckpt.testing before crewai is the cheapest way to stay offline
 
 from crewai.agents.agent_builder.base_agent import _LLM_TYPE_REGISTRY  # noqa: E402
+from crewai.events.event_bus import crewai_event_bus  # noqa: E402
 from crewai.events.types.llm_events import LLMCallType  # noqa: E402
 from crewai.llms.base_llm import BaseLLM, llm_call_context  # noqa: E402
 from pydantic import Field, PrivateAttr, model_validator  # noqa: E402
@@ -77,6 +79,7 @@ class ScriptedLLM(BaseLLM):
         fail_at_call: raise :class:`ScriptedLLMError` at this call number (1-based) of this instance and at
             every later one (a provider outage: CrewAI retries a failed call, so a single failure would not
             stop the run). Not serialized into checkpoints: a restored LLM behaves like a recovered provider.
+        delay: seconds each call sleeps before answering (to make room for signals in tests).
 
     Attributes:
         calls: number of calls made on this instance (failed call included); not serialized, so a
@@ -90,6 +93,7 @@ class ScriptedLLM(BaseLLM):
     answers: dict[str, str] = Field(default_factory=dict)
     template: str = DEFAULT_TEMPLATE
     fail_at_call: int | None = Field(default=None, exclude=True)
+    delay: float = Field(default=0.0, ge=0.0)
 
     _calls: int = PrivateAttr(default=0)
     _prompts: list[str] = PrivateAttr(default_factory=list)
@@ -146,6 +150,8 @@ class ScriptedLLM(BaseLLM):
             self._calls += 1
             number = self._calls
             self._prompts.append(_last_user_message(messages))
+        if self.delay:
+            time.sleep(self.delay)
         if self.fail_at_call is not None and number >= self.fail_at_call:
             raise ScriptedLLMError(f"ScriptedLLM: simulated failure at call {number}")
         role = getattr(from_agent, "role", None) or "assistant"
@@ -202,6 +208,52 @@ def _last_user_message(messages: Any) -> str:
 _LLM_TYPE_REGISTRY[SCRIPTED_LLM_TYPE] = f"{ScriptedLLM.__module__}.{ScriptedLLM.__qualname__}"
 
 
+ROLES: tuple[str, ...] = ("Researcher", "Writer", "Editor")
+
+
+def research_crew(n_tasks: int = 6, *, llm: BaseLLM | None = None, checkpoint: Any = None,
+                  roles: tuple[str, ...] = ROLES, **crew_kwargs: Any) -> Any:
+    """A sequential research crew: ``len(roles)`` agents taking tasks ``task1..taskN`` round-robin.
+
+    Task K's description is ``"Step K about {topic}: do part K."`` (kick off with ``inputs={"topic": ...}``).
+    All agents share ``llm`` (default: a new :class:`ScriptedLLM`), so ``llm.calls`` counts the crew's calls.
+
+    Args:
+        n_tasks: number of tasks (>= 1).
+        llm: the LLM every agent uses.
+        checkpoint: the crew's ``checkpoint=`` value (None, True, False or a CheckpointConfig).
+        roles: agent roles.
+        crew_kwargs: more ``Crew(...)`` arguments.
+    Returns:
+        A ``crewai.Crew``.
+    """
+    from crewai import Agent, Crew, Task
+
+    if n_tasks < 1:
+        raise ValueError(f"n_tasks must be >= 1, got {n_tasks}")
+    llm = llm if llm is not None else ScriptedLLM()
+    agents = [Agent(role=role, goal=f"Do the {role.lower()}'s part well", backstory=f"An able {role.lower()}.",
+                    llm=llm) for role in roles]
+    tasks = [
+        Task(name=f"task{k}", description=f"Step {k} about {{topic}}: do part {k}.",
+             expected_output=f"A short paragraph for step {k}.", agent=agents[(k - 1) % len(agents)])
+        for k in range(1, n_tasks + 1)
+    ]
+    return Crew(agents=agents, tasks=tasks, checkpoint=checkpoint, **crew_kwargs)
+
+
+def crew_llms(entity: Any) -> list[ScriptedLLM]:
+    """The distinct ScriptedLLM instances of a crew's agents (or an agent's): a restored crew has one per
+    agent even if the original shared one. Sum their ``calls`` to count a resumed run's calls."""
+    agents = getattr(entity, "agents", None) or [entity]
+    seen: dict[int, ScriptedLLM] = {}
+    for agent in agents:
+        llm = getattr(agent, "llm", None)
+        if isinstance(llm, ScriptedLLM):
+            seen.setdefault(id(llm), llm)
+    return list(seen.values())
+
+
 @contextlib.contextmanager
 def offline_env(home: str | os.PathLike[str] | None = None) -> Iterator[Path]:
     """Set :data:`OFFLINE_ENV` and a temporary ``HOME`` for the duration of the block.
@@ -237,7 +289,13 @@ def _crewai_offline_fixture(tmp_path: Path, monkeypatch: Any) -> Iterator[Path]:
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.chdir(tmp_path)
-    yield tmp_path
+    # a restore attaches its RuntimeState to the bus for the rest of the context: do not leak it
+    crewai_event_bus.reset_runtime_state()
+    try:
+        yield tmp_path
+    finally:
+        crewai_event_bus.flush()
+        crewai_event_bus.reset_runtime_state()
 
 
 try:  # the fixture is optional: crewckpt.testing must import without pytest
@@ -245,7 +303,8 @@ try:  # the fixture is optional: crewckpt.testing must import without pytest
 
     crewai_offline = pytest.fixture(_crewai_offline_fixture, name="crewai_offline")
     crewai_offline.__doc__ = (
-        "pytest fixture: offline CrewAI variables, HOME=<tmp>/home, cwd=<tmp>; yields the tmp folder. "
+        "pytest fixture: offline CrewAI variables, HOME=<tmp>/home, cwd=<tmp>, no RuntimeState left on the "
+        "event bus before or after; yields the tmp folder. "
         "Use it from conftest.py: ``from crewckpt.testing import crewai_offline``."
     )
 except ImportError:  # pragma: no cover - pytest is a dev dependency
@@ -254,10 +313,13 @@ except ImportError:  # pragma: no cover - pytest is a dev dependency
 
 __all__ = [
     "OFFLINE_ENV",
+    "ROLES",
     "SCRIPTED_LLM_TYPE",
     "ScriptedLLM",
     "ScriptedLLMError",
+    "crew_llms",
     "crewai_offline",
     "offline_env",
+    "research_crew",
     "set_offline_env",
 ]
