@@ -282,3 +282,19 @@ def test_import_export_errors(tmp_path, demo):
     assert both.exit_code == 2 and "choose one selection" in both.stderr
     unknown = ckpt(demo.path, "export", "--branch", "nope", "--to", str(tmp_path / "x"))
     assert unknown.exit_code == 1 and not (tmp_path / "x").exists()
+
+
+def test_info_bare_name_prefers_the_branch_over_a_folder(demo, tmp_path, monkeypatch):
+    (tmp_path / "main").mkdir()  # e.g. the cwd is a CrewAI location with a branch folder "main"
+    shutil.copy(next((FIXTURES / "crew_default/.checkpoints/main").glob("*_p-none.json")), tmp_path / "main")
+    monkeypatch.chdir(tmp_path)
+    assert orjson.loads(ok(ckpt(demo.path, "info", "main", "--json")).stdout)["id"] == demo.main[-1]
+    as_path = orjson.loads(ok(ckpt(demo.path, "info", "./main", "--json")).stdout)
+    assert as_path["kind"] == "json-folder" and as_path["checkpoints"] == 1
+
+
+def test_progress_bar_on_a_terminal_only(demo):
+    quiet = ok(ckpt(demo.path, "fsck", "--full"))
+    assert quiet.stderr == ""
+    shown = ok(ckpt(demo.path, "fsck", "--full", env={"FORCE_COLOR": "1", "NO_COLOR": None}))
+    assert "fsck --full" in shown.stderr  # rich's live bar (transient, so erased at the end)

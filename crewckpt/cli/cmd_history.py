@@ -281,12 +281,23 @@ def info(rev: str, as_json: bool) -> None:
 
 
 def _is_crewai_path(arg: str) -> bool:
-    """A CrewAI checkpoint on disk rather than a revision: an existing path that looks like one."""
+    """True when ``arg`` names a CrewAI checkpoint on disk rather than a revision.
+
+    A path that exists and is spelled like one (has a folder separator, starts with ".", or ends in
+    .json/.db/.sqlite) is a path. A bare existing name (a folder "main") is a path only when it does not
+    resolve as a revision in the store, so `ckpt info main` inside a checkpoint folder still means the branch.
+    """
     if not os.path.exists(arg):
         return False
-    if os.path.isdir(os.path.join(arg, "objects")) or os.path.basename(os.path.normpath(arg)) == ".ckpt":
-        return False
-    return os.sep in arg or arg.endswith((".json", ".db", ".sqlite", ".sqlite3")) or os.path.isdir(arg)
+    if arg.startswith(".") or os.sep in arg or arg.endswith((".json", ".db", ".sqlite", ".sqlite3")):
+        return True
+    from crewckpt.errors import CkptError
+
+    try:
+        obj().store().resolve(arg)
+    except CkptError:
+        return True
+    return False
 
 
 @click.command("rev-parse")
@@ -340,7 +351,7 @@ def show(rev: str, json_path: str | None, raw: bool, as_json: bool) -> None:
         click.echo(value)
         return
     text = orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
-    if app.color and len(text) < 2_000_000:
+    if app.color and len(text) < 200_000:  # rich's highlighter is slow beyond that: plain is better
         from rich.syntax import Syntax
 
         app.out.print(Syntax(text, "json", background_color="default", word_wrap=False), soft_wrap=True)
