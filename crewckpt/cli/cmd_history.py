@@ -133,7 +133,7 @@ def _print_log_entry(
         )
         return
     pad = " " * len(prefix) if prefix else ""
-    cont = prefix.replace("*", "|") if prefix else ""
+    cont = prefix.replace("*", "|" if commit.parents else " ") if prefix else ""  # a root ends its lane
     app.styled([(prefix, "red"), (f"commit {short}", "yellow"), (decoration, "bold cyan")])
     parents = " ".join(shorts.get(p, p[:8]) for p in commit.parents) or "(root)"
     rows = [
