@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sqlite3
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -20,7 +21,9 @@ from crewckpt.history.store import Store
 from crewckpt.views.exporter import export_crewai
 from crewckpt.views.importer import import_crewai
 
-FIXTURES = Path("/work/shared/fixtures/crewai-1.15.30")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from crewai_fixtures import FIXTURES  # vendored CrewAI fixtures
+
 CASES = ["crew_default/.checkpoints", "crew_json_star", "crew_json_star_n6", "crew_sqlite_star/cp.db",
          "crew_restore_src", "flow_json", "flow_dict_star", "agent_json"]
 

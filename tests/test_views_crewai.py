@@ -10,11 +10,11 @@ import pytest
 pytestmark = pytest.mark.crewai
 crewai = pytest.importorskip("crewai")
 
-from crewckpt.testing import ScriptedLLM, crewai_offline  # noqa: E402,F401
-from crewckpt.history.store import Store  # noqa: E402
-from crewckpt.views.exporter import export_crewai  # noqa: E402
-from crewckpt.views.importer import import_crewai  # noqa: E402
-from crewckpt.views.layout import make_checkpoint_id  # noqa: E402
+from crewckpt.history.store import Store
+from crewckpt.testing import ScriptedLLM, crewai_offline  # noqa: F401
+from crewckpt.views.exporter import export_crewai
+from crewckpt.views.importer import import_crewai
+from crewckpt.views.layout import make_checkpoint_id
 
 
 def make_crew(checkpoint: object) -> object:
@@ -25,7 +25,7 @@ def make_crew(checkpoint: object) -> object:
     return crewai.Crew(agents=agents, tasks=tasks, checkpoint=checkpoint)
 
 
-def test_exported_run_restores_with_crewai_alone(crewai_offline: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_exported_run_restores_with_crewai_alone(crewai_offline: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
     from crewai_cli.checkpoint_cli import info_checkpoint, list_checkpoints
 
     import crewckpt.crewai as cc

@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from crewai_fixtures import FIXTURES  # vendored copy of the CrewAI 1.15.30 fixtures
 
 from crewckpt.errors import CkptError
 from crewckpt.history.store import Store
@@ -15,7 +16,6 @@ from crewckpt.views.importer import import_crewai
 from crewckpt.views.reader import SourceError, open_source
 from crewckpt.views.writer import SqliteWriter, ViewWriteError
 
-from crewai_fixtures import FIXTURES  # vendored copy of the CrewAI 1.15.30 fixtures
 STAR = "20261129T234227_{}"
 
 

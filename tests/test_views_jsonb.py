@@ -9,12 +9,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from crewai_fixtures import FIXTURES  # vendored copy of the CrewAI 1.15.30 fixtures
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from crewckpt.views.jsonb import MAX_DEPTH, JsonbError, jsonb_to_text, jsonb_to_value, looks_like_jsonb
 
-from crewai_fixtures import FIXTURES  # vendored copy of the CrewAI 1.15.30 fixtures
 try:  # apsw ships its own SQLite (>= 3.45 has jsonb); the oracle tests need it
     import apsw  # type: ignore[no-redef]
 except ImportError:  # pragma: no cover
@@ -292,7 +292,7 @@ def test_spec_examples_and_legacy_rules() -> None:
     # A wider-than-needed header on null is still one element (spec 3.1; SQLite's renderer misreads it).
     assert jsonb_to_text(b"\x2b\xc0\x00") == "[null]"
     # TEXTRAW escaping follows SQLite: short escapes, else \u00xx in lowercase.
-    raw = 'a"b\\c\n\x1f\x7f'.encode()
+    raw = b'a"b\\c\n\x1f\x7f'
     assert jsonb_to_text(bytes([TEXTRAW | 0xC0, len(raw)]) + raw) == '"a\\"b\\\\c\\n\\u001f\x7f"'
     assert jsonb_to_value(b"\x44-0x1") == -1 and jsonb_to_text(b"\x64-0x1ff") == "-511"
     assert jsonb_to_text(b"\xc4\x130x10000000000000000") == "9.0e999"

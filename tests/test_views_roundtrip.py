@@ -9,6 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from crewai_fixtures import FIXTURES  # vendored copy of the CrewAI 1.15.30 fixtures
 
 from crewckpt.history.store import Store
 from crewckpt.views.exporter import export_crewai
@@ -17,7 +18,6 @@ from crewckpt.views.jsonb import jsonb_to_value
 from crewckpt.views.layout import parse_filename
 from crewckpt.views.reader import open_source
 
-from crewai_fixtures import FIXTURES  # vendored copy of the CrewAI 1.15.30 fixtures
 JSON_FIXTURES = ["crew_default/.checkpoints", "crew_json_star", "crew_json_star_n6", "crew_restore_src",
                  "flow_json", "flow_dict_star", "agent_json"]
 ALL_FIXTURES = [*JSON_FIXTURES, "crew_sqlite_star/cp.db"]

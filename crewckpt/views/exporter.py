@@ -136,7 +136,8 @@ def view_entry(store: Store, info: CommitInfo, namer: _Namer | None = None, *,
         MissingObject/IntegrityError: the commit's snapshot cannot be read.
     """
     namer = namer or _Namer(store)
-    crewai: dict[str, Any] = info.meta.get("crewai") if isinstance(info.meta.get("crewai"), dict) else {}
+    found = info.meta.get("crewai")
+    crewai: dict[str, Any] = found if isinstance(found, dict) else {}
     branch = crewai["branch"] if isinstance(crewai.get("branch"), str) else info.branch
     if "parent_id" in crewai:
         parent_id = crewai["parent_id"]
@@ -320,8 +321,8 @@ class LiveViewExporter:
         if store is not None and store is not self._store_arg:
             try:
                 store.close()
-            except Exception:  # noqa: BLE001
-                pass
+            except Exception as exc:  # noqa: BLE001 - closing must not raise out of the thread
+                log.debug("live view: closing the store failed: %s", exc)
 
     def _write(self, store: Store, ids: list[str]) -> None:
         namer = _Namer(store)

@@ -30,7 +30,7 @@ from typing import Any
 
 from crewckpt.errors import CkptError
 
-__all__ = ["JsonbError", "jsonb_to_text", "jsonb_to_value", "looks_like_jsonb", "MAX_DEPTH"]
+__all__ = ["MAX_DEPTH", "JsonbError", "jsonb_to_text", "jsonb_to_value", "looks_like_jsonb"]
 
 MAX_DEPTH = 1000
 """Deepest nesting accepted (SQLite's JSON_MAX_DEPTH)."""
@@ -62,7 +62,7 @@ class JsonbError(CkptError, ValueError):
 def looks_like_jsonb(blob: bytes) -> bool:
     """SQLite's quick test: the outer header is well-formed, of a known type, and fills ``blob`` exactly."""
     try:
-        etype, start, end = _header(blob, 0, len(blob))
+        etype, _, end = _header(blob, 0, len(blob))
     except JsonbError:
         return False
     return etype <= OBJECT and end == len(blob)

@@ -74,7 +74,7 @@ def parse_filename(name: str) -> tuple[str, str | None] | None:
 
     Follows ``JsonProvider.extract_id``: the id is the stem before the first ``_p-``.
     """
-    stem = name[:-5] if name.endswith(".json") else name
+    stem = name.removesuffix(".json")
     idx = stem.find("_p-")
     if idx <= 0:
         return None

@@ -15,7 +15,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from crewckpt.errors import CkptError
 from crewckpt.views import layout
@@ -132,7 +132,7 @@ class CrewaiSource:
     def close(self) -> None:
         """Release the source (the SQLite connection)."""
 
-    def __enter__(self) -> CrewaiSource:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -18,6 +18,7 @@ import json
 import os
 import sqlite3
 from pathlib import Path
+from typing import Self
 
 from crewckpt.errors import CkptError
 from crewckpt.views import layout
@@ -139,7 +140,7 @@ class SqliteWriter:
     def close(self) -> None:
         self.conn.close()
 
-    def __enter__(self) -> SqliteWriter:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
