@@ -15,7 +15,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any, Literal
 
 from crewckpt.errors import CkptError
 from crewckpt.views import layout
@@ -132,7 +132,7 @@ class CrewaiSource:
     def close(self) -> None:
         """Release the source (the SQLite connection)."""
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> CrewaiSource:  # noqa: PYI034 - Python 3.10 has no typing.Self
         return self
 
     def __exit__(self, *exc: object) -> None:

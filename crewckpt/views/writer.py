@@ -18,7 +18,6 @@ import json
 import os
 import sqlite3
 from pathlib import Path
-from typing import Self
 
 from crewckpt.errors import CkptError
 from crewckpt.views import layout
@@ -140,7 +139,7 @@ class SqliteWriter:
     def close(self) -> None:
         self.conn.close()
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> SqliteWriter:  # noqa: PYI034 - Python 3.10 has no typing.Self
         return self
 
     def __exit__(self, *exc: object) -> None:
