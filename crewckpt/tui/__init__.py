@@ -1,1 +1,42 @@
-"""crewckpt.tui."""
+"""crewckpt.tui: the checkpoint browser (Textual). ``ckpt`` with no verb and ``ckpt tui`` call :func:`run`.
+
+Browsing and diffing need only the store; Resume and Fork need the crewai extra and run in the terminal after
+the app exits (docs/tui.md). Importing this package imports neither Textual nor crewai.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+def run(store_path: str | None = None, echo: Callable[[str], None] | None = None) -> None:
+    """Open the browser on a store (``store_path``, else ``$CKPT_STORE``, else the nearest ``.ckpt``); when the
+    user confirms Fork or Resume, run it here in the terminal once the app has closed.
+
+    Raises:
+        StoreNotFound, FormatVersionError: no usable store (one-line messages; the CLI prints them).
+        CrewAIMissing: Fork/Resume confirmed without crewai (the app checks first, so only on a race).
+        Whatever the run raises (a crew's own errors propagate like ``ckpt resume``).
+    """
+    import click
+
+    from crewckpt.history.store import Store
+    from crewckpt.tui.app import CheckpointBrowser
+    from crewckpt.tui.runner import execute
+
+    out = echo or click.echo
+    with Store.open(store_path) as store:
+        path = str(store.path)
+        plan = CheckpointBrowser(store).run()
+    if plan is None:
+        return
+    outcome = execute(plan, path, echo=out)
+    with Store.open(path) as store:
+        head = store.resolve("HEAD")
+        branch = outcome.branch or store.info(head).branch
+    out("")
+    out(f"Done: latest checkpoint {head[:12]} on branch {branch}. Run `ckpt` to browse, "
+        f"`ckpt diff {plan.rev[:12]} {head[:12]}` to compare.")
+
+
+__all__ = ["run"]

@@ -1,0 +1,850 @@
+"""The checkpoint browser: a Textual app over a crewckpt store (``ckpt`` / ``ckpt tui``).
+
+Left: the tree of lines (runs and branches; forks nested under the checkpoint they forked from), built from
+the commit index only (:mod:`crewckpt.tui.model`) and filled lazily, :data:`PAGE` checkpoints at a time.
+Right: tabs for the highlighted checkpoint (Overview, Tasks, Inputs, Diff, Events); its document is read in a
+worker thread when the cursor rests on it. Task outputs and kickoff inputs are edited in place; Fork and
+Resume end the app with a :class:`~crewckpt.tui.runner.RunPlan` that :func:`crewckpt.tui.run` carries out in
+the terminal. Nothing here imports crewai.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from typing import Any, ClassVar
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import (Button, Footer, Header, Input, Label, Static, TabbedContent, TabPane, TextArea,
+                             Tree)
+from textual.widgets.tree import TreeNode
+from textual.worker import get_current_worker
+
+from crewckpt.errors import CkptError
+from crewckpt.history import diff as diff_mod
+from crewckpt.history import diff_render
+from crewckpt.history.commits import CommitInfo
+from crewckpt.history.store import Store
+from crewckpt.tui import details
+from crewckpt.tui.model import History, build_history, line_title, progress_bar, relative_time
+from crewckpt.tui.runner import INSTALL_HINT, RunPlan, crewai_available
+
+PAGE = 100
+"""Checkpoints added to a line's node per page (a '... older' node loads the next page)."""
+
+DOC_CACHE = 8
+"""Decoded documents kept in memory (the highlighted one, its diff base, recent ones)."""
+
+SETTLE_S = 0.04
+"""Seconds the cursor must rest on a checkpoint before its document is read (holding an arrow key scrolls
+without decoding every checkpoint it passes)."""
+
+MAX_EVENT_ROWS = 300
+MAX_DIFF_LINES = 3000
+
+_DIFF_STYLE = {"header": "bold", "added": "green", "removed": "red", "changed": "yellow", "hunk": "cyan",
+               "meta": "dim", "plain": ""}
+_STATUS_MARK = {"completed": ("✓", "green"), "running": ("▶", "yellow"), "pending": ("○", "dim")}
+TABS = ("overview", "tasks", "inputs", "diff", "events")
+
+
+class Edits:
+    """Pending edits of one checkpoint: input text per key, output text per (entity, task) index."""
+
+    def __init__(self) -> None:
+        self.inputs: dict[str, str] = {}
+        self.outputs: dict[tuple[int, int], str] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.inputs or self.outputs)
+
+    def count(self) -> int:
+        return len(self.inputs) + len(self.outputs)
+
+
+class ConfirmRun(ModalScreen[str | None]):
+    """Confirm panel for Fork (with the new branch name, validated) and Resume. Dismisses with the branch
+    name (Fork), ``""`` (Resume) or None (cancelled)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, title: str, lines: list[Text], *, branch: str | None, taken: set[str],
+                 ok_label: str) -> None:
+        super().__init__()
+        self._title, self._lines, self._branch, self._taken, self._ok = title, lines, branch, taken, ok_label
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="confirm"):
+            yield Static(Text(self._title, style="bold"), id="confirm-title")
+            yield Static(Group(*self._lines) if self._lines else "", id="confirm-body")
+            if self._branch is not None:
+                yield Label("New branch name")
+                yield Input(self._branch, id="confirm-branch")
+            yield Static("", id="confirm-error")
+            with Horizontal(id="confirm-buttons"):
+                yield Button(self._ok, variant="primary", id="confirm-ok")
+                yield Button("Cancel", id="confirm-cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#confirm-branch" if self._branch is not None else "#confirm-ok").focus()
+
+    def _error(self) -> str | None:
+        if self._branch is None:
+            return None
+        from crewckpt.errors import BadRefName
+        from crewckpt.history.refnames import check_branch
+
+        name = self.query_one("#confirm-branch", Input).value.strip()
+        try:
+            name = check_branch(name)
+        except BadRefName as exc:
+            return str(exc)
+        if name in self._taken:
+            return f"branch {name!r} already exists; choose another name"
+        return None
+
+    def action_confirm(self) -> None:
+        error = self._error()
+        if error:
+            self.query_one("#confirm-error", Static).update(Text(error, style="bold red"))
+            return
+        self.dismiss(self.query_one("#confirm-branch", Input).value.strip() if self._branch is not None else "")
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+    @on(Input.Submitted, "#confirm-branch")
+    def _submitted(self) -> None:
+        self.action_confirm()
+
+    @on(Input.Changed, "#confirm-branch")
+    def _changed(self) -> None:
+        error = self._error()
+        self.query_one("#confirm-error", Static).update(Text(error or "", style="bold red"))
+
+    @on(Button.Pressed, "#confirm-ok")
+    def _ok_pressed(self) -> None:
+        self.action_confirm()
+
+    @on(Button.Pressed, "#confirm-cancel")
+    def _cancel_pressed(self) -> None:
+        self.dismiss(None)
+
+
+class CheckpointBrowser(App[RunPlan | None]):
+    """Browse a crewckpt store; returns a :class:`RunPlan` (Fork or Resume confirmed) or None (quit).
+
+    Args:
+        store: an open :class:`crewckpt.Store` (the caller closes it).
+        now_ns: fixed 'now' for relative times (screenshots and tests); None = the clock.
+    """
+
+    TITLE = "crewckpt"
+    CSS = """
+    #main { height: 1fr; }
+    #tree { width: 52%; border: round $primary-darken-2; }
+    #tree:focus-within { border: round $accent; }
+    #detail { width: 1fr; }
+    #status { height: 1; padding: 0 1; color: $text-muted; }
+    .pane { padding: 0 1; }
+    .section { margin: 1 0 0 0; text-style: bold; }
+    .task-label { margin: 1 0 0 0; }
+    .task-desc { color: $text-muted; padding: 0 0 0 4; }
+    .task-note { color: $warning; padding: 0 0 0 4; }
+    .output { height: auto; max-height: 10; margin: 0 0 0 4; }
+    .output.edited { border: round $warning; }
+    .input-row { height: 3; }
+    .input-row Label { width: 24; padding: 1 1 0 0; text-style: bold; }
+    .input-row Input { width: 1fr; }
+    .input-row Input.edited { border: tall $warning; }
+    .empty { color: $text-muted; padding: 1; }
+    ConfirmRun { align: center middle; }
+    #confirm { width: 84; height: auto; max-height: 90%; border: thick $accent; background: $surface;
+               padding: 1 2; }
+    #confirm-body { margin: 1 0; }
+    #confirm-error { height: auto; margin: 0 0 1 0; }
+    #confirm-buttons { height: 3; align-horizontal: right; }
+    #confirm-buttons Button { margin: 0 0 0 2; }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "Quit"),
+        Binding("r", "refresh", "Refresh"),
+        Binding("f", "fork", "Fork"),
+        Binding("e", "resume", "Resume"),
+        Binding("c", "copy_id", "Copy id"),
+        Binding("m", "mark", "Mark for diff"),
+        Binding("x", "discard", "Discard edits"),
+        Binding("escape", "focus_tree", "Tree", show=False),
+        *[Binding(str(i + 1), f"tab('{t}')", t.title(), show=False) for i, t in enumerate(TABS)],
+    ]
+
+    def __init__(self, store: Store, *, now_ns: int | None = None) -> None:
+        super().__init__()
+        self.store = store
+        self.now_ns = now_ns
+        self.history: History = build_history([])
+        self.branches: dict[str, str] = {}
+        self.selected: str | None = None
+        self.marked: str | None = None
+        self.edits: dict[str, Edits] = {}
+        self._docs: OrderedDict[str, Any] = OrderedDict()
+        self._line_nodes: dict[int, TreeNode[Any]] = {}
+        self._commit_nodes: dict[str, TreeNode[Any]] = {}
+        self._loaded: dict[int, int] = {}
+        self._more_nodes: dict[int, TreeNode[Any]] = {}
+        self._forks_filled: set[str] = set()
+        self._shown: str | None = None  # commit whose document the tabs show
+        self._diff_for: tuple[str, str | None] | None = None
+        self._task_originals: dict[str, str] = {}
+        self._input_keys: dict[str, tuple[str, Any]] = {}
+        self._task_notes: dict[tuple[int, int], Static] = {}
+        self.load_seconds: float = 0.0
+
+    # -- layout ----------------------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="main"):
+            tree: Tree[Any] = Tree("checkpoints", id="tree")
+            tree.show_root = False
+            tree.guide_depth = 2
+            yield tree
+            with Vertical(id="detail"):
+                yield Static("", id="status")
+                with TabbedContent(id="tabs", initial="overview"):
+                    with TabPane("Overview", id="overview"):
+                        yield VerticalScroll(Static("", id="overview-body"), classes="pane")
+                    with TabPane("Tasks", id="tasks"):
+                        yield VerticalScroll(id="tasks-body", classes="pane")
+                    with TabPane("Inputs", id="inputs"):
+                        yield VerticalScroll(id="inputs-body", classes="pane")
+                    with TabPane("Diff", id="diff"):
+                        yield VerticalScroll(Static("", id="diff-body"), classes="pane")
+                    with TabPane("Events", id="events"):
+                        yield VerticalScroll(Static("", id="events-body"), classes="pane")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = str(self.store.path or "memory store")
+        self.reload()
+        self.query_one("#tree", Tree).focus()
+
+    # -- tree ------------------------------------------------------------------------------------------------
+
+    def reload(self, keep: str | None = None) -> None:
+        """Re-read the commit index and rebuild the tree; put the cursor on ``keep`` (else the newest)."""
+        start = time.perf_counter()
+        self.branches = self.store.branches()
+        self.history = build_history(self.store.list(), self.branches)
+        tree = self.query_one("#tree", Tree)
+        tree.clear()
+        self._line_nodes.clear()
+        self._commit_nodes.clear()
+        self._loaded.clear()
+        self._more_nodes.clear()
+        self._forks_filled.clear()
+        self._docs.clear()
+        self._diff_for = None
+        self._shown = None
+        for li in self.history.top:
+            self._add_line_node(tree.root, li)
+        target = keep if keep in self.history.by_id else None
+        if target is None:
+            newest = self.history.newest()
+            target = newest.id if newest else None
+        if target is not None:
+            self.reveal(target)
+        else:
+            self._set_status("no checkpoints in this store yet")
+            self.query_one("#overview-body", Static).update(Text(
+                "This store has no checkpoints. Run a crew with crewckpt.crewai.CheckpointConfig, or "
+                "`ckpt import PATH` CrewAI checkpoints.", style="dim"))
+        self.load_seconds = time.perf_counter() - start
+
+    def _now(self) -> int:
+        return self.now_ns if self.now_ns is not None else time.time_ns()
+
+    def _line_label(self, li: int) -> Text:
+        line = self.history.lines[li]
+        nested = line.fork_point is not None
+        text = Text()
+        text.append("↳ " if nested else "● ", style="magenta" if nested else "cyan")
+        text.append(line.branch, style="bold magenta" if nested else "bold cyan")
+        text.append(f"  {line_title(line)}", style="bold")
+        n = len(line.commits)
+        text.append(f"  {n} checkpoint{'s' if n != 1 else ''}", style="dim")
+        text.append(f"  {relative_time(line.last.time_ns, self._now())}", style="dim")
+        if not nested and line.first.parents:
+            text.append("  (parent pruned)", style="dim italic")
+        return text
+
+    def _commit_label(self, c: CommitInfo) -> Text:
+        s = c.summary
+        text = Text()
+        text.append("◆ " if c.id == self.marked else "  ", style="bold magenta")
+        text.append(c.id[:8], style="yellow")
+        text.append(f" {relative_time(c.time_ns, self._now()):>8}", style="dim")
+        trigger = c.trigger or "manual"
+        text.append(f"  {trigger[:25]:<25}", style="bold" if trigger in ("fork", "manual") else "")
+        bar = progress_bar(s.tasks_done, s.tasks_total)
+        if bar:
+            text.append(f"  {bar}", style="green" if s.tasks_done == s.tasks_total else "cyan")
+        tips = [b for b, t in self.branches.items() if t == c.id]
+        if tips:
+            text.append(f"  ({', '.join(tips)})", style="bold cyan")
+        if self.edits.get(c.id):
+            text.append("  ✎ edited", style="bold yellow")
+        return text
+
+    def _add_line_node(self, parent: TreeNode[Any], li: int) -> TreeNode[Any]:
+        node = parent.add(self._line_label(li), data=("line", li), allow_expand=True)
+        self._line_nodes[li] = node
+        return node
+
+    def _fill_line(self, li: int, upto: int = 0) -> None:
+        """Add checkpoint nodes to line ``li`` (newest first) until display position ``upto`` is loaded."""
+        line = self.history.lines[li]
+        node = self._line_nodes[li]
+        n = len(line.commits)
+        while self._loaded.get(li, 0) <= min(upto, n - 1):
+            start = self._loaded.get(li, 0)
+            more = self._more_nodes.pop(li, None)
+            if more is not None:
+                more.remove()
+            end = min(n, start + PAGE)
+            for i in range(start, end):
+                c = line.commits[n - 1 - i]
+                label = self._commit_label(c)
+                if c.id in self.history.forks_at:
+                    cnode = node.add(label, data=("commit", c.id), allow_expand=True)
+                else:
+                    cnode = node.add_leaf(label, data=("commit", c.id))
+                self._commit_nodes[c.id] = cnode
+            self._loaded[li] = end
+            if end < n:
+                self._more_nodes[li] = node.add_leaf(
+                    Text(f"  … {n - end} older checkpoints (enter: load {min(PAGE, n - end)} more)",
+                         style="dim italic"), data=("more", li))
+
+    def _fill_forks(self, cid: str) -> None:
+        if cid in self._forks_filled:
+            return
+        self._forks_filled.add(cid)
+        for li in self.history.forks_at.get(cid, []):
+            self._add_line_node(self._commit_nodes[cid], li)
+
+    def reveal(self, cid: str) -> None:
+        """Load, expand and scroll the tree so that ``cid``'s node exists, then put the cursor on it."""
+        h = self.history
+        path = h.path_to(cid)
+        for k, li in enumerate(path):
+            line = h.lines[li]
+            if k > 0:
+                fp = line.fork_point
+                assert fp is not None
+                self._fill_forks(fp)
+                self._commit_nodes[fp].expand()
+            target = path[k + 1] if k + 1 < len(path) else None
+            goal = h.lines[target].fork_point if target is not None else cid
+            self._fill_line(li, len(line.commits) - 1 - h.pos_of[goal or cid])
+            self._line_nodes[li].expand()
+        node = self._commit_nodes[cid]
+        tree = self.query_one("#tree", Tree)
+        self.call_after_refresh(tree.move_cursor, node)
+        self._select(cid)
+
+    @on(Tree.NodeExpanded, "#tree")
+    def _expanded(self, event: Tree.NodeExpanded[Any]) -> None:
+        kind, key = event.node.data[0], event.node.data[1]
+        if kind == "line":
+            self._fill_line(key)
+        elif kind == "commit":
+            self._fill_forks(key)
+
+    @on(Tree.NodeHighlighted, "#tree")
+    def _highlighted(self, event: Tree.NodeHighlighted[Any]) -> None:
+        data = event.node.data
+        if data and data[0] == "commit":
+            self._select(data[1])
+
+    @on(Tree.NodeSelected, "#tree")
+    def _selected(self, event: Tree.NodeSelected[Any]) -> None:
+        data = event.node.data
+        if data and data[0] == "more":
+            li = data[1]
+            first_new = self._loaded.get(li, 0)
+            self._fill_line(li, first_new)
+            n = len(self.history.lines[li].commits)
+            new_node = self._commit_nodes[self.history.lines[li].commits[n - 1 - first_new].id]
+            self.call_after_refresh(self.query_one("#tree", Tree).move_cursor, new_node)
+
+    def _relabel(self, cid: str | None) -> None:
+        if cid is not None and cid in self._commit_nodes and cid in self.history.by_id:
+            self._commit_nodes[cid].set_label(self._commit_label(self.history.by_id[cid]))
+
+    # -- detail ----------------------------------------------------------------------------------------------
+
+    def _select(self, cid: str) -> None:
+        if cid == self.selected and self._shown == cid:
+            return
+        self.selected = cid
+        self._set_status()
+        self._load(cid)
+
+    def _set_status(self, text: str | None = None) -> None:
+        status = self.query_one("#status", Static)
+        if text is not None:
+            status.update(text)
+            return
+        cid = self.selected
+        out = Text()
+        if cid is None:
+            status.update(out)
+            return
+        c = self.history.by_id[cid]
+        out.append(cid[:12], style="bold yellow")
+        out.append(f"  {c.branch}", style="cyan")
+        out.append(f"  {self.history.count} checkpoints, {len(self.history.lines)} lines", style="dim")
+        if self.marked:
+            out.append(f"  diff base ◆ {self.marked[:8]}", style="magenta")
+        edits = self.edits.get(cid)
+        if edits:
+            out.append(f"  {edits.count()} edit(s): f forks with them, x discards", style="bold yellow")
+        status.update(out)
+
+    def _cached(self, cid: str) -> Any | None:
+        if cid in self._docs:
+            self._docs.move_to_end(cid)
+            return self._docs[cid]
+        return None
+
+    def _read(self, cid: str) -> Any:
+        doc = self._cached(cid)
+        if doc is None:
+            doc = self.store.read(cid)
+            self._docs[cid] = doc
+            while len(self._docs) > DOC_CACHE:
+                self._docs.popitem(last=False)
+        return doc
+
+    @work(thread=True, exclusive=True, group="detail")
+    def _load(self, cid: str) -> None:
+        worker = get_current_worker()
+        if self._cached(cid) is None:
+            time.sleep(SETTLE_S)
+            if worker.is_cancelled or self.selected != cid:
+                return
+        try:
+            doc = self._read(cid)
+        except CkptError as exc:
+            self.call_from_thread(self._show_error, cid, str(exc))
+            return
+        if not worker.is_cancelled and self.selected == cid:
+            self.call_from_thread(self._show, cid, doc)
+
+    def _show_error(self, cid: str, message: str) -> None:
+        self._shown = cid
+        self.query_one("#overview-body", Static).update(Text(f"cannot read {cid[:12]}: {message}", style="red"))
+
+    async def _show(self, cid: str, doc: Any) -> None:
+        if self.selected != cid:
+            return
+        self._shown = cid
+        self._diff_for = None
+        self.query_one("#overview-body", Static).update(self._overview(cid, doc))
+        self.query_one("#events-body", Static).update(self._events(doc))
+        await self._render_tasks(cid, doc)
+        await self._render_inputs(cid, doc)
+        if self.query_one("#tabs", TabbedContent).active == "diff":
+            self._start_diff()
+
+    def _overview(self, cid: str, doc: Any) -> Group:
+        c = self.history.by_id[cid]
+        s = c.summary
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="bold")
+        grid.add_column()
+        local = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(c.time_ns / 1e9))
+        grid.add_row("id", Text(c.id, style="yellow"))
+        grid.add_row("branch", Text(c.branch, style="cyan"))
+        tips = [b for b, t in self.branches.items() if t == c.id]
+        if tips:
+            grid.add_row("tip of", ", ".join(tips))
+        grid.add_row("trigger", c.trigger or "manual")
+        grid.add_row("time", f"{local}  ({relative_time(c.time_ns, self._now())})")
+        grid.add_row("parent", ", ".join(p[:12] for p in c.parents) or "(root)")
+        kids = self.history.children.get(cid, [])
+        if kids:
+            kid_text = ", ".join(f"{k[:8]} ({self.history.by_id[k].branch})" for k in kids[:4])
+            grid.add_row("children", kid_text + (f" +{len(kids) - 4}" if len(kids) > 4 else ""))
+        grid.add_row("run", c.run_id)
+        if c.alias:
+            grid.add_row("CrewAI id", c.alias)
+        if isinstance(doc, dict) and doc.get("crewai_version"):
+            grid.add_row("crewai", str(doc["crewai_version"]))
+        grid.add_row("size", f"{diff_render.human_bytes(s.logical_bytes)} as JSON")
+        grid.add_row("events", str(s.event_count))
+        if s.tasks_total:
+            grid.add_row("tasks", Text(progress_bar(s.tasks_done, s.tasks_total, 20),
+                                       style="green" if s.tasks_done == s.tasks_total else "cyan"))
+        if c.meta:
+            import orjson
+
+            grid.add_row("meta", orjson.dumps(c.meta).decode()[:300])
+        parts: list[Any] = [grid]
+        ents = details.main_entities(doc)
+        if ents:
+            parts.append(Text("\nEntities", style="bold underline"))
+            for _, e in ents:
+                line = Text(f"  {diff_mod.entity_label(e)}", style="bold")
+                tasks = [t for t in e.get("tasks") or [] if isinstance(t, dict)]
+                if tasks:
+                    done = sum(1 for t in tasks if t.get("output") is not None)
+                    line.append(f"  {progress_bar(done, len(tasks), 12)}", style="cyan")
+                agents = [a.get("role") for a in e.get("agents") or [] if isinstance(a, dict)]
+                if agents:
+                    line.append(f"  agents: {', '.join(str(a) for a in agents[:5])}", style="dim")
+                methods = e.get("checkpoint_completed_methods")
+                if e.get("entity_type") == "flow" and methods:
+                    line.append(f"  methods done: {', '.join(map(str, methods))[:120]}", style="dim")
+                parts.append(line)
+        elif not details.entities(doc):
+            parts.append(Text("\nNot a CrewAI checkpoint: browse it with `ckpt show`.", style="dim"))
+        return Group(*parts)
+
+    def _events(self, doc: Any) -> Group:
+        rows = details.events(doc)
+        if not rows:
+            return Group(Text("No events recorded in this checkpoint.", style="dim"))
+        counts = Table(title="Events by type", title_justify="left", show_edge=False, pad_edge=False)
+        counts.add_column("type")
+        counts.add_column("count", justify="right")
+        for kind, n in details.event_counts(rows):
+            counts.add_row(kind, str(n))
+        recent = Table(title=f"Newest first ({len(rows)} events)", title_justify="left", show_edge=False,
+                       pad_edge=False)
+        for col in ("#", "time", "type", "task", "agent"):
+            recent.add_column(col, justify="right" if col == "#" else "left", no_wrap=True)
+        for r in rows[:MAX_EVENT_ROWS]:
+            recent.add_row(str(r.seq), r.timestamp[11:19], r.type, r.task, r.agent)
+        parts: list[Any] = [counts, Text(""), recent]
+        if len(rows) > MAX_EVENT_ROWS:
+            parts.append(Text(f"… {len(rows) - MAX_EVENT_ROWS} older events", style="dim"))
+        return Group(*parts)
+
+    async def _render_tasks(self, cid: str, doc: Any) -> None:
+        body = self.query_one("#tasks-body", VerticalScroll)
+        await body.remove_children()
+        self._task_originals.clear()
+        self._task_notes.clear()
+        rows = details.tasks(doc)
+        if not rows:
+            await body.mount(Static("No tasks in this checkpoint (flows and agents have none).", classes="empty"))
+            return
+        edits = self.edits.get(cid) or Edits()
+        widgets: list[Any] = []
+        entity = None
+        for r in rows:
+            if r.entity != entity:
+                entity = r.entity
+                mine = [x for x in rows if x.entity == entity]
+                done = sum(1 for x in mine if x.status == "completed")
+                widgets.append(Static(Text.assemble((entity, "bold"), "  ",
+                                                    (progress_bar(done, len(mine), 16), "cyan")),
+                                      classes="section"))
+            mark, style = _STATUS_MARK[r.status]
+            label = Text.assemble((f"{mark} ", style), (f"{r.key[1] + 1}. {r.name}", "bold"),
+                                  (f"  → {r.agent}" if r.agent else "", "dim"), (f"  {r.status}", style))
+            widgets.append(Static(label, classes="task-label"))
+            widgets.append(Static(Text(_clip(r.description, 300)), classes="task-desc"))
+            note = Static("", classes="task-note")
+            self._task_notes[r.key] = note
+            widgets.append(note)
+            if r.output is not None:
+                wid = f"out-{r.key[0]}-{r.key[1]}"
+                self._task_originals[wid] = r.output
+                text = edits.outputs.get(r.key, r.output)
+                area = TextArea(text, id=wid, classes="output" + (" edited" if r.key in edits.outputs else ""))
+                widgets.append(area)
+        await body.mount_all(widgets)
+        self._update_task_notes(cid, doc)
+
+    def _update_task_notes(self, cid: str, doc: Any) -> None:
+        edits = self.edits.get(cid) or Edits()
+        counts = {ei: len(e.get("tasks") or []) for ei, e in enumerate(details.entities(doc))}
+        rerun = set(details.invalidated_tasks(counts, edits.outputs))
+        for key, note in self._task_notes.items():
+            if key in edits.outputs:
+                note.update("✎ edited: Fork (f) runs the tasks after it again with this output")
+            elif key in rerun:
+                note.update("↻ will run again on Fork (an earlier output was edited)")
+            else:
+                note.update("")
+
+    async def _render_inputs(self, cid: str, doc: Any) -> None:
+        body = self.query_one("#inputs-body", VerticalScroll)
+        await body.remove_children()
+        self._input_keys.clear()
+        values = details.inputs(doc)
+        if not values:
+            await body.mount(Static("No kickoff inputs recorded in this checkpoint.", classes="empty"))
+            return
+        edits = self.edits.get(cid) or Edits()
+        rows = [Static(Text("Kickoff inputs (edit; Fork passes them to kickoff)", style="bold"),
+                       classes="section")]
+        for i, (key, value) in enumerate(values.items()):
+            wid = f"in-{i}"
+            self._input_keys[wid] = (key, value)
+            text = edits.inputs.get(key, details.format_value(value))
+            field = Input(text, id=wid, classes="edited" if key in edits.inputs else "")
+            rows.append(Horizontal(Label(key), field, classes="input-row"))
+        await body.mount_all(rows)
+
+    @on(TextArea.Changed)
+    def _output_changed(self, event: TextArea.Changed) -> None:
+        wid = event.text_area.id or ""
+        if self._shown is None or wid not in self._task_originals:
+            return
+        _, ei, ti = wid.split("-")
+        key = (int(ei), int(ti))
+        edits = self.edits.setdefault(self._shown, Edits())
+        if event.text_area.text == self._task_originals[wid]:
+            edits.outputs.pop(key, None)
+            event.text_area.remove_class("edited")
+        else:
+            edits.outputs[key] = event.text_area.text
+            event.text_area.add_class("edited")
+        self._edits_changed()
+
+    @on(Input.Changed, "#inputs-body Input")
+    def _input_changed(self, event: Input.Changed) -> None:
+        wid = event.input.id or ""
+        if self._shown is None or wid not in self._input_keys:
+            return
+        key, original = self._input_keys[wid]
+        edits = self.edits.setdefault(self._shown, Edits())
+        if event.value == details.format_value(original):
+            edits.inputs.pop(key, None)
+            event.input.remove_class("edited")
+        else:
+            edits.inputs[key] = event.value
+            event.input.add_class("edited")
+        self._edits_changed()
+
+    def _edits_changed(self) -> None:
+        cid = self._shown
+        if cid is None:
+            return
+        if not self.edits.get(cid):
+            self.edits.pop(cid, None)
+        self._relabel(cid)
+        self._set_status()
+        doc = self._cached(cid)
+        if doc is not None:
+            self._update_task_notes(cid, doc)
+
+    # -- diff ------------------------------------------------------------------------------------------------
+
+    @on(TabbedContent.TabActivated, "#tabs")
+    def _tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        if event.pane.id == "diff":
+            self._start_diff()
+
+    def _diff_base(self, cid: str) -> str | None:
+        if self.marked and self.marked != cid:
+            return self.marked
+        c = self.history.by_id[cid]
+        return c.parents[0] if c.parents else None
+
+    def _start_diff(self) -> None:
+        cid = self._shown
+        if cid is None:
+            return
+        base = self._diff_base(cid)
+        if self._diff_for == (cid, base):
+            return
+        self._diff_for = (cid, base)
+        body = self.query_one("#diff-body", Static)
+        if base is None:
+            body.update(Text("Root checkpoint: no parent to compare with. Mark another checkpoint (m) to diff "
+                             "against it.", style="dim"))
+            return
+        body.update(Text(f"computing diff {base[:8]} → {cid[:8]} …", style="dim"))
+        self._compute_diff(cid, base)
+
+    @work(thread=True, exclusive=True, group="diff")
+    def _compute_diff(self, cid: str, base: str) -> None:
+        worker = get_current_worker()
+        try:
+            old, new = self._read(base), self._read(cid)
+        except CkptError as exc:
+            self.call_from_thread(self.query_one("#diff-body", Static).update,
+                                  Text(f"cannot diff: {exc}", style="red"))
+            return
+        result = diff_mod.diff_documents(old, new)
+        lines = diff_render.render_full(result)
+        if worker.is_cancelled or self._diff_for != (cid, base):
+            return
+        which = "marked ◆" if base == self.marked else "parent"
+        text = Text(f"{base[:12]} ({which}) → {cid[:12]}\n", style="bold")
+        for tag, line in lines[:MAX_DIFF_LINES]:
+            text.append(line + "\n", style=_DIFF_STYLE.get(tag, ""))
+        if len(lines) > MAX_DIFF_LINES:
+            text.append(f"… {len(lines) - MAX_DIFF_LINES} more lines: `ckpt diff {base[:12]} {cid[:12]}`",
+                        style="dim")
+        self.call_from_thread(self.query_one("#diff-body", Static).update, text)
+
+    # -- actions ---------------------------------------------------------------------------------------------
+
+    def action_tab(self, tab: str) -> None:
+        self.query_one("#tabs", TabbedContent).active = tab
+
+    def action_focus_tree(self) -> None:
+        self.query_one("#tree", Tree).focus()
+
+    def action_refresh(self) -> None:
+        self.reload(keep=self.selected)
+        self.notify(f"{self.history.count} checkpoints on {len(self.branches)} branches", timeout=2)
+
+    def action_copy_id(self) -> None:
+        if self.selected is None:
+            return
+        self.copy_to_clipboard(self.selected)
+        self.notify(f"copied {self.selected}", timeout=3)
+
+    def action_mark(self) -> None:
+        if self.selected is None:
+            return
+        old = self.marked
+        self.marked = None if old == self.selected else self.selected
+        self._relabel(old)
+        self._relabel(self.selected)
+        self._set_status()
+        self._diff_for = None
+        if self.query_one("#tabs", TabbedContent).active == "diff":
+            self._start_diff()
+        self.notify(f"diff base: {self.marked[:8]} (m again to clear)" if self.marked else "diff base: parent",
+                    timeout=2)
+
+    def action_discard(self) -> None:
+        cid = self.selected
+        if cid is None or not self.edits.pop(cid, None):
+            return
+        self._relabel(cid)
+        self._set_status()
+        doc = self._cached(cid)
+        if doc is not None and self._shown == cid:
+            self.run_worker(self._show(cid, doc), exclusive=True, group="show")
+        self.notify("edits discarded", timeout=2)
+
+    def _can_run(self, action: str) -> bool:
+        if self.selected is None:
+            self.notify("select a checkpoint first", severity="warning")
+            return False
+        if not crewai_available():
+            self.notify(f"{action} needs the crewai extra, which is not installed: {INSTALL_HINT}. "
+                        "Browsing and diffing work without it.", title=f"{action} unavailable",
+                        severity="error", timeout=10)
+            return False
+        if self._cached(self.selected) is None:
+            self.notify("still reading this checkpoint; try again", severity="warning")
+            return False
+        return True
+
+    def action_fork(self) -> None:
+        if not self._can_run("Fork"):
+            return
+        cid = self.selected
+        assert cid is not None
+        doc = self._cached(cid)
+        edits = self.edits.get(cid) or Edits()
+        inputs = self._edited_inputs(doc, edits)
+        lines = self._plan_lines(cid, doc, edits)
+        default = self._free_branch(f"fork/{cid[:8]}")
+
+        def done(branch: str | None) -> None:
+            if branch is None:
+                return
+            self.exit(RunPlan("fork", cid, branch, inputs, dict(edits.outputs)))
+
+        c = self.history.by_id[cid]
+        self.push_screen(ConfirmRun(f"Fork {cid[:12]} ({c.branch}, {c.trigger or 'manual'}) and run it",
+                                    lines, branch=default, taken=set(self.branches), ok_label="Fork and run"),
+                         done)
+
+    def action_resume(self) -> None:
+        if not self._can_run("Resume"):
+            return
+        cid = self.selected
+        assert cid is not None
+        doc = self._cached(cid)
+        c = self.history.by_id[cid]
+        tips = [b for b, t in self.branches.items() if t == cid]
+        lines = self._plan_lines(cid, doc, Edits())
+        where = (f"New checkpoints continue branch {c.branch}." if c.branch in tips else
+                 f"{cid[:8]} is not the tip of {c.branch}: new checkpoints go on a new branch "
+                 f"{c.branch}-from-{cid[:8]}.")
+        lines.insert(0, Text(where))
+        if self.edits.get(cid):
+            lines.append(Text("Your edits are not used by Resume (it runs the checkpoint as recorded); "
+                              "cancel and press f to fork with them.", style="bold yellow"))
+
+        def done(answer: str | None) -> None:
+            if answer is not None:
+                self.exit(RunPlan("resume", cid))
+
+        self.push_screen(ConfirmRun(f"Resume {cid[:12]} ({c.branch}, {c.trigger or 'manual'})", lines,
+                                    branch=None, taken=set(), ok_label="Resume"), done)
+
+    def _free_branch(self, base: str) -> str:
+        name, n = base, 2
+        while name in self.branches:
+            name, n = f"{base}-{n}", n + 1
+        return name
+
+    def _edited_inputs(self, doc: Any, edits: Edits) -> dict[str, Any] | None:
+        if not edits.inputs:
+            return None
+        values = details.inputs(doc)
+        return {k: details.parse_value(edits.inputs[k], v) if k in edits.inputs else v for k, v in values.items()}
+
+    def _plan_lines(self, cid: str, doc: Any, edits: Edits) -> list[Text]:
+        rows = details.tasks(doc)
+        counts = {ei: len(e.get("tasks") or []) for ei, e in enumerate(details.entities(doc))}
+        rerun = set(details.invalidated_tasks(counts, edits.outputs))
+        lines: list[Text] = []
+        values = details.inputs(doc)
+        for key, text in edits.inputs.items():
+            lines.append(Text(f"input {key}: {_clip(details.format_value(values.get(key)), 30)} → "
+                              f"{_clip(text, 30)}", style="yellow"))
+        for key, text in sorted(edits.outputs.items()):
+            lines.append(Text(f"task {key[1] + 1} output edited: {_clip(text, 60)}", style="yellow"))
+        keep = [r for r in rows if r.status == "completed" and r.key not in rerun and r.key not in edits.outputs]
+        again = [r for r in rows if r.key in rerun and r.status != "pending"]
+        todo = [r for r in rows if r.status != "completed" and r not in again]
+        if keep:
+            lines.append(Text("kept (not run): " + ", ".join(r.name for r in keep), style="green"))
+        if again:
+            lines.append(Text("run again: " + ", ".join(r.name for r in again), style="bold yellow"))
+        if todo:
+            lines.append(Text("to run: " + ", ".join(r.name for r in todo), style="cyan"))
+        if not lines:
+            lines.append(Text("No edits: the new branch continues this checkpoint as recorded."))
+        lines.append(Text("The app exits and the run prints in this terminal.", style="dim"))
+        return lines
+
+
+def _clip(text: str, width: int) -> str:
+    one = " ".join(str(text).split())
+    return one if len(one) <= width else one[: width - 1] + "…"
+
+
+__all__ = ["PAGE", "CheckpointBrowser", "ConfirmRun", "Edits"]
