@@ -212,3 +212,28 @@ def test_store_methods(fixtures: Path, tmp_path: Path) -> None:
     assert len(report.imported) == 5 and set(report.branches) == {"crewai/main", "crewai/experiment-1"}
     out = store.export_crewai(tmp_path / "v.db", "sqlite", branch="crewai/main", strip_prefix="crewai/")
     assert len(out.outcome.written) == 3
+
+
+def test_manual_checkpoint_style_and_duplicates(fixtures: Path, tmp_path: Path) -> None:
+    """Pydantic's compact text (CrewAI's manual checkpoints) comes back byte for byte; a checkpoint id found
+    twice is imported once and the copy reported."""
+    loc = tmp_path / "loc"
+    shutil.copytree(fixtures / "flow_json" / "main", loc / "main")
+    manual = next((loc / "main").glob("*_p-none.json"))
+    value = json.loads(manual.read_text())
+    value["entities"][0]["name"] = "café ✓"  # non-ASCII stays raw in pydantic's output
+    compact = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    manual.write_text(compact, encoding="utf-8")
+    (loc / "copy").mkdir()
+    shutil.copy(manual, loc / "copy" / manual.name)
+    store = Store.memory()
+    report = import_crewai(store, loc, progress=False)
+    assert len(report.imported) == 3
+    (dup,) = report.skipped
+    assert dup.source == str(loc / "copy" / manual.name) and "duplicate of checkpoint id in" in dup.reason
+    cid = parse_filename(manual.name)[0]  # type: ignore[index]
+    assert store.info(cid).meta == {"crewai": {"json_style": "compact"}}
+    export_crewai(store, tmp_path / "out", "json")
+    assert (tmp_path / "out" / "main" / manual.name).read_text(encoding="utf-8") == compact
+    for other in (loc / "main").glob("*.json"):
+        assert (tmp_path / "out" / "main" / other.name).read_bytes() == other.read_bytes()

@@ -161,10 +161,12 @@ class _Importer:
             if rec.checkpoint_id in entries:
                 first = entries[rec.checkpoint_id][0]
                 first_cp = self.cache.get(first.checkpoint_id) or self.src.load(first)
-                same = first_cp.value == cp.value
-                self._problem(rec, "skipped", f"duplicate of checkpoint id in {first.source}"
-                              + ("" if same else " with different data (first one kept)"))
-                continue
+                # Keep the copy on the branch its data records (a file copied to another folder is the dup).
+                if first_cp.value.get("branch") == first.branch or cp.value.get("branch") != rec.branch:
+                    self._duplicate(rec, first, first_cp.value == cp.value)
+                    continue
+                self._duplicate(first, rec, first_cp.value == cp.value)
+                self.cache.pop(first.checkpoint_id, None)
             events = cp.value.get("event_record")
             nodes = events.get("nodes") if isinstance(events, dict) else None
             key = (rec.created_at, len(nodes) if isinstance(nodes, (dict, list)) else 0, rec.checkpoint_id)
@@ -173,6 +175,10 @@ class _Importer:
                 self.cache[rec.checkpoint_id] = cp
                 self.cached_bytes += rec.size
         return entries
+
+    def _duplicate(self, dropped: CheckpointRecord, kept: CheckpointRecord, same: bool) -> None:
+        self._problem(dropped, "skipped", f"duplicate of checkpoint id in {kept.source}"
+                      + ("" if same else f" with different data ({kept.branch!r} kept)"))
 
     def _branch_ok(self, rec: CheckpointRecord) -> bool:
         try:
