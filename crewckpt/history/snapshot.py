@@ -42,6 +42,7 @@ _FORCE_CUT = 8 * CHUNK_ENTRIES
 CACHE_BYTES = 96 * 1024 * 1024
 
 _PENDING = object()
+_CDC = pyfastcdc.FastCDC(avg_size=4096)  # FastCDC 2020: min 1 KiB, avg 4 KiB, max 16 KiB
 _SCALARS = (type(None), bool, float)
 
 
@@ -117,17 +118,6 @@ class Frozen:
 
     def __repr__(self) -> str:
         return f"Frozen({self.value!r})"
-
-
-def thaw(v: Any) -> Any:
-    """``v`` with every :class:`Frozen` replaced by its value (shallow where no Frozen occurs)."""
-    if isinstance(v, Frozen):
-        return thaw(v.value)
-    if isinstance(v, dict):
-        return {k: thaw(x) for k, x in v.items()} if any(isinstance(x, (Frozen, dict, list)) for x in v.values()) else v
-    if isinstance(v, list):
-        return [thaw(x) for x in v]
-    return v
 
 
 class _Frame:
@@ -303,7 +293,7 @@ class Splitter:
             rep = _ext(ob.EXT_BLOB_STR, self._put(ob.BLOB, b))
         else:
             links = [_ext(ob.EXT_BLOB_STR, self._put(ob.BLOB, b[c.offset:c.offset + c.length]))
-                     for c in pyfastcdc.cdc.fastcdc(b, 1024, 4096, 16384)]
+                     for c in _CDC.cut_buf(b)]
             rep = self._link_tree(ob.STRING_CHUNKS, links)
         self._staged.append((self._strs, s, rep))
         return rep

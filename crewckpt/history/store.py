@@ -500,7 +500,9 @@ class _EpochChanged(Exception):
 
 
 def _folder_bytes(p: Path) -> int:
-    return sum(f.stat().st_size for f in p.iterdir() if f.is_file())
+    """Bytes the store keeps on disk: the database and its WAL (the -shm index and the lock file are
+    transient and hold no data)."""
+    return sum(f.stat().st_size for f in p.iterdir() if f.is_file() and f.name in (DB_NAME, DB_NAME + "-wal"))
 
 
 def find_store(path: str | os.PathLike[str] | None = None) -> Path:

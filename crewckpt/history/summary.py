@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from crewckpt.format.objects import Summary
-from crewckpt.history.snapshot import Frozen, thaw
+from crewckpt.history.snapshot import Frozen
 
 
 def _fragment(v: Any) -> Any:
@@ -26,9 +26,34 @@ def json_size(doc: Any) -> int:
     counts those bytes without being dumped again."""
     try:
         return len(orjson.dumps(doc, default=_fragment))
-    except (TypeError, orjson.JSONEncodeError):  # big ints, lone surrogates, non-str keys
-        return len(json.dumps(thaw(doc), separators=(",", ":"), ensure_ascii=False)
-                   .encode("utf-8", "surrogatepass"))
+    except (TypeError, orjson.JSONEncodeError):  # big ints, lone surrogates, deep nesting
+        return _walk_size(doc)
+
+
+def _scalar_size(v: Any) -> int:
+    return len(json.dumps(v, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+
+
+def _walk_size(doc: Any) -> int:
+    """Compact-JSON length without recursion (documents may nest deeper than Python's stack)."""
+    total = 0
+    stack = [doc]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, Frozen):
+            if v.json_bytes is not None:
+                total += len(v.json_bytes)
+            else:
+                stack.append(v.value)
+        elif isinstance(v, dict):
+            total += 2 + max(len(v) - 1, 0) + len(v) + sum(_scalar_size(k) for k in v)
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            total += 2 + max(len(v) - 1, 0)
+            stack.extend(v)
+        else:
+            total += _scalar_size(v)
+    return total
 
 
 def entity_name(e: dict[str, Any]) -> str:

@@ -1,0 +1,325 @@
+"""Store API: exact round trips, commits, refs, revisions, history, prune, gc, fsck, opening errors."""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from crewckpt import Store
+from crewckpt.errors import (AmbiguousRevision, BadRefName, BranchExists, CorruptStore, FormatVersionError,
+                             IntegrityError, StoreExists, StoreNotFound, UnknownRevision)
+from crewckpt.history.commits import PrunedCommit
+from crewckpt.history.snapshot import Frozen
+
+json_scalars = (st.none() | st.booleans() | st.integers(min_value=-(2**80), max_value=2**80)
+                | st.floats(allow_nan=False) | st.text())
+json_values = st.recursive(
+    json_scalars,
+    lambda kids: st.lists(kids, max_size=80) | st.dictionaries(st.text(max_size=8), kids, max_size=80),
+    max_leaves=400,
+)
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal including dict key order and float sign/type (0.0 vs -0.0, 1 vs 1.0)."""
+    return json.dumps(a, sort_keys=False) == json.dumps(b, sort_keys=False) and type(a) is type(b) and (
+        repr(a) == repr(b))
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    return Store.memory() if request.param == "memory" else Store.init(tmp_path / ".ckpt")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(doc=json_values)
+def test_round_trip_random_json(doc: Any) -> None:
+    s = Store.memory()
+    assert same(s.read(s.commit(doc)), doc)
+
+
+EDGE_CASES = [
+    {"nul": "a\x00b", "emoji": "🦦", "lone": "\ud800", "pair": "\ud83e\udda6", "key\ud800": 1},
+    {"big": 2**70, "neg": -(2**64), "u64": 2**64 - 1, "i64": -(2**63)},
+    {"f": [-0.0, 1e308, 5e-324, 0.1, 1.0, 1]},
+    {"empty": [{}, [], "", {"": {}}]},
+    [], {}, "", 0, None, True, 1.5, "x" * 100_000,
+    {"long": "otter " * 20_000, "z": 1, "a": 2},
+    {"events": {f"e{i:05d}": {"i": i, "edges": {"child": [f"c{j}" for j in range(i % 7)]}} for i in range(3000)}},
+    [list(range(i % 50)) for i in range(2000)],
+]
+
+
+@pytest.mark.parametrize("doc", EDGE_CASES, ids=range(len(EDGE_CASES)))
+def test_round_trip_edge_cases(store: Store, doc: Any) -> None:
+    assert same(store.read(store.commit(doc)), doc)
+
+
+def test_nesting_deeper_than_the_recursion_limit(store: Store) -> None:
+    depth = sys.getrecursionlimit() * 3
+    doc: Any = "leaf"
+    for i in range(depth):
+        doc = [doc] if i % 2 else {"k": doc}
+    back = store.read(store.commit(doc))
+    for i in reversed(range(depth)):
+        back = back[0] if i % 2 else back["k"]
+    assert back == "leaf"
+
+
+def test_not_json_is_a_type_error_and_writes_nothing(store: Store) -> None:
+    for bad in ({"a": b"bytes"}, {"a": {1, 2}}, {1: "int key"}, {"a": object()}):
+        with pytest.raises(TypeError):
+            store.commit(bad)
+    assert store.list() == [] and store.branches() == {}
+
+
+def test_frozen_values_round_trip_and_reuse(store: Store) -> None:
+    node = {"event": {"type": "task_started", "text": "t" * 5000}, "edges": {"child": ["a"]}}
+    f = Frozen(node, json.dumps(node, separators=(",", ":")).encode())
+    c1 = store.commit({"event_record": {"nodes": {"n1": f}}})
+    c2 = store.commit({"event_record": {"nodes": {"n1": f, "n2": Frozen(3)}}})
+    assert store.read(c1) == {"event_record": {"nodes": {"n1": node}}}
+    assert store.read(c2) == {"event_record": {"nodes": {"n1": node, "n2": 3}}}
+    assert store.info(c2).summary.event_count == 2
+
+
+def test_dedup_unchanged_parts_are_stored_once(tmp_path: Path) -> None:
+    s = Store.init(tmp_path / "s")
+    base = {"events": {f"e{i}": {"payload": f"event {i} " * 40} for i in range(2000)}}
+    s.commit(base)
+    n1, body1, _ = s.backend.object_stats()
+    base["events"]["e999"]["payload"] = "edited"
+    base["events"]["new"] = {"payload": "appended"}
+    s.commit(base)
+    n2, body2, _ = s.backend.object_stats()
+    assert body2 - body1 < body1 / 20, (body1, body2)
+
+
+def test_commit_records_parents_branch_time_seq_summary(store: Store) -> None:
+    doc = {"entities": [{"entity_type": "crew", "name": "research",
+                         "tasks": [{"output": {"raw": "x"}}, {"output": None}]}],
+           "event_record": {"nodes": {"a": {}, "b": {}}}}
+    c1 = store.commit(doc, trigger="task_completed", meta={"note": "first"}, run_id="run-a")
+    c2 = store.commit(doc, time_ns=5)  # a clock that jumped back
+    i1, i2 = store.info(c1), store.info(c2)
+    assert i2.parents == (c1,) and i1.parents == ()
+    assert i2.seq > i1.seq and i2.time_ns == 5
+    assert store.list("main")[-1].id == c2  # write order, not time order
+    assert i1.summary.entities == (("crew", "research"),)
+    assert (i1.summary.tasks_done, i1.summary.tasks_total, i1.summary.event_count) == (1, 2, 2)
+    assert i1.summary.logical_bytes == len(json.dumps(doc, separators=(",", ":")))
+    assert i1.trigger == "task_completed" and i1.meta == {"note": "first"} and i1.run_id == "run-a"
+    assert store.runs()["run-a"] == c1
+    root = store.commit({"x": 1}, parents=[])
+    assert store.info(root).parents == ()
+
+
+def test_two_runs_on_main_stay_reachable(store: Store) -> None:
+    a1 = store.commit({"run": "a", "n": 1}, run_id="ra")
+    b1 = store.commit({"run": "b", "n": 1}, run_id="rb", parents=[])
+    a2 = store.commit({"run": "a", "n": 2}, run_id="ra", parents=[a1])
+    assert store.runs() == {"ra": a2, "rb": b1}
+    assert store.branches()["main"] == a2
+    assert {c.id for c in store.list("main")} == {a1, b1, a2}
+
+
+@pytest.mark.parametrize("name", ["", "../x", "/abs", "a//b", "a..b", "-x", "x.lock", "x/", "a b", "a\x00b",
+                                  "a~1", "a^", "a:b", "a?", "a*", "a[", "a\\b", "@", "HEAD", "latest", "x@{1}",
+                                  ".hidden", "a/.b", "end.", "x" * 201, "tab\t"])
+def test_bad_branch_names_fail_before_writing(store: Store, name: str) -> None:
+    with pytest.raises(BadRefName) as e:
+        store.commit({"a": 1}, branch=name)
+    assert isinstance(e.value, ValueError) and "\n" not in str(e.value)
+    assert store.list() == []
+
+
+def test_unicode_branch_names_are_normalized(store: Store) -> None:
+    c1 = store.commit({"a": 1}, branch="caf\u00e9")
+    c2 = store.commit({"a": 2}, branch="cafe\u0301")
+    assert list(store.branches()) == ["caf\u00e9"] and store.info(c2).parents == (c1,)
+
+
+def test_revisions(store: Store) -> None:
+    ids = [store.commit({"n": i}, alias=f"20261129T23422{i}_0d85936{i}") for i in range(5)]
+    fork = store.commit({"n": "f"}, branch="exp", parents=[ids[2]])
+    merge = store.commit({"n": "m"}, branch="exp", parents=[fork, ids[4]])
+    r = store.resolve
+    assert r(ids[3]) == ids[3] and r(ids[3].upper()) == ids[3]
+    assert r("main") == ids[4] and r("main~2") == ids[2] and r("main^") == ids[3] and r("main^^") == ids[2]
+    assert r("main~0") == ids[4] and r("exp^2") == ids[4] and r("exp^1") == fork and r("exp^0") == merge
+    assert r("exp~1~1") == ids[2] and r("exp^~2") == ids[1]
+    assert r("HEAD") == merge and r("latest") == merge and r("HEAD~1") == fork
+    assert r("main@{0}") == ids[4] and r("main@{4}") == ids[0] and r("refs/heads/exp") == merge
+    assert r("20261129T234221_0d859361") == ids[1] and r("20261129T234221_0d859361~1") == ids[0]
+    assert store.read("main~4") == {"n": 0}
+    short = {c[:4] for c in ids}
+    uniq = [c for c in ids if sum(x.startswith(c[:6]) for x in ids + [fork, merge]) == 1]
+    assert r(uniq[0][:6]) == uniq[0] and len(short) >= 1
+    for bad in ("nope", "main~9", "exp^3", "main@{9}", "main~x", "", "~1", "abc", "zzzz", "a" * 2000):
+        with pytest.raises(UnknownRevision) as e:
+            r(bad)
+        assert "\n" not in str(e.value)
+
+
+def test_ambiguous_prefix_lists_candidates() -> None:
+    s = Store.memory()
+    ids = [s.commit({"n": i}, branch=f"b{i % 3}") for i in range(300)]
+    by4: dict[str, list[str]] = {}
+    for c in ids:
+        by4.setdefault(c[:4], []).append(c)
+    prefix, cands = max(by4.items(), key=lambda kv: len(kv[1]))
+    if len(cands) < 2:
+        pytest.skip("no shared 4-char prefix in this sample")
+    with pytest.raises(AmbiguousRevision) as e:
+        s.resolve(prefix)
+    msg = str(e.value)
+    assert all(c[:12] in msg for c in cands) and " on b" in msg
+
+
+def test_log_follows_10000_commits_and_marks_pruned_parents(tmp_path: Path) -> None:
+    s = Store.init(tmp_path / "s")
+    for i in range(10_000):
+        s.commit({"i": i})
+    log = list(s.log("main"))
+    assert len(log) == 10_000 and log[0].summary.logical_bytes > 0 and log[-1].parents == ()
+    assert [c.id for c in log[:3]] == [s.resolve("main"), s.resolve("main~1"), s.resolve("main~2")]
+    assert len(list(s.log("main", limit=20))) == 20
+    s.prune("main", keep=3)
+    s.gc()
+    entries = list(s.log("main"))
+    assert len(entries) == 4 and isinstance(entries[-1], PrunedCommit)
+
+
+def test_prune_is_per_branch_with_identical_timestamps(store: Store) -> None:
+    mains = [store.commit({"m": i}, time_ns=1_000) for i in range(6)]
+    exps = [store.commit({"e": i}, branch="exp", time_ns=1_000) for i in range(4)]
+    future = store.commit({"m": "future"}, time_ns=2**62)
+    last = store.commit({"m": "last"}, time_ns=1_000)
+    assert store.prune("main", keep=2, dry_run=True) == mains
+    gone = store.prune("main", keep=2)
+    assert gone == mains  # the future-dated commit is not 'newest': the sequence decides
+    assert [c.id for c in store.list("main")] == [future, last]
+    assert [c.id for c in store.list("exp")] == exps
+    with pytest.raises(ValueError):
+        store.prune("main")
+    with pytest.raises(ValueError):
+        store.prune("main", keep=0)
+
+
+def test_prune_dry_run_lists_exactly_and_older_than(store: Store) -> None:
+    old = [store.commit({"i": i}, time_ns=1) for i in range(3)]
+    new = store.commit({"i": "new"})
+    assert store.prune("main", keep=1, dry_run=True) == old
+    assert len(store.list("main")) == 4
+    assert store.prune("main", older_than_ns=10**9) == old
+    assert [c.id for c in store.list("main")] == [new]
+
+
+def test_branch_create_rename_delete_and_merge_base(store: Store) -> None:
+    a = [store.commit({"a": i}) for i in range(3)]
+    store.create_branch("exp", "main~1")
+    e = store.commit({"e": 1}, branch="exp")
+    assert store.merge_base("main", "exp") == a[1]
+    with pytest.raises(BranchExists):
+        store.create_branch("exp", "main")
+    store.rename_branch("exp", "trial")
+    assert "exp" not in store.branches() and store.resolve("trial") == e
+    assert store.info(e).branch == "trial" and store.resolve("trial@{2}") == a[1]  # the rename is logged, as in git
+    store.delete_branch("trial")
+    assert set(store.branches()) == {"main"}
+    with pytest.raises(UnknownRevision):
+        store.delete_branch("trial")
+    assert store.read(e) == {"e": 1}  # commits outlive their branch until pruned
+
+
+def test_gc_sweeps_pruned_snapshots_and_the_file_shrinks(tmp_path: Path) -> None:
+    s = Store.init(tmp_path / "s")
+    rnd = random.Random(7)
+    for i in range(40):
+        s.commit({"i": i, "blob": rnd.randbytes(30_000).hex(), "shared": "same " * 2000})
+    s.gc()
+    before = s.stats()["file_bytes"]
+    s.prune("main", keep=2)
+    report = s.gc()
+    after = s.stats()["file_bytes"]
+    assert report.deleted_objects > 0 and after < before / 3, (before, after)
+    assert s.read("main~1")["i"] == 38 and s.fsck(full=True).ok
+    assert s.gc(dry_run=True).deleted_objects == 0
+
+
+def test_fsck_names_a_truncated_object_and_the_commit_that_needs_it(tmp_path: Path) -> None:
+    s = Store.init(tmp_path / "s")
+    keep = s.commit({"keep": "k" * 3000})
+    victim = s.commit({"text": "z" * 3000, "other": ["o" * 3000]}, branch="b")
+    tree = s.info(victim).tree
+    s.close()
+    db = sqlite3.connect(tmp_path / "s" / "store.db")
+    frame = db.execute("SELECT frame FROM objects WHERE oid=?", (bytes.fromhex(tree),)).fetchone()[0]
+    db.execute("UPDATE objects SET frame=? WHERE oid=?", (frame[: len(frame) // 2], bytes.fromhex(tree)))
+    db.commit()
+    db.close()
+    s = Store.open(tmp_path / "s")
+    report = s.fsck()
+    assert not report.ok and tree in report.broken
+    assert report.affected == {victim: [tree]}
+    with pytest.raises(IntegrityError):
+        s.read(victim)
+    assert s.read(keep) == {"keep": "k" * 3000}
+
+
+def test_opening_bad_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(StoreNotFound, match="no such folder"):
+        Store.open(tmp_path / "missing")
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(StoreNotFound, match="not a crewckpt store"):
+        Store.open(tmp_path / "plain")
+    assert not (tmp_path / "plain" / "store.db").exists()  # nothing silently created
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "store.db").write_bytes(b"this is not sqlite" * 10)
+    with pytest.raises(CorruptStore, match="junk"):
+        Store.open(tmp_path / "junk")
+    s = Store.init(tmp_path / "good")
+    for i in range(50):
+        s.commit({"i": i, "pad": "p" * 20_000})
+    s.gc()
+    s.close()
+    data = (tmp_path / "good" / "store.db").read_bytes()
+    (tmp_path / "trunc").mkdir()
+    (tmp_path / "trunc" / "store.db").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CorruptStore, match="truncated"):
+        Store.open(tmp_path / "trunc")
+    with pytest.raises(StoreExists):
+        Store.init(tmp_path / "good")
+    db = sqlite3.connect(tmp_path / "good" / "store.db")
+    db.execute("UPDATE meta SET value='99' WHERE key='format_version'")
+    db.commit()
+    db.close()
+    with pytest.raises(FormatVersionError, match="newer"):
+        Store.open(tmp_path / "good")
+    # discovery: CKPT_STORE, then walking up from the working directory
+    Store.init(tmp_path / "proj" / ".ckpt").close()
+    (tmp_path / "proj" / "a" / "b").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "proj" / "a" / "b")
+    monkeypatch.delenv("CKPT_STORE", raising=False)
+    assert Store.open().path == tmp_path / "proj" / ".ckpt"
+    monkeypatch.setenv("CKPT_STORE", str(tmp_path / "plain"))
+    with pytest.raises(StoreNotFound):
+        Store.open()
+
+
+def test_reopen_keeps_everything(tmp_path: Path) -> None:
+    s = Store.init(tmp_path / "s")
+    c = s.commit({"a": [1, 2, {"b": "c" * 5000}]}, alias="crewai-id", meta={"m": 1})
+    s.close()
+    s2 = Store.open(tmp_path / "s")
+    assert s2.read("crewai-id") == {"a": [1, 2, {"b": "c" * 5000}]} and s2.info(c).meta == {"m": 1}
+    c2 = s2.commit({"a": 2})
+    assert s2.info(c2).parents == (c,)
