@@ -35,15 +35,19 @@ def test_every_verb_has_help_with_an_example():
         assert "Usage: ckpt " + name in result.stdout
 
 
-def test_no_verb_prints_help_until_the_tui_exists(monkeypatch):
-    result = ok(ckpt(None))
-    assert "Commands:" in result.stdout and "log" in result.stdout
+def test_no_verb_prints_help_unless_on_a_terminal(monkeypatch):
+    import crewckpt.cli.main as main_mod
     import crewckpt.tui
 
     seen = []
     monkeypatch.setattr(crewckpt.tui, "run", lambda store_path: seen.append(store_path), raising=False)
+    result = ok(ckpt(None))  # CliRunner: not a terminal
+    assert "Commands:" in result.stdout and "log" in result.stdout and seen == []
+    monkeypatch.setattr(main_mod, "interactive", lambda: True)
     result = ok(ckpt("/some/store"))
     assert seen == ["/some/store"] and "Commands:" not in result.stdout
+    ok(ckpt("/other", "tui"))
+    assert seen == ["/some/store", "/other"]
 
 
 def test_unknown_option_is_usage_error():

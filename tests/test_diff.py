@@ -211,3 +211,25 @@ def test_jsonpath_errors_name_the_problem():
         get_path(doc, "entities[0].nme")
     with pytest.raises(JsonPathError, match="bad JSON path"):
         parse_path("entities[x]")
+
+
+def test_stat_summarises_crewai_internal_changes(restore_docs):
+    main, alt = restore_docs
+    d = diff_documents(main, alt)
+    executors = [e for e in d["entities"] if e["executor"]]
+    assert executors and all(e["type"] == "flow" and e["label"].startswith("flow[") for e in executors)
+    assert d["entities"][0]["executor"] is False
+    stat = plain_text(render_stat(d))
+    assert "task1" not in stat and "agent Writer" not in stat  # only their embedded copies changed
+    assert "task3  pending -> completed  output +1 -0 lines" in stat
+    assert "with only CrewAI-internal copies changed)" in stat
+    assert "~ agent executors (CrewAI's per-agent flows): " in stat
+    full = plain_text(render_full(d))
+    assert "~ task1  completed  agent" in full and "~ agent Writer  agent_executor" in full
+    assert "(agent executor)" in full
+
+
+def test_flow_document_entity_is_not_an_executor():
+    docs = _load("flow_json/main/*.json")
+    d = diff_documents(docs[0], docs[-1])
+    assert d["entities"][0]["type"] == "flow" and d["entities"][0]["executor"] is False

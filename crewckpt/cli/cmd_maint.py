@@ -144,7 +144,8 @@ def fsck(full: bool, as_json: bool) -> None:
             "ok" if report.ok else f"{len(problems)} problem(s); affected commits: {len(report.affected)}"
         )
         app.line(
-            f"fsck{' --full' if full else ''}: checked {report.checked} objects in {record['seconds']} s: {verdict}",
+            f"fsck{' --full' if full else ''}: checked {report.checked} objects "
+            f"in {record['seconds']} s: {verdict}",
             "green" if report.ok else "red",
         )
     if not report.ok:

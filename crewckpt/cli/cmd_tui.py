@@ -8,8 +8,12 @@ from crewckpt.cli.context import obj
 
 
 @click.command("tui")
-@click.option("--store", "store_path", metavar="PATH",
-              help="Store to browse (default: the global --store, $CKPT_STORE, else the nearest .ckpt).")
+@click.option(
+    "--store",
+    "store_path",
+    metavar="PATH",
+    help="Store to browse (default: the global --store, $CKPT_STORE, else the nearest .ckpt).",
+)
 def tui(store_path: str | None) -> None:
     """Browse checkpoints in a terminal UI: branch tree, details, diff, edit, fork and resume.
 

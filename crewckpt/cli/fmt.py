@@ -33,12 +33,15 @@ def _local_second(second: int) -> str:
 
 
 def local_time(time_ns: int) -> str:
-    """``2026-11-29 23:42:23`` in the local time zone, for human output (checkpoints share seconds: cached)."""
+    """``2026-11-29 23:42:23`` in local time, for human output (cached: checkpoints share seconds)."""
     return _local_second(time_ns // 1_000_000_000)
 
 
 def parse_duration_ns(text: str) -> int:
-    """``7d``, ``12h``, ``30m``, ``90s``, ``2w`` -> nanoseconds. Raises ValueError naming the accepted units."""
+    """``7d``, ``12h``, ``30m``, ``90s``, ``2w`` -> nanoseconds.
+
+    Raises ValueError naming the accepted units.
+    """
     match = _DURATION.match(text.strip().lower())
     if not match:
         raise ValueError(f"bad duration {text!r}: write a number and a unit, like 7d, 12h, 30m, 90s or 2w")

@@ -25,12 +25,19 @@ The store is --store PATH, else $CKPT_STORE, else the nearest .ckpt above the wo
 """
 
 
-def launch_tui(ctx: click.Context) -> bool:
-    """Hook for `ckpt` with no verb: open the TUI when crewckpt.tui provides ``run(store_path)``.
+def interactive() -> bool:
+    """True when stdin and stdout are terminals: only then does `ckpt` alone open the TUI."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
 
-    Returns False (so help is printed) until the TUI exists. TUI engineer: define
-    ``crewckpt.tui.run(store_path: str | None) -> None`` and this hook starts it.
+
+def launch_tui(ctx: click.Context) -> bool:
+    """Hook for `ckpt` with no verb: open the TUI (``crewckpt.tui.run(store_path)``) on a terminal.
+
+    Returns False (so help is printed) when not interactive (a pipe, a script, a test) or when the TUI is
+    not available (no ``run`` in crewckpt.tui, or Textual cannot be imported).
     """
+    if not interactive():
+        return False
     try:
         from crewckpt import tui
     except ImportError:
@@ -133,6 +140,24 @@ def cli(ctx: click.Context, store_path: str | None, debug: bool) -> None:
         click.echo(ctx.get_help())
 
 
+@click.command()
+def tui() -> None:
+    """Browse the store in a terminal UI (what `ckpt` alone opens on a terminal).
+
+    Branch tree, checkpoint details, diff; Resume and Fork (crewai extra) run here after the UI closes.
+
+    \b
+    Example:
+      ckpt tui            # or just: ckpt
+    """
+    import crewckpt.tui as tui_pkg
+
+    run = getattr(tui_pkg, "run", None)
+    if run is None:
+        raise click.ClickException("the TUI is not available in this installation")
+    run(click.get_current_context().find_object(AppContext).store_path)
+
+
 SHORT_HELP = {
     "init": "Create an empty store.",
     "log": "Show history (--graph --all like git).",
@@ -150,6 +175,7 @@ SHORT_HELP = {
     "stats": "Sizes, dedup and compression ratios.",
     "import": "Import CrewAI JSON/SQLite checkpoints.",
     "export": "Write checkpoints in CrewAI's layouts.",
+    "tui": "Browse the store in a terminal UI.",
 }
 
 
@@ -173,6 +199,7 @@ def _register() -> None:
         cmd_maint.stats,
         cmd_crewai.import_,
         cmd_crewai.export,
+        tui,
     ):
         command.short_help = SHORT_HELP[command.name or ""]
         cli.add_command(command)

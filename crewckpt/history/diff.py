@@ -22,7 +22,7 @@ Result schema "crewckpt.diff/1" (JSON-serialisable, keys always present; documen
      "events": EventDiff | None,                 # None when neither document has event_record.nodes
      "changes": [Change], "changes_truncated": int}
     MapDiff    = {"added": {k: v}, "removed": {k: v}, "changed": {k: {"old": v, "new": v}}}
-    EntityDiff = {"type", "name", "id", "label", "op", "old_index", "new_index", "matched_by",
+    EntityDiff = {"type", "name", "id", "label", "executor", "op", "old_index", "new_index", "matched_by",
                   "inputs": MapDiff, "tasks": [TaskDiff], "agents": [AgentDiff], "flow": FlowDiff | None}
     TaskDiff   = {"id", "name", "op", "matched_by", "old_status", "new_status",
                   "output_diff": str | None, "output_lines": {"added": int, "removed": int}, "fields": [str]}
@@ -34,7 +34,7 @@ Result schema "crewckpt.diff/1" (JSON-serialisable, keys always present; documen
     Change     = {"path": str, "op": "added" | "removed" | "changed", "old"?: v, "new"?: v}
     op         = "added" | "removed" | "changed" | "unchanged"
 
-Values larger than VALUE_PREVIEW_BYTES in a Change are replaced by a string ``"<object: 12 keys, 3456 bytes>"``.
+Values larger than VALUE_PREVIEW_BYTES in a Change become a string like ``"<object: 12 keys, 3456 bytes>"``.
 """
 
 from __future__ import annotations
@@ -130,6 +130,17 @@ def task_status(task: Any) -> str:
     return "pending"
 
 
+def is_executor(entity: Any, index: int | None) -> bool:
+    """True for CrewAI's internal per-agent executor flows that a crew's checkpoint carries after the crew.
+
+    They have ``executor_type`` ("agent"), or, as restored stubs, are unnamed flows after the first entity
+    (a document's own Flow comes first). Renderers summarise them instead of listing each.
+    """
+    if not isinstance(entity, dict) or entity.get("entity_type") != "flow":
+        return False
+    return entity.get("executor_type") is not None or (not entity.get("name") and bool(index))
+
+
 def entity_label(entity: Any) -> str:
     """``crew:research`` / ``flow:MyFlow`` / ``agent:Solo``: type and the best human name available."""
     if not isinstance(entity, dict):
@@ -190,6 +201,7 @@ def _entities_diff(
             "name": either.get("name") or either.get("role"),
             "id": either.get("id"),
             "label": _indexed_label(either, new_index if new_index is not None else old_index),
+            "executor": is_executor(either, new_index if new_index is not None else old_index),
             "op": _op(a, b),
             "old_index": old_index,
             "new_index": new_index,
@@ -230,7 +242,7 @@ def _tasks_diff(old: list[Any], new: list[Any], context_lines: int) -> list[dict
         ],
     )
     out = []
-    for old_index, new_index, matched_by, a, b, either in pairs:
+    for _, _, matched_by, a, b, either in pairs:
         text_diff, added, removed = _output_diff(
             a, b, str(either.get("name") or either.get("id")), context_lines
         )
@@ -296,7 +308,7 @@ def _agents_diff(old: list[Any], new: list[Any]) -> list[dict[str, Any]]:
         [("id", lambda x: x.get("id") or None), ("role", lambda x: x.get("role") or None)],
     )
     out = []
-    for old_index, new_index, matched_by, a, b, either in pairs:
+    for _, _, matched_by, a, b, either in pairs:
         old_memory = a.get("memory") if a is not None else None
         new_memory = b.get("memory") if b is not None else None
         out.append(

@@ -23,14 +23,30 @@ _OP_MARK = {"added": "+", "removed": "-", "changed": "~", "unchanged": " "}
 _OP_TAG = {"added": "added", "removed": "removed", "changed": "changed", "unchanged": "plain"}
 
 
+# Fields CrewAI re-serialises on every checkpoint without a user-visible change: a task's embedded copy of its
+# agent, an agent's executor flow. The summary leaves out items whose only changes are these.
+INTERNAL_TASK_FIELDS = frozenset({"agent"})
+INTERNAL_AGENT_FIELDS = frozenset({"agent_executor"})
+
+
 def render_stat(diff: dict[str, Any], *, max_items: int = 8) -> list[Line]:
-    """A one-screen summary: inputs, per-entity task table, agents, flow, events, sizes, other changes."""
+    """A one-screen summary: inputs, per-entity task table, agents, flow, events, sizes, other changes.
+
+    Tasks and agents whose only changes are CrewAI-internal copies are counted, not listed, and CrewAI's
+    agent-executor flows are summed up in one line.
+    """
+    return _summary(diff, max_items, terse=True)
+
+
+def _summary(diff: dict[str, Any], max_items: int, *, terse: bool) -> list[Line]:
     lines: list[Line] = []
     if diff["identical"]:
         return [("plain", "no differences")]
     lines += _inputs_lines(diff["inputs"], max_items)
     for entity in diff["entities"]:
-        lines += _entity_lines(entity, max_items)
+        if not entity["executor"]:
+            lines += _entity_lines(entity, max_items, terse)
+    lines += _executor_lines([e for e in diff["entities"] if e["executor"]])
     lines += _events_lines(diff["events"], max_items)
     lines += _size_lines(diff["sizes"])
     other = len(diff["changes"]) + diff["changes_truncated"]
@@ -44,7 +60,7 @@ def render_stat(diff: dict[str, Any], *, max_items: int = 8) -> list[Line]:
 
 def render_full(diff: dict[str, Any], *, max_items: int = 1000) -> list[Line]:
     """The summary followed by output diffs, flow state changes and all other changed paths."""
-    lines = render_stat(diff, max_items=max_items)
+    lines = _summary(diff, max_items, terse=False)
     if diff["identical"]:
         return lines
     for entity in diff["entities"]:
@@ -62,7 +78,8 @@ def render_full(diff: dict[str, Any], *, max_items: int = 1000) -> list[Line]:
         flow = entity["flow"]
         if flow and flow["state"]:
             lines.append(("plain", ""))
-            lines.append(("header", f"state of {entity['label']}"))
+            kind = " (agent executor)" if entity["executor"] else ""
+            lines.append(("header", f"state of {entity['label']}{kind}"))
             lines += _change_lines(flow["state"])
     if diff["changes"]:
         lines.append(("plain", ""))
@@ -105,10 +122,16 @@ def _inputs_lines(inputs: dict[str, Any], max_items: int) -> list[Line]:
     return [("header", "inputs")] + _cap(items, max_items)
 
 
-def _entity_lines(entity: dict[str, Any], max_items: int) -> list[Line]:
+def _entity_lines(entity: dict[str, Any], max_items: int, terse: bool) -> list[Line]:
     tasks = entity["tasks"]
     changed_tasks = [t for t in tasks if t["op"] != "unchanged"]
     agents = [a for a in entity["agents"] if a["op"] != "unchanged"]
+    hidden = 0
+    if terse:
+        shown_tasks = [t for t in changed_tasks if not _internal_only(t, "old_status", INTERNAL_TASK_FIELDS)]
+        shown_agents = [a for a in agents if not _internal_only(a, None, INTERNAL_AGENT_FIELDS)]
+        hidden = len(changed_tasks) - len(shown_tasks) + len(agents) - len(shown_agents)
+        changed_tasks, agents = shown_tasks, shown_agents
     flow = entity["flow"]
     flow_changed = bool(
         flow
@@ -120,7 +143,7 @@ def _entity_lines(entity: dict[str, Any], max_items: int) -> list[Line]:
         )
     )
     if entity["op"] == "unchanged" or (
-        entity["op"] == "changed" and not changed_tasks and not agents and not flow_changed
+        entity["op"] == "changed" and not changed_tasks and not agents and not flow_changed and not hidden
     ):
         return []
     mark = _OP_MARK[entity["op"]]
@@ -146,6 +169,8 @@ def _entity_lines(entity: dict[str, Any], max_items: int) -> list[Line]:
         items.append(
             (_OP_TAG[agent["op"]], f"  {_OP_MARK[agent['op']]} agent {agent['role'] or agent['id']}  {what}")
         )
+    if hidden:
+        items.append(("meta", f"  ({hidden} task(s)/agent(s) with only CrewAI-internal copies changed)"))
     if flow_changed and flow:
         methods = flow["completed_methods"]
         parts = [f"+{m}" for m in methods["added"]] + [f"-{m}" for m in methods["removed"]]
@@ -157,6 +182,24 @@ def _entity_lines(entity: dict[str, Any], max_items: int) -> list[Line]:
             more = ", ..." if len(flow["state"]) > 4 else ""
             items.append(("changed", f"  ~ state {len(flow['state'])} changes: {paths}{more}"))
     return lines + _cap(items, max_items)
+
+
+def _internal_only(item: dict[str, Any], status: str | None, internal: frozenset[str]) -> bool:
+    """A changed item whose status held and whose only changed fields are CrewAI-internal copies."""
+    if item["op"] != "changed" or item.get("output_diff") or item.get("memory") is not None:
+        return False
+    if status is not None and item[status] != item["new_status"]:
+        return False
+    return bool(item["fields"]) and set(item["fields"]) <= internal
+
+
+def _executor_lines(executors: list[dict[str, Any]]) -> list[Line]:
+    """One line for CrewAI's agent-executor flows: how many were added, removed, changed."""
+    counts = {op: sum(1 for e in executors if e["op"] == op) for op in ("added", "removed", "changed")}
+    parts = [f"{n} {op}" for op, n in counts.items() if n]
+    if not parts:
+        return []
+    return [("changed", f"~ agent executors (CrewAI's per-agent flows): {', '.join(parts)}")]
 
 
 def _events_lines(events: dict[str, Any] | None, max_items: int) -> list[Line]:
