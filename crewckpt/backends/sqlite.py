@@ -89,7 +89,8 @@ class _SqlReader:
 
     def iter_objects(self) -> Iterator[ObjectMeta]:
         for oid, kind, size, touched, head in self._q(
-                f"SELECT oid, kind, size, touched, substr(frame, 1, {HEAD_BYTES}) FROM objects"):
+                f"SELECT oid, kind, size, touched, coalesce(substr(frame, 1, {HEAD_BYTES}), x'') FROM objects"):
+            # substr() of a zero-length blob is NULL: an emptied frame (lost write) must list, not crash
             yield ObjectMeta(bytes(oid), kind, size, touched, bytes(head))
 
     def object_stats(self) -> tuple[int, int, int]:

@@ -66,7 +66,7 @@ class ObjectDB:
 
         Raises:
             IntegrityError: the frame does not decode, or decodes to bytes whose id differs.
-            MissingObject: its pack is gone (the error's ``oid`` is the pack id prefix).
+            MissingObject: its pack is gone (a ``_PackGone``; get_many re-reads once, then raises IntegrityError).
         """
         try:
             if stored.kind not in ob.KIND_NAMES:
@@ -88,7 +88,7 @@ class ObjectDB:
         except IntegrityError as e:
             raise IntegrityError(stored.oid.hex(), f"its pack {e.oid} is corrupt") from None
         if not packs:
-            raise MissingObject(key.hex())
+            raise _PackGone(stored.oid, key)
         for body in packs:
             piece = body[off:off + ln]
             if len(piece) == ln and ob.object_id(stored.kind, piece) == stored.oid:
@@ -136,9 +136,10 @@ class ObjectDB:
         for attempt in (0, 1):
             try:
                 return {o: (s.kind, self.verify(s, r)) for o, s in r.get_many(ids).items()}
-            except MissingObject:
-                if attempt:
-                    raise
+            except _PackGone as e:
+                if attempt:  # twice: not a concurrent repack; the member's frame is damaged or its pack lost
+                    raise IntegrityError(e.member.hex(), f"its frame names pack {e.key.hex()}.., which is not "
+                                                         f"in the store") from None
         raise AssertionError("unreachable")
 
     def trees(self, oids: Iterable[bytes], reader: Reader | None = None) -> dict[bytes, tuple[int, Any]]:
@@ -197,3 +198,12 @@ class ObjectDB:
                 raise IntegrityError(o.hex(), f"expected a blob, found kind {kind}")
             out[o] = body
         return out
+
+
+class _PackGone(MissingObject):
+    """A packed frame names a pack that is not (or no longer) in the store: ``member`` is the object whose
+    frame it is, ``key`` the 8-byte pack id prefix."""
+
+    def __init__(self, member: bytes, key: bytes) -> None:
+        self.member, self.key = member, key
+        super().__init__(key.hex())
