@@ -15,6 +15,9 @@ crewckpt wraps four functions (each wrapper calls the original for everything th
   ``kickoff(from_checkpoint=...)`` all go through it).
 * ``RuntimeState.fork``: on a state restored from crewckpt, checks the branch name before any write and
   names automatic branches ``fork/<commit id[:12]>_<6 hex>``.
+* ``Flow.from_checkpoint``: restoring into a Flow subclass builds a fresh instance (checkpoints carry no
+  methods); crewckpt puts that instance in the restored state in place of the placeholder Flow and gives it
+  the stored crewckpt config when it has none, so the restored flow keeps checkpointing (as a Crew does).
 
 Signals: with telemetry off CrewAI never emits its SIGTERM/SIGINT/... events, so a config listing signals
 installs handlers (main thread only) that emit CrewAI's signal event, checkpoint, then hand the signal to the
@@ -48,6 +51,7 @@ from crewai.events.types.system_events import (
     SigTermEvent,
     SigTStpEvent,
 )
+from crewai.flow.flow import Flow
 from crewai.state import checkpoint_listener
 from crewai.state.checkpoint_config import CheckpointConfig as CrewAICheckpointConfig
 from crewai.state.runtime import RuntimeState
@@ -207,6 +211,25 @@ async def _afrom_checkpoint(cls: type[RuntimeState], config: Any, **kwargs: Any)
     return await asyncio.to_thread(restore_state, cls, config, *target, **kwargs)
 
 
+def _flow_from_checkpoint(cls: type[Flow], config: Any, **kwargs: Any) -> Flow:
+    flow = _orig["flow_from"](cls, config, **kwargs)
+    state = crewai_event_bus.runtime_state
+    if crewckpt_target(config) is None or state is None:
+        return flow
+    stale = [i for i, e in enumerate(state.root) if isinstance(e, Flow) and e is not flow]
+    if not stale:
+        return flow
+    placeholder = state.root[stale[0]]
+    if flow.checkpoint is None and isinstance(placeholder.checkpoint, CheckpointConfig):
+        flow.checkpoint = placeholder.checkpoint
+    if any(e is flow for e in state.root):
+        del state.root[stale[0]]
+    else:
+        state.root[stale[0]] = flow
+    crewai_event_bus.set_runtime_state(state)
+    return flow
+
+
 def _fork(self: RuntimeState, branch: str | None = None) -> None:
     path = _state_store.get(self)
     if path is None:
@@ -313,6 +336,7 @@ def install() -> None:
         _orig["from"] = RuntimeState.from_checkpoint.__func__  # type: ignore[attr-defined]
         _orig["afrom"] = RuntimeState.afrom_checkpoint.__func__  # type: ignore[attr-defined]
         _orig["fork"] = RuntimeState.fork
+        _orig["flow_from"] = Flow.from_checkpoint.__func__  # type: ignore[attr-defined]
 
         def prepare(self: CrewAIEventsBus, source: Any, event: Any) -> None:
             _note_signal(event)
@@ -323,4 +347,5 @@ def install() -> None:
         RuntimeState.from_checkpoint = classmethod(_from_checkpoint)  # type: ignore[assignment]
         RuntimeState.afrom_checkpoint = classmethod(_afrom_checkpoint)  # type: ignore[assignment]
         RuntimeState.fork = _fork  # type: ignore[method-assign]
+        Flow.from_checkpoint = classmethod(_flow_from_checkpoint)  # type: ignore[assignment]
         _installed = True

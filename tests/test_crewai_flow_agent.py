@@ -1,0 +1,195 @@
+"""crewckpt.crewai with Flows (pydantic and dict state), Agents, manual checkpoints and signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from crewckpt.testing import ScriptedLLM, crew_llms, crewai_offline, research_crew  # noqa: F401
+
+from crewai import Agent, Crew  # noqa: E402
+from crewai.events.event_bus import crewai_event_bus  # noqa: E402
+from crewai.events.types.task_events import TaskCompletedEvent  # noqa: E402
+from crewai.flow.flow import Flow, listen, start  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
+
+from crewckpt import Store  # noqa: E402
+from crewckpt.crewai import CheckpointConfig, acheckpoint, checkpoint, restore  # noqa: E402
+
+pytestmark = pytest.mark.crewai
+
+RUNS: list[str] = []  # every method execution, across original and resumed runs
+
+
+class Steps(BaseModel):
+    id: str = ""
+    topic: str = "otters"
+    steps: list[str] = []
+
+
+class StepFlow(Flow[Steps]):
+    @start()
+    def gather(self) -> str:
+        RUNS.append("gather")
+        self.state.steps.append("gather")
+        return "gathered"
+
+    @listen(gather)
+    def draft(self, _: str) -> str:
+        RUNS.append("draft")
+        self.state.steps.append("draft")
+        return "drafted"
+
+    @listen(draft)
+    def polish(self, _: str) -> str:
+        RUNS.append("polish")
+        self.state.steps.append("polish")
+        return "polished"
+
+
+class DictFlow(Flow):
+    @start()
+    def one(self) -> int:
+        RUNS.append("one")
+        self.state["n"] = 1
+        return 1
+
+    @listen(one)
+    def two(self, value: int) -> int:
+        RUNS.append("two")
+        self.state["n"] = value + 1
+        return value + 1
+
+
+def flow_entity(doc: dict) -> dict:
+    return next(e for e in doc["entities"] if e["entity_type"] == "flow")
+
+
+@pytest.mark.parametrize("flow_cls, methods", [(StepFlow, ["gather", "draft", "polish"]),
+                                               (DictFlow, ["one", "two"])])
+def test_flow_checkpoints_are_consistent_and_resume_runs_each_method_once(crewai_offline, flow_cls, methods):
+    RUNS.clear()
+    flow = flow_cls(checkpoint=CheckpointConfig(on_events=["*"]))
+    flow.kickoff()
+    assert RUNS == methods
+    store = Store.open(".ckpt")
+    commits = store.list()
+    assert [c.trigger for c in commits].count("method_execution_finished") == len(methods)
+    assert [c.id for c in store.log("main")][::-1] == [c.id for c in commits]
+    for c in commits:
+        entity = flow_entity(store.read(c.id))
+        done = set(entity["checkpoint_completed_methods"] or [])
+        state = entity["checkpoint_state"] or {}
+        changed = set(state.get("steps", [])) if flow_cls is StepFlow else (
+            {"one", "two"} if state.get("n") == 2 else {"one"} if state.get("n") == 1 else set())
+        assert changed <= done, f"{c.trigger}: state shows {changed - done} before it is marked complete"
+    for c in commits:
+        RUNS.clear()
+        resumed = flow_cls.from_checkpoint(CheckpointConfig(restore_from=c.id))
+        done_before = set(resumed._completed_methods)
+        resumed.kickoff()
+        assert sorted(RUNS) == sorted(m for m in methods if m not in done_before)
+        if flow_cls is StepFlow:
+            assert resumed.state.steps == methods
+        else:
+            assert resumed.state["n"] == 2
+
+
+def test_restore_returns_a_flow_and_fork_keeps_main(crewai_offline):
+    StepFlow(checkpoint=CheckpointConfig(on_events=["method_execution_finished"])).kickoff()
+    store = Store.open(".ckpt")
+    assert len(store.list()) == 3
+    plain = restore("main~1", store=".ckpt")
+    assert isinstance(plain, Flow) and set(plain._completed_methods) == {"gather", "draft"}
+    RUNS.clear()
+    forked = StepFlow.fork(CheckpointConfig(restore_from="main~1"), branch="experiment-1")
+    forked.kickoff()
+    assert RUNS == ["polish"]
+    assert len(Store.open(".ckpt").list("experiment-1")) == 1
+    assert store.read("experiment-1")["branch"] == "experiment-1"
+
+
+def test_agent_checkpoints_and_restore(crewai_offline):
+    llm = ScriptedLLM()
+    agent = Agent(role="Researcher", goal="g", backstory="b", llm=llm,
+                  checkpoint=CheckpointConfig(on_events=["*"]))
+    result = agent.kickoff(messages="Tell me about otters")
+    assert "Researcher" in result.raw and llm.calls == 1
+    store = Store.open(".ckpt")
+    triggers = [c.trigger for c in store.list()]
+    assert triggers[0] == "lite_agent_execution_started" and "lite_agent_execution_completed" in triggers
+    restored = Agent.from_checkpoint(CheckpointConfig(restore_from="main"))
+    assert isinstance(restored, Agent) and restored.role == "Researcher"
+    assert isinstance(restore("main", store=store), Agent)
+    again = restored.kickoff(messages="And about sea otters?")
+    assert "Researcher" in again.raw and sum(l.calls for l in crew_llms(restored)) == 1
+    assert len(store.list()) > len(triggers)
+
+
+def test_manual_checkpoints_sync_and_async(crewai_offline):
+    written: list[str | None] = []
+    with crewai_event_bus.scoped_handlers():
+        @crewai_event_bus.on(TaskCompletedEvent)
+        def on_done(source, event, state):  # the docs' recipe, pointed at crewckpt
+            written.append(checkpoint(state, ".manual", branch="handlers"))
+
+        research_crew(3).kickoff(inputs={"topic": "otters"})
+        crewai_event_bus.flush()
+    assert len(written) == 3 and all(written)
+    store = Store.open(".manual")
+    commits = store.list("handlers")
+    assert [c.id for c in commits] == written and {c.trigger for c in commits} == {"manual"}
+    assert [c.id for c in store.log("handlers")][::-1] == written
+    assert "trigger" not in store.read("handlers")
+    assert sorted(c.summary.tasks_done for c in commits)[-1] == 3
+
+    async_written: list[str | None] = []
+    with crewai_event_bus.scoped_handlers():
+        @crewai_event_bus.on(TaskCompletedEvent)
+        async def on_done_async(source, event, state):
+            async_written.append(await acheckpoint(state, ".manual", branch="async"))
+
+        research_crew(2).kickoff(inputs={"topic": "otters"})
+        crewai_event_bus.flush()
+    assert len(async_written) == 2 and all(async_written)
+    assert sorted(c.id for c in store.list("async")) == sorted(async_written)
+    assert len(list(store.log("async"))) == 2
+
+
+SIGTERM_CHILD = textwrap.dedent("""
+    import sys
+    from crewckpt.testing import ScriptedLLM, research_crew
+    from crewckpt.crewai import CheckpointConfig
+    crew = research_crew(3, llm=ScriptedLLM(delay=0.6), checkpoint=CheckpointConfig(on_events=["SIGTERM"]))
+    print("started", flush=True)
+    crew.kickoff(inputs={"topic": "otters"})
+    print("finished", flush=True)
+""")
+
+
+def test_sigterm_triggers_a_checkpoint_then_terminates(crewai_offline):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), *sys.path])}
+    child = subprocess.Popen([sys.executable, "-c", SIGTERM_CHILD], stdout=subprocess.PIPE, text=True,
+                             env=env)
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "started"
+    time.sleep(1.0)  # task 1 done (0.6 s), task 2's call in progress
+    child.send_signal(signal.SIGTERM)
+    out, _ = child.communicate(timeout=60)
+    assert child.returncode == -signal.SIGTERM and "finished" not in out
+    store = Store.open(".ckpt")
+    commits = store.list()
+    assert [c.trigger for c in commits] == ["SIGTERM"]
+    assert commits[0].summary.tasks_done == 1
+    crew = Crew.from_checkpoint(CheckpointConfig(restore_from="main"))
+    for agent in crew.agents:
+        agent.llm.delay = 0
+    crew.kickoff()
+    assert sum(l.calls for l in crew_llms(crew)) == 2
