@@ -9,8 +9,9 @@ from typing import Any
 import click
 import orjson
 
-from crewckpt.cli.context import emit_json, emit_ndjson, json_option, obj
+from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_option, obj
 from crewckpt.cli.fmt import commit_json, entity_summary, local_time, short_ids, summary_fields
+from crewckpt.errors import UnknownRevision
 
 _TAG_STYLE = {
     "header": "bold",
@@ -34,9 +35,15 @@ def init(path: str, as_json: bool) -> None:
       ckpt init                 # ./.ckpt
       ckpt init ~/runs/.ckpt    # then: export CKPT_STORE=~/runs/.ckpt
     """
+    from crewckpt.errors import StoreExists
     from crewckpt.history.store import Store
 
-    store = Store.init(path)
+    try:
+        store = Store.init(path)
+    except StoreExists:
+        raise StoreExists(
+            f"{path}: a crewckpt store already exists here; use it (ckpt --store {path} ...) or choose another path"
+        ) from None
     where = os.path.abspath(getattr(store, "path", path))
     close = getattr(store, "close", None)
     if close:
@@ -202,9 +209,11 @@ def list_(path: str | None, branch: str | None, as_json: bool) -> None:
         return
     app = obj()
     store = app.store()
-    if branch is not None:
-        store.resolve(branch)  # unknown branch -> UnknownRevision with the names available
     commits = store.list(branch)  # write order (seq): reversed, newest first
+    if branch is not None and not commits and branch not in store.branches():
+        raise UnknownRevision(
+            f"no branch named {branch!r}; branches: {', '.join(store.branches()) or 'none yet'}"
+        )
     commits.reverse()
     if as_json:
         emit_ndjson(commit_json(c) for c in commits)
@@ -391,6 +400,7 @@ def diff(rev1: str, rev2: str | None, stat: bool, context: int, as_json: bool) -
 
     app = obj()
     if rev2 is None:
+        _require_parent(rev1)
         old_rev, new_rev = f"{rev1}^", rev1
     else:
         old_rev, new_rev = rev1, rev2
@@ -404,6 +414,19 @@ def diff(rev1: str, rev2: str | None, stat: bool, context: int, as_json: bool) -
     lines = render_stat(result) if stat else render_full(result)
     for tag, text in lines:
         app.line(text, _TAG_STYLE.get(tag))
+
+
+def _require_parent(rev: str) -> None:
+    """`ckpt diff REV` compares REV with its parent: say so plainly when REV is a root."""
+    if rev.endswith(".json") and os.path.isfile(rev):
+        raise UsageProblem(
+            f"{rev} is a file: give two checkpoints to compare (ckpt diff A.json B.json or REV)"
+        )
+    store = obj().store()
+    if not store.info(rev).parents:
+        raise UnknownRevision(
+            f"{rev} is a root checkpoint (no parent to compare with); name two: ckpt diff REV1 {rev}"
+        )
 
 
 def _load_doc(rev: str) -> tuple[Any, str | None]:
