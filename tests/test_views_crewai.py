@@ -63,3 +63,30 @@ def test_exported_run_restores_with_crewai_alone(crewai_offline: Path, capsys: p
     assert sorted(c for c, _ in report.present) == sorted(make_checkpoint_id(c.time_ns, c.id) for c in commits)
     new_root = store.info(report.imported[0][1])
     assert new_root.parents == (commits[0].id,) and new_root.summary.tasks_done == 2
+
+
+def test_jsonb_checkpoint_crewai_cannot_read_here_restores_after_export(
+        crewai_offline: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """CrewAI's SqliteProvider rows are JSONB, which CrewAI cannot read on SQLite < 3.45; imported and exported
+    as JSON they restore and resume with CrewAI alone."""
+    import shutil
+    import sqlite3
+
+    from crewai.agents.agent_builder.base_agent import _LLM_TYPE_REGISTRY
+    from crewai_fixtures import FIXTURES
+
+    monkeypatch.setitem(_LLM_TYPE_REGISTRY, "fake", "crewckpt.testing.ScriptedLLM")  # the fixture's LLM
+    db = crewai_offline / "cp.db"
+    shutil.copy(FIXTURES / "crew_sqlite_star" / "cp.db", db)
+    if sqlite3.sqlite_version_info < (3, 45):
+        with pytest.raises(sqlite3.OperationalError, match="malformed JSON"):  # CrewAI's own reader
+            crewai.Crew.from_checkpoint(crewai.CheckpointConfig(restore_from=f"{db}#20261129T234249_0f298c27"))
+    store = Store.memory()
+    import_crewai(store, db, progress=False)
+    export_crewai(store, crewai_offline / "view", "json")
+    mid = next(c for c in store.list() if c.summary.tasks_done == 2 and c.trigger == "task_completed")
+    (path,) = glob.glob(str(crewai_offline / "view" / "main" / f"{mid.alias}_p-*.json"))
+    crew = crewai.Crew.from_checkpoint(crewai.CheckpointConfig(restore_from=path))
+    assert [t.output is not None for t in crew.tasks] == [True, True, False, False]
+    result = crew.kickoff(inputs={"topic": "otters"})
+    assert result.raw.startswith("[Researcher] task4:") and all(t.output is not None for t in crew.tasks)
