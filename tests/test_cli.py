@@ -64,9 +64,10 @@ def test_init_then_discovery_from_a_subfolder(tmp_path, monkeypatch):
     result = ok(ckpt(None, "init"))
     assert f"Initialized empty crewckpt store in {tmp_path / '.ckpt'}" in result.stdout
     again = ckpt(None, "init")
-    assert again.exit_code == 1 and again.stderr.startswith("ckpt: error: .ckpt: a crewckpt store already exists")
-    assert "ckpt --store .ckpt" in again.stderr
+    assert again.exit_code == 1 and again.stderr.startswith(
+        "ckpt: error: .ckpt: a crewckpt store already exists"
     )
+    assert "ckpt --store .ckpt" in again.stderr
     sub = tmp_path / "a" / "b"
     sub.mkdir(parents=True)
     monkeypatch.chdir(sub)
