@@ -361,3 +361,25 @@ def test_graph_layout_fork_roots_and_merge():
     ]  # fmt: skip
     three = _draw([("p", ["a"]), ("q", ["z"]), ("s", ["a"]), ("z", []), ("a", [])])
     assert three == ["* p", "| * q", "| | * s", "| * | z", "|  /", "|/", "* a"]
+
+
+def test_show_and_diff_crewai_files_need_no_store(tmp_path, monkeypatch):
+    from crewai_fixtures import FIXTURES
+
+    monkeypatch.chdir(tmp_path)  # no store anywhere up from here
+    monkeypatch.delenv("CKPT_STORE", raising=False)
+    folder = FIXTURES / "flow_json" / "main"
+    first = str(next(folder.glob("*_b75d688a_p-none.json")))
+    later = str(next(folder.glob("*_ac28b92b_p-*.json")))
+    state = orjson.loads(
+        ok(ckpt(None, "show", first, "--path", "entities[0].checkpoint_state", "--json")).stdout
+    )
+    assert state["total"] == 11 and state["steps"] == ["gather", "draft"]
+    stat = ok(ckpt(None, "diff", first, later, "--stat")).stdout
+    assert (
+        "~ flow\n" in stat
+        and "completed methods +draft +finish" in stat
+        and "state 2 changes: steps[2], total" in stat
+    )
+    record = orjson.loads(ok(ckpt(None, "diff", first, later, "--json")).stdout)
+    assert record["old"] == {"rev": first, "id": None} and record["entities"][0]["executor"] is False

@@ -351,7 +351,7 @@ def show(rev: str, json_path: str | None, raw: bool, as_json: bool) -> None:
     from crewckpt.history.jsonpath import get_path
 
     app = obj()
-    doc = app.store().read(rev)
+    doc, _ = _load_doc(rev)  # a revision, or a CrewAI JSON checkpoint file
     value = get_path(doc, json_path) if json_path else doc
     if raw or as_json:
         click.echo(orjson.dumps(value).decode())

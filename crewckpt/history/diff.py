@@ -151,9 +151,9 @@ def entity_label(entity: Any) -> str:
 
 
 def _indexed_label(entity: dict, index: int | None) -> str:
-    """Unnamed entities (CrewAI's agent-executor flows) get their position: ``flow[1]``."""
+    """Unnamed entities after the first (CrewAI's agent-executor flows) get their position: ``flow[1]``."""
     label = entity_label(entity)
-    return f"{label}[{index}]" if ":" not in label and index is not None else label
+    return f"{label}[{index}]" if ":" not in label and index else label
 
 
 # ---------------------------------------------------------------------------------------------------
