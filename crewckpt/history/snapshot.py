@@ -44,6 +44,7 @@ CACHE_BYTES = 96 * 1024 * 1024
 _PENDING = object()
 _CDC = pyfastcdc.FastCDC(avg_size=4096)  # FastCDC 2020: min 1 KiB, avg 4 KiB, max 16 KiB
 _SCALARS = (type(None), bool, float)
+_DEEP_SKIP = 400  # msgpack-python packs at most 511 levels
 
 
 def _map_hdr(n: int) -> bytes:
@@ -121,11 +122,12 @@ class Frozen:
 
 
 class _Frame:
-    __slots__ = ("is_dict", "keys", "vals", "i", "out", "key", "height", "frozen")
+    __slots__ = ("is_dict", "keys", "vals", "i", "out", "key", "height", "frozen", "skip")
 
     def __init__(self, v: dict[str, Any] | list[Any] | tuple[Any, ...], key: bytes | None,
                  frozen: Frozen | None = None) -> None:
         self.frozen = frozen
+        self.skip = 0  # levels below this one that skip cache keys (msgpack refused this one as too deep)
         self.is_dict = isinstance(v, dict)
         if self.is_dict:
             for k in v:  # type: ignore[union-attr]
@@ -238,16 +240,21 @@ class Splitter:
                 key = None
                 # the root and big (chunked) containers change on nearly every checkpoint: packing them for a
                 # cache key would re-encode the whole run; their entries are keyed one by one instead
-                if keyed and len(v) <= CHUNK_ENTRIES:
+                skip = max(stack[-1].skip - 1, 0) if stack else 0
+                if keyed and not skip and len(v) <= CHUNK_ENTRIES:
                     try:
                         key = msgpack.packb(v, use_bin_type=True)
-                    except (ValueError, TypeError, OverflowError, UnicodeEncodeError):
-                        key = None  # deep, big ints, surrogates or not JSON: walk without the cache
+                    except ValueError:  # nested deeper than msgpack's limit: so are the next levels
+                        skip = _DEEP_SKIP
+                    except (TypeError, OverflowError, UnicodeEncodeError):
+                        key = None  # big ints, surrogates or not JSON: walk without the cache
                 if key is not None:
                     hit = self._local.get(key) or self._cache.get(key)
                     if hit is not None:
                         return hit
-                stack.append(_Frame(v, key))
+                frame = _Frame(v, key)
+                frame.skip = skip
+                stack.append(frame)
                 return _PENDING
             raise TypeError(f"value of type {type(v).__name__} is not JSON")
 

@@ -149,7 +149,7 @@ class Store:
         meta_json = orjson.dumps(meta).decode() if meta else None
         summary = summarize(doc, json_size(doc))
         with self._wlock:
-            for _ in range(3):
+            for attempt in range(2):
                 pending: dict[bytes, tuple[int, bytes]] = {}
 
                 def put(kind: int, body: bytes) -> bytes:
@@ -162,7 +162,7 @@ class Store:
                 frames = self._frames(pending)
                 try:
                     cid = self._land(frames, root, ref, rref, branch, run, parent_ids, trigger, summary,
-                                     meta_json, alias, time_ns)
+                                     meta_json, alias, time_ns, full=attempt == 1)
                 except _EpochChanged:
                     self._splitter.reset()
                     self._known.clear()
@@ -175,7 +175,7 @@ class Store:
                     self._known.clear()
                 self._known.update(pending)
                 return cid.hex()
-        raise CkptError("commit kept racing with gc; retry")
+        raise AssertionError("unreachable: the second attempt re-puts everything and cannot race gc")
 
     def _frames(self, pending: dict[bytes, tuple[int, bytes]]) -> list[Any]:
         """A checkpoint's new objects go into one pack; big blobs stay loose (objects_format.md, 'Packs')."""
@@ -199,13 +199,16 @@ class Store:
 
     def _land(self, frames: list[Any], root: ob.Link, ref: str, rref: str, branch: str, run: str,
               parent_ids: list[bytes] | None, trigger: str | None, summary: ob.Summary,
-              meta_json: str | None, alias: str | None, time_ns: int | None) -> bytes:
+              meta_json: str | None, alias: str | None, time_ns: int | None, full: bool) -> bytes:
+        """One checkpoint, one transaction. ``full``: every referenced object is in ``frames`` (caches were
+        just dropped), so it is safe whatever gc does meanwhile: all get ``touched = now``."""
         now = time.time_ns()
         with self.backend.transaction() as txn:
             epoch = txn.meta_get(_EPOCH) or "0"
             if epoch != self._epoch:
                 self._epoch = epoch
-                raise _EpochChanged
+                if not full:
+                    raise _EpochChanged
             tip = txn.get_ref(ref)
             parents = parent_ids if parent_ids is not None else ([tip] if tip else [])
             seq = txn.counter_next("seq")
