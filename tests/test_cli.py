@@ -192,6 +192,7 @@ def test_info_human_and_json(demo):
     out = ok(ckpt(demo.path, "info", "main~1")).stdout
     assert f"commit    {demo.main[2]}" in out
     assert f"parents   {demo.main[1]}" in out and "tasks     3/4 completed" in out
+    assert "entities  crew:crew (+3 unnamed flows)" in out  # CrewAI's agent-executor flows
     record = orjson.loads(ok(ckpt(demo.path, "info", "main", "--json")).stdout)
     assert set(record) == COMMIT_KEYS | {"branches_at"}
     assert record["id"] == demo.main[-1] and record["branches_at"] == ["main"]

@@ -275,8 +275,7 @@ def info(rev: str, as_json: bool) -> None:
         ("alias", commit.alias or "-"),
         (
             "entities",
-            ", ".join(f"{e['type']}:{e['name']}" if e["name"] else e["type"] for e in summary["entities"])
-            or "-",
+            _entities_text(summary["entities"]),
         ),
         ("tasks", f"{summary['tasks_done']}/{summary['tasks_total']} completed"),
         ("events", str(summary["event_count"])),
@@ -287,6 +286,20 @@ def info(rev: str, as_json: bool) -> None:
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         app.styled([(f"{key:<{width}}  ", "bold"), (str(value), "yellow" if key == "commit" else None)])
+
+
+def _entities_text(entities: list[dict[str, Any]]) -> str:
+    """``crew:research, flow:Pipeline (+3 unnamed flows)``: CrewAI's agent-executor flows have no name."""
+    named = [f"{e['type']}:{e['name']}" if e["name"] else e["type"] for e in entities if e["name"]]
+    unnamed = [e for e in entities if not e["name"]]
+    if unnamed and not named:
+        named.append(unnamed.pop(0)["type"])
+    text = ", ".join(named) or "-"
+    if unnamed:
+        kinds = {e["type"] for e in unnamed}
+        kind = kinds.pop() if len(kinds) == 1 else "entit"
+        text += f" (+{len(unnamed)} unnamed {kind}{'s' if kind != 'entit' else 'ies'})"
+    return text
 
 
 def _is_crewai_path(arg: str) -> bool:
