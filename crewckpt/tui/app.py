@@ -10,6 +10,7 @@ the terminal. Nothing here imports crewai.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict
 from typing import Any, ClassVar
@@ -233,6 +234,7 @@ class CheckpointBrowser(App[RunPlan | None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self._render_lock = asyncio.Lock()
         self.sub_title = str(self.store.path or "memory store")
         self.reload()
         self.query_one("#tree", Tree).focus()
@@ -356,10 +358,15 @@ class CheckpointBrowser(App[RunPlan | None]):
             goal = h.lines[target].fork_point if target is not None else cid
             self._fill_line(li, len(line.commits) - 1 - h.pos_of[goal or cid])
             self._line_nodes[li].expand()
-        node = self._commit_nodes[cid]
-        tree = self.query_one("#tree", Tree)
-        self.call_after_refresh(tree.move_cursor, node)
+        self.move_cursor(self._commit_nodes[cid])
         self._select(cid)
+
+    def move_cursor(self, node: TreeNode[Any]) -> None:
+        """Put the tree's cursor on ``node`` (rebuilding the tree's lines first, so a node added in this same
+        step has its line number)."""
+        tree = self.query_one("#tree", Tree)
+        tree._tree_lines  # noqa: B018 - the property rebuilds stale line numbers
+        tree.move_cursor(node)
 
     @on(Tree.NodeExpanded, "#tree")
     def _expanded(self, event: Tree.NodeExpanded[Any]) -> None:
@@ -383,8 +390,9 @@ class CheckpointBrowser(App[RunPlan | None]):
             first_new = self._loaded.get(li, 0)
             self._fill_line(li, first_new)
             n = len(self.history.lines[li].commits)
-            new_node = self._commit_nodes[self.history.lines[li].commits[n - 1 - first_new].id]
-            self.call_after_refresh(self.query_one("#tree", Tree).move_cursor, new_node)
+            cid = self.history.lines[li].commits[n - 1 - first_new].id
+            self.move_cursor(self._commit_nodes[cid])  # same line as the '… older' node: no highlight event
+            self._select(cid)
 
     def _relabel(self, cid: str | None) -> None:
         if cid is not None and cid in self._commit_nodes and cid in self.history.by_id:
@@ -455,8 +463,11 @@ class CheckpointBrowser(App[RunPlan | None]):
         self.query_one("#overview-body", Static).update(Text(f"cannot read {cid[:12]}: {message}", style="red"))
 
     async def _show(self, cid: str, doc: Any) -> None:
-        if self.selected != cid:
-            return
+        async with self._render_lock:  # one render at a time: widget ids are reused between checkpoints
+            if self.selected == cid:
+                await self._show_now(cid, doc)
+
+    async def _show_now(self, cid: str, doc: Any) -> None:
         self._shown = cid
         self._diff_for = None
         self.query_one("#overview-body", Static).update(self._overview(cid, doc))
