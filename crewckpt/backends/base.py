@@ -35,6 +35,11 @@ class StoreBusy(CkptError):
     """The store stayed locked by another writer for longer than the busy timeout."""
 
 
+class StoreWriteError(CkptError):
+    """The store cannot be written: the disk is full, the store is read-only, or an I/O error. The write
+    was rolled back (nothing of it is stored; refs are unchanged)."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class StoredObject:
     """One object at rest: 32-byte id, kind code, uncompressed body size (bytes), frame bytes."""

@@ -18,7 +18,7 @@ from pathlib import Path
 import filelock
 
 from crewckpt.backends.base import (HEAD_BYTES, Backend, IndexRow, ObjectMeta, ReflogEntry, StoreBusy,
-                                    StoredObject, Txn)
+                                    StoredObject, StoreWriteError, Txn)
 from crewckpt.errors import CorruptStore, RefConflict
 
 DB_NAME = "store.db"
@@ -230,6 +230,9 @@ class SqliteBackend(_SqlReader, Backend):
 
     Use :meth:`create` for a new store and the constructor to open an existing one (never creates files).
 
+    A store whose file or folder is not writable opens read-only (``read_only``): reads work, every write
+    raises StoreWriteError before touching anything.
+
     Raises:
         CorruptStore: the file is not a database, is truncated, or lacks crewckpt's tables.
     """
@@ -242,17 +245,34 @@ class SqliteBackend(_SqlReader, Backend):
         if not self.path.is_file():
             raise CorruptStore(f"{self.path}: database file is missing; the store is damaged")
         _check_not_truncated(self.path)
-        try:
-            self._conn = sqlite3.connect(f"file:{self.path}?mode=rw", uri=True, timeout=busy_timeout_s,
-                                         isolation_level=None, check_same_thread=False)
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
-            self._conn.execute("SELECT count(*) FROM meta").fetchone()
-            self._conn.execute("SELECT oid FROM objects LIMIT 1").fetchall()
-        except sqlite3.DatabaseError as e:
-            raise CorruptStore(f"{self.path}: not a readable crewckpt database ({e}); restore it from a "
-                               f"backup or re-import") from None
+        self.read_only = not (os.access(self.path, os.W_OK) and os.access(self.folder, os.W_OK))
+        # as_uri() percent-encodes: a raw '?' or '#' in the folder name would end the path early and make
+        # SQLite open (and create) a different file outside the store
+        uri = self.path.resolve().as_uri()
+        modes = ("mode=ro", "immutable=1") if self.read_only else ("mode=rw",)
+        for n, mode in enumerate(modes):
+            try:
+                self._conn = sqlite3.connect(f"{uri}?{mode}", uri=True, timeout=busy_timeout_s,
+                                             isolation_level=None, check_same_thread=False)
+                if not self.read_only:
+                    self._conn.execute("PRAGMA journal_mode=WAL")
+                    self._conn.execute("PRAGMA synchronous=NORMAL")
+                    # checkpoint the WAL every ~1 MiB and cut it back to 1 MiB (it would idle at 4 MiB)
+                    self._conn.execute("PRAGMA wal_autocheckpoint=256")
+                    self._conn.execute("PRAGMA journal_size_limit=1048576")
+                self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+                self._conn.execute("SELECT count(*) FROM meta").fetchone()
+                self._conn.execute("SELECT oid FROM objects LIMIT 1").fetchall()
+                break
+            except sqlite3.OperationalError as e:
+                # read-only folder without a -shm file: WAL readers need one, so read it as immutable
+                if n + 1 < len(modes) and ("unable to open" in str(e) or "readonly" in str(e)):
+                    continue
+                raise CorruptStore(f"{self.path}: not a readable crewckpt database ({e}); restore it from a "
+                                   f"backup or re-import") from None
+            except sqlite3.DatabaseError as e:
+                raise CorruptStore(f"{self.path}: not a readable crewckpt database ({e}); restore it from a "
+                                   f"backup or re-import") from None
 
     @classmethod
     def create(cls, folder: str | os.PathLike[str]) -> SqliteBackend:
@@ -279,7 +299,7 @@ class SqliteBackend(_SqlReader, Backend):
                 return fn()
             except sqlite3.OperationalError as e:
                 if "locked" not in str(e) and "busy" not in str(e):
-                    raise CorruptStore(f"{self.path}: {e}") from None
+                    raise self._error(e) from None
                 if time.monotonic() > deadline:
                     raise StoreBusy(f"{self.path}: store is locked by another writer for over "
                                     f"{self._busy:.0f} s; retry later") from None
@@ -288,30 +308,64 @@ class SqliteBackend(_SqlReader, Backend):
             except sqlite3.DatabaseError as e:
                 raise CorruptStore(f"{self.path}: {e}; run `ckpt fsck`") from None
 
+    def _error(self, e: sqlite3.Error) -> Exception:
+        """A crewckpt error for an SQLite failure that waiting cannot cure (one line, with the fix)."""
+        msg = str(e)
+        if isinstance(e, sqlite3.OperationalError) and "full" in msg:
+            return StoreWriteError(f"{self.path}: disk full; nothing was written (the branch is unchanged); "
+                                   f"free some space and retry")
+        if "readonly" in msg or "read-only" in msg:
+            return StoreWriteError(f"{self.path}: the store is read-only ({msg}); nothing was written; check "
+                                   f"the permissions of the folder and its files")
+        if "disk I/O error" in msg:
+            return StoreWriteError(f"{self.path}: I/O error ({msg}); nothing was written; check the disk")
+        if isinstance(e, sqlite3.OperationalError):
+            return CorruptStore(f"{self.path}: {msg}")
+        return CorruptStore(f"{self.path}: {msg}; run `ckpt fsck`")
+
+    def _rollback(self) -> None:
+        # SQLite may already have rolled back by itself (SQLITE_FULL, I/O errors): a second ROLLBACK would
+        # raise and hide the real error
+        if self._conn.in_transaction:
+            try:
+                self._conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Txn]:
+        if self.read_only:
+            raise StoreWriteError(f"{self.folder}: the store is read-only; nothing was written; make the folder "
+                                  f"and {DB_NAME} writable to change it")
         with self._lock:
             self._retry(lambda: self._conn.execute("BEGIN IMMEDIATE"))
             try:
                 yield SqliteTxn(self)
+            except sqlite3.Error as e:  # a statement inside the transaction (e.g. disk full while inserting)
+                self._rollback()
+                raise self._error(e) from None
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                self._rollback()
                 raise
             try:
                 self._retry(lambda: self._conn.execute("COMMIT"))
             except BaseException:
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
+                self._rollback()
                 raise
 
     @contextlib.contextmanager
     def gc_lock(self) -> Iterator[bool]:
+        if self.read_only:
+            raise StoreWriteError(f"{self.folder}: the store is read-only; gc cannot run")
         lock = filelock.FileLock(str(self.folder / "gc.lock"), timeout=0)
         try:
             lock.acquire()
         except filelock.Timeout:
             yield False
             return
+        except OSError as e:
+            raise StoreWriteError(f"{self.folder}: cannot take the gc lock ({e.strerror}); check the folder's "
+                                  f"permissions") from None
         try:
             yield True
         finally:
@@ -321,7 +375,10 @@ class SqliteBackend(_SqlReader, Backend):
         with self._lock:
             self._retry(lambda: self._conn.executescript("PRAGMA incremental_vacuum;"))
             if compact:
-                self._retry(lambda: self._conn.execute("VACUUM"))
+                try:  # best effort: VACUUM needs free disk for a copy and a moment without readers
+                    self._retry(lambda: self._conn.execute("VACUUM"))
+                except (CorruptStore, StoreBusy):
+                    pass
             self._retry(lambda: self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
 
     def close(self) -> None:
