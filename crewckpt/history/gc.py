@@ -32,6 +32,7 @@ DELETE_BATCH = 500
 LOOSE_MIN = 1 << 20  # bytes; bodies over this stay loose (same rule as commits)
 REPACK_BELOW = 4 << 20  # bytes: packs smaller than this are merged
 PACK_MAX = 16 << 20  # bytes of bodies per new pack
+COMPACT_BELOW = 256 << 20  # bytes: smaller stores are rewritten densely (VACUUM, well under a second)
 
 
 class GcBusy(CkptError):
@@ -196,7 +197,7 @@ def gc(store: Store, *, dry_run: bool = False, grace_ns: int = 0, progress: Prog
             packs = [m.oid for m in now
                      if m.kind == ob.PACK and m.oid[:PACK_KEY] not in used and m.touched_ns < cutoff]
             deleted += txn.delete_objects(packs, cutoff)
-        b.reclaim()
+        b.reclaim(compact=before < COMPACT_BELOW)
         after = store.stats()["file_bytes"]
         freed = sum(metas[o].size for o in dead) + sum(metas[o].size for o in packs if o in metas)
         return GcReport(len(live), deleted, freed, before, after, False)

@@ -32,11 +32,11 @@ import pyfastcdc
 from crewckpt.errors import DecodeError, IntegrityError
 from crewckpt.format import objects as ob
 
-INLINE_MAX = 2048
+INLINE_MAX = 8192
 MAX_INLINE_DEPTH = 64
 STR_CDC_MIN = 16 * 1024
 CHUNK_ENTRIES = 64
-LEAF_BYTES = 4096
+LEAF_BYTES = 16384
 _MASK = CHUNK_ENTRIES // 2 - 1
 _FORCE_CUT = 8 * CHUNK_ENTRIES
 CACHE_BYTES = 96 * 1024 * 1024

@@ -462,8 +462,12 @@ class Store:
         return fsck_mod.fsck(self, full=full, progress=progress)
 
     def stats(self) -> dict[str, Any]:
-        """Objects, stored bytes, body bytes, logical bytes of live commits, and per-branch counts."""
-        n, body, stored = self.backend.object_stats()
+        """Store figures: ``objects`` (count), ``body_bytes`` (uncompressed bodies, packs not counted twice),
+        ``stored_bytes`` (frames at rest), ``logical_bytes`` (live commits' documents as JSON), ``file_bytes``
+        (database + WAL on disk), the ratios between them, and per-branch commit counts and logical bytes."""
+        n, _, stored = self.backend.object_stats()
+        # packs hold copies of their members' bodies: count each object's body once
+        body = sum(m.size for m in self.backend.iter_objects() if m.kind != ob.PACK)
         rows = self.backend.index_rows()
         per: dict[str, dict[str, int]] = {}
         for r in rows:

@@ -1,0 +1,77 @@
+"""Store benchmark (issue 3): commit every checkpoint of crew_json_star_n6 (CrewAI 1.15.30, 6 tasks,
+on_events=["*"]) in parent order into a new store, side by side with the JSON files CrewAI wrote.
+
+Prints: JSON bytes, store bytes on disk before and after gc, the ratio, objects, and per-commit write time
+(median, max, first vs last, and the median of the first and last five). Run: python benchmarks/bench_store.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from crewai_fixtures import FIXTURES  # noqa: E402  (vendored CrewAI fixtures)
+
+from crewckpt import Store  # noqa: E402
+
+
+def parent_order(folder: Path) -> list[Path]:
+    """CrewAI files sorted so every parent comes before its children (file name: <id>_p-<parent>.json)."""
+    by_id = {}
+    for f in folder.glob("*.json"):
+        cid, parent = f.stem.split("_p-")
+        by_id[cid] = (parent, f)
+    kids: dict[str, list[str]] = {}
+    for cid, (parent, _) in by_id.items():
+        kids.setdefault(parent if parent in by_id else "none", []).append(cid)
+    order, stack = [], sorted(kids.get("none", []), reverse=True)
+    while stack:
+        c = stack.pop()
+        order.append(by_id[c][1])
+        stack.extend(sorted(kids.get(c, []), reverse=True))
+    return order
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--fixture", default="crew_json_star_n6")
+    args = ap.parse_args()
+    files = parent_order(FIXTURES / args.fixture / "main")
+    raws = [f.read_bytes() for f in files]
+    json_bytes = sum(len(r) for r in raws)
+    docs = [json.loads(r) for r in raws]
+    with tempfile.TemporaryDirectory() as tmp:
+        s = Store.init(Path(tmp) / ".ckpt")
+        times = []
+        for f, d in zip(files, docs):
+            t = time.perf_counter()
+            s.commit(d, alias=f.stem.split("_p-")[0], trigger=d.get("trigger"))
+            times.append(time.perf_counter() - t)
+        before = s.stats()["file_bytes"]
+        t = time.perf_counter()
+        s.gc()
+        gc_s = time.perf_counter() - t
+        st = s.stats()
+        after = st["file_bytes"]
+        assert all(s.read(f.stem.split("_p-")[0]) == d for f, d in zip(files, docs))
+        ms = [x * 1000 for x in times]
+        print(f"fixture               {args.fixture}: {len(files)} checkpoints")
+        print(f"CrewAI JSON files     {json_bytes:>12,} bytes")
+        print(f"crewckpt before gc    {before:>12,} bytes  ({json_bytes / before:.1f}x smaller)")
+        print(f"crewckpt after gc     {after:>12,} bytes  ({json_bytes / after:.1f}x smaller)  gc {gc_s:.2f} s")
+        print(f"objects               {st['objects']:>12,}  (logical {st['logical_bytes']:,} bytes)")
+        print(f"commit ms             median {statistics.median(ms):.2f}  max {max(ms):.2f}  "
+              f"first {ms[0]:.2f}  last {ms[-1]:.2f}  (last/first {ms[-1] / ms[0]:.2f}x)")
+        print(f"commit ms, 5 first    median {statistics.median(ms[:5]):.2f}   5 last median "
+              f"{statistics.median(ms[-5:]):.2f}")
+        print("all checkpoints read back exactly: yes")
+
+
+if __name__ == "__main__":
+    main()
