@@ -10,7 +10,6 @@ import click
 
 from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_option, obj
 from crewckpt.cli.fmt import entity_summary, local_time, parse_duration_ns, short_ids, summary_fields
-from crewckpt.history.diff_render import human_bytes
 
 
 @click.command()
@@ -207,6 +206,13 @@ def _report_dict(report: Any) -> dict[str, Any]:
     if hasattr(report, "_asdict"):
         return dict(report._asdict())
     return dict(report)
+
+
+def human_bytes(n: int) -> str:
+    """1536 -> "1.5 KB" (crewckpt.history.diff_render.human_bytes, imported only when printing)."""
+    from crewckpt.history.diff_render import human_bytes as fmt
+
+    return fmt(n)
 
 
 def _print_report(app: Any, title: str, record: dict[str, Any]) -> None:
