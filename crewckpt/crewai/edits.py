@@ -67,8 +67,10 @@ def fork_with_edits(rev: str, *, store: Any, branch: str | None = None,
     rerun = apply_task_edits(roots, task_outputs or {})
     if inputs is not None:
         for root in roots:
-            if hasattr(root, "checkpoint_inputs") and getattr(root, "entity_type", None) in ("crew", "flow"):
+            if getattr(root, "entity_type", None) in ("crew", "flow") and hasattr(root, "checkpoint_inputs"):
                 root.checkpoint_inputs = dict(inputs)
+                if hasattr(root, "_inputs"):  # a crew's snapshot copies _inputs into checkpoint_inputs
+                    root._inputs = dict(inputs)
     new_branch = str(getattr(state, "_branch", None) or branch or "")
     commit = checkpoint(state, os.fspath(path), trigger=FORK_TRIGGER) if state is not None else None
     return ForkResult(entity, new_branch, commit, rerun)
