@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import sys
+from pathlib import Path
 
 import orjson
 import pytest
@@ -298,3 +299,51 @@ def test_progress_bar_on_a_terminal_only(demo):
     assert quiet.stderr == ""
     shown = ok(ckpt(demo.path, "fsck", "--full", env={"FORCE_COLOR": "1", "NO_COLOR": None}))
     assert "fsck --full" in shown.stderr  # rich's live bar (transient, so erased at the end)
+
+
+# Key sets documented in docs/cli-json.md; a change here is a change to a public schema.
+GC_KEYS = {
+    "live_objects",
+    "deleted_objects",
+    "deleted_bytes",
+    "bytes_before",
+    "bytes_after",
+    "dry_run",
+    "seconds",
+}
+FSCK_KEYS = {"ok", "full", "checked", "broken", "affected", "problems", "seconds"}
+STATS_KEYS = {"objects", "commits", "logical_bytes", "body_bytes", "stored_bytes", "file_bytes", "dedup_ratio",
+              "compression_ratio", "total_ratio", "branches"}  # fmt: skip
+CREWAI_RECORD_KEYS = {"checkpoint_id", "parent_id", "branch", "created_at", "trigger", "source", "kind", "size",
+                      "summary", "error"}  # fmt: skip
+IMPORT_KEYS = {"source", "kind", "imported", "already_present", "orphans", "skipped", "branches", "problems"}
+EXPORT_KEYS = {"dest", "format", "written", "already_there", "conflicts", "problems"}
+
+
+def test_json_schemas_match_the_documentation(demo, tmp_path):
+    assert set(orjson.loads(ok(ckpt(demo.path, "gc", "--dry-run", "--json")).stdout)) == GC_KEYS
+    assert set(orjson.loads(ok(ckpt(demo.path, "fsck", "--json")).stdout)) == FSCK_KEYS
+    stats = orjson.loads(ok(ckpt(demo.path, "stats", "--json")).stdout)
+    assert set(stats) == STATS_KEYS and set(stats["branches"]["main"]) == {"commits", "logical_bytes"}
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURES / "flow_json", src)
+    listed = ndjson(ok(ckpt(None, "list", str(src), "--json")).stdout)
+    assert listed and all(set(r) == CREWAI_RECORD_KEYS for r in listed)
+    assert set(listed[0]["summary"]) == {
+        "entities",
+        "tasks_done",
+        "tasks_total",
+        "event_count",
+        "logical_bytes",
+    }
+    info = orjson.loads(ok(ckpt(None, "info", str(src), "--json")).stdout)
+    assert set(info) == {"path", "kind", "checkpoints", "branches", "stored_bytes", "latest", "problems"}
+    assert set(info["latest"]) == CREWAI_RECORD_KEYS | {"crewai_version", "inputs"}
+    assert set(orjson.loads(ok(ckpt(demo.path, "import", str(src), "--json")).stdout)) == IMPORT_KEYS
+    exported = orjson.loads(
+        ok(ckpt(demo.path, "export", "main", "--to", str(tmp_path / "o.db"), "--json")).stdout
+    )
+    assert set(exported) == EXPORT_KEYS and exported["format"] == "sqlite" and exported["written"] == 1
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "cli-json.md").read_text()
+    for key in GC_KEYS | FSCK_KEYS | STATS_KEYS | CREWAI_RECORD_KEYS | IMPORT_KEYS | EXPORT_KEYS:
+        assert f'"{key}"' in docs, key
