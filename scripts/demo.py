@@ -1,0 +1,226 @@
+"""crewckpt demo: crash, resume, fork and compare a 6-task CrewAI research crew, offline, in seconds.
+
+    python scripts/demo.py            # store in ./.ckpt (use --reset to start over, --store to move it)
+
+1. A research crew (3 agents, 6 tasks) checkpoints every event (``on_events=["*"]``) into ``./.ckpt``; its
+   scripted LLM fails at task 4, so the run stops.
+2. ``Crew.from_checkpoint(CheckpointConfig(restore_from="latest"))`` resumes it: only tasks 4-6 run.
+3. ``Crew.fork(...)`` from the checkpoint after task 2, kicked off with an edited input ("sea otters"),
+   finishes a second branch.
+4. It prints the history graph, what differs between the two branches' results, and the bytes crewckpt
+   stored beside what CrewAI's JsonProvider writes for the same three runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from crewckpt.testing import ScriptedLLM, ScriptedLLMError, offline_env, research_crew  # sets offline env
+
+from crewai import Crew  # noqa: E402
+from crewai.events.event_bus import crewai_event_bus  # noqa: E402
+from crewai.events.types.checkpoint_events import CheckpointCompletedEvent, CheckpointFailedEvent  # noqa: E402
+from crewai.state.checkpoint_config import CheckpointConfig as JsonCheckpointConfig  # noqa: E402
+
+from crewckpt import Store  # noqa: E402
+from crewckpt.cli.graph import graph_rows  # noqa: E402
+from crewckpt.crewai import CheckpointConfig  # noqa: E402
+from crewckpt.crewai.writer import forget_stores  # noqa: E402
+from crewckpt.history.diff import diff_documents  # noqa: E402
+from crewckpt.history.diff_render import human_bytes, plain_text, render_stat  # noqa: E402
+
+N_TASKS = 6
+FAIL_AT_CALL = 4  # the scripted LLM answers one call per task: call 4 is task 4
+MILESTONES = {"crew_kickoff_started", "task_completed", "task_failed", "crew_kickoff_failed",
+              "crew_kickoff_completed"}
+
+
+def banner(text: str) -> None:
+    print(f"\n== {text} " + "=" * max(0, 72 - len(text)))
+
+
+def run_scenario(make_config: Any, latest: Any, after_task: Any) -> dict[str, Any]:
+    """Crash at task 4, resume from the latest checkpoint, fork after task 2 with a new topic."""
+    result: dict[str, Any] = {}
+    crew = research_crew(N_TASKS, llm=ScriptedLLM(fail_at_call=FAIL_AT_CALL), checkpoint=make_config())
+    start = time.perf_counter()
+    try:
+        crew.kickoff(inputs={"topic": "otters"})
+        raise SystemExit("demo: the scripted failure did not happen")
+    except ScriptedLLMError as exc:
+        result["error"] = str(exc)
+    crewai_event_bus.flush()
+    resumed = Crew.from_checkpoint(make_config(restore_from=latest()))
+    result["resumed_out"] = resumed.kickoff().raw
+    result["resumed_calls"] = sum(a.llm.calls for a in {id(a.llm): a for a in resumed.agents}.values())
+    crewai_event_bus.flush()
+    fork = Crew.fork(make_config(restore_from=after_task(2)), branch="sea-otters")
+    result["fork_out"] = fork.kickoff(inputs={"topic": "sea otters"}).raw
+    result["fork_calls"] = sum(a.llm.calls for a in {id(a.llm): a for a in fork.agents}.values())
+    crewai_event_bus.flush()
+    result["seconds"] = time.perf_counter() - start
+    return result
+
+
+def warm_up() -> None:
+    """Pay CrewAI's one-time lazy imports and schema builds (about 2 s on the first restore of a process)
+    before anything is timed, so both scenarios are measured warm."""
+    with tempfile.TemporaryDirectory(prefix="crewckpt-demo-warm-") as folder:
+        cfg = CheckpointConfig(location=folder, on_events=["*"])
+        research_crew(2, checkpoint=cfg).kickoff(inputs={"topic": "warm-up"})
+        Crew.from_checkpoint(CheckpointConfig(location=folder, restore_from="main~3"))
+        crewai_event_bus.reset_runtime_state()
+        forget_stores()
+
+
+def crewckpt_scenario(store_path: Path) -> tuple[dict[str, Any], Store]:
+    def make_config(**kw: Any) -> CheckpointConfig:
+        return CheckpointConfig(location=str(store_path), on_events=["*"], **kw)
+
+    def after_task(k: int) -> str:
+        store = Store.open(store_path)
+        return next(c.id for c in store.list("main")
+                    if c.trigger == "task_completed" and c.summary.tasks_done == k)
+
+    result = run_scenario(make_config, lambda: "latest", after_task)
+    return result, Store.open(store_path)
+
+
+def json_scenario(folder: Path) -> tuple[dict[str, Any], int, int]:
+    """The same three runs with CrewAI's own JsonProvider; returns (result, files, bytes)."""
+    written: list[CheckpointCompletedEvent] = []
+
+    def seen(source: Any, event: CheckpointCompletedEvent) -> None:
+        written.append(event)
+
+    def make_config(**kw: Any) -> JsonCheckpointConfig:
+        return JsonCheckpointConfig(location=str(folder), on_events=["*"], **kw)
+
+    def after_task(k: int) -> str:
+        return next(e.location for e in written if e.trigger == "task_completed" and e.task_name == f"task{k}")
+
+    def latest() -> str:
+        return max(written, key=lambda e: e.timestamp).location
+
+    failures: list[Any] = []
+
+    def failed(source: Any, event: CheckpointFailedEvent) -> None:
+        failures.append(event)
+
+    crewai_event_bus.on(CheckpointCompletedEvent)(seen)  # not scoped_handlers(): that mutes CrewAI's listener
+    crewai_event_bus.on(CheckpointFailedEvent)(failed)
+    listener_log = logging.getLogger("crewai.state.checkpoint_listener")
+    level = listener_log.level
+    listener_log.setLevel(logging.CRITICAL)  # CrewAI logs each of its own failed writes with a traceback
+    try:
+        result = run_scenario(make_config, latest, after_task)
+    finally:
+        crewai_event_bus.off(CheckpointCompletedEvent, seen)
+        crewai_event_bus.off(CheckpointFailedEvent, failed)
+        listener_log.setLevel(level)
+    result["failed_writes"] = len(failures)
+    files = [p for p in folder.rglob("*.json")]
+    return result, len(files), sum(p.stat().st_size for p in files)
+
+
+def print_graph(store: Store, show_all: bool) -> None:
+    commits = sorted(store.list(), key=lambda c: c.seq, reverse=True)
+    keep = {c.id for c in commits if show_all or c.trigger in MILESTONES}
+    keep |= set(store.branches().values())
+    by_id = {c.id: c for c in commits}
+
+    def shown_parents(cid: str) -> list[str]:
+        out = []
+        for p in by_id[cid].parents:
+            while p in by_id and p not in keep:
+                p = by_id[p].parents[0] if by_id[p].parents else None
+            if p is not None:
+                out.append(p)
+        return out
+
+    tips: dict[str, list[str]] = {}
+    for name, tip in store.branches().items():
+        tips.setdefault(tip, []).append(name)
+    rows = [(c.id, shown_parents(c.id)) for c in commits if c.id in keep]
+    for row in graph_rows(rows):
+        for line in row.before:
+            print(f"  {line}")
+        c = by_id[row.commit_id]
+        refs = f" ({', '.join(sorted(tips[c.id]))})" if c.id in tips else ""
+        print(f"  {row.row} {c.id[:10]} {c.trigger or 'manual':<24} tasks {c.summary.tasks_done}/"
+              f"{c.summary.tasks_total}{refs}")
+    if not show_all:
+        print(f"  ({len(commits) - len(keep)} intermediate checkpoints not shown; --all shows them)")
+
+
+def print_results_diff(store: Store) -> None:
+    main, fork = store.read("main"), store.read("sea-otters")
+    print(plain_text(render_stat(diff_documents(main, fork))))
+    crew_main = next(e for e in main["entities"] if e.get("entity_type") == "crew")
+    crew_fork = next(e for e in fork["entities"] if e.get("entity_type") == "crew")
+    print("\n  task     main (topic: otters)                         sea-otters (topic: sea otters)")
+    for a, b in zip(crew_main["tasks"], crew_fork["tasks"]):
+        ra, rb = (t["output"]["raw"] if t.get("output") else "-" for t in (a, b))
+        mark = "  " if ra == rb else "≠ "
+        print(f"{mark}{a['name']:<7} {ra[:52]:<52} {rb[:52]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--store", default=".ckpt", help="store folder (default ./.ckpt)")
+    parser.add_argument("--reset", action="store_true", help="delete an existing store folder first")
+    parser.add_argument("--all", action="store_true", help="show every checkpoint in the graph")
+    args = parser.parse_args(argv)
+    store_path = Path(args.store).resolve()
+    if store_path.exists():
+        if not args.reset:
+            print(f"demo: {store_path} already exists; run with --reset to replace it or --store to pick "
+                  "another folder", file=sys.stderr)
+            return 2
+        shutil.rmtree(store_path)
+
+    with offline_env(), tempfile.TemporaryDirectory(prefix="crewckpt-demo-json-") as json_dir:
+        warm_up()
+        banner("1. run a 6-task crew, checkpointing every event; the LLM fails at task 4")
+        result, store = crewckpt_scenario(store_path)
+        print(f"  run failed: {result['error']}")
+        banner("2. resume from the latest checkpoint")
+        print(f"  Crew.from_checkpoint(CheckpointConfig(restore_from='latest')).kickoff()"
+              f" -> {result['resumed_calls']} LLM calls (tasks 4-6 only)")
+        print(f"  result: {result['resumed_out']}")
+        banner("3. fork after task 2 with topic='sea otters'")
+        print(f"  Crew.fork(CheckpointConfig(restore_from=<after task 2>), branch='sea-otters')"
+              f".kickoff(inputs={{'topic': 'sea otters'}}) -> {result['fork_calls']} LLM calls")
+        print(f"  result: {result['fork_out']}")
+
+        banner("history (ckpt log --graph)")
+        print_graph(store, args.all)
+        banner("what differs between main and sea-otters (ckpt diff main sea-otters --stat)")
+        print_results_diff(store)
+
+        banner("bytes stored for the same three runs")
+        json_result, json_files, json_bytes = json_scenario(Path(json_dir))
+        stats = store.stats()
+        store.close()
+        forget_stores()  # closes crewckpt's writer handle too: SQLite folds its WAL into store.db
+        ours = sum(p.stat().st_size for p in store_path.iterdir() if p.is_file())
+        print(f"  crewckpt  {stats['commits']:>4} checkpoints  {human_bytes(ours):>9} on disk, "
+              f"{human_bytes(stats['logical_bytes'])} as JSON  {result['seconds']:5.2f} s")
+        print(f"  CrewAI    {json_files:>4} JSON files   {human_bytes(json_bytes):>9} on disk"
+              f"{'':>20}{json_result['seconds']:5.2f} s"
+              + (f"  ({json_result['failed_writes']} writes failed in CrewAI's pool listener)"
+                 if json_result["failed_writes"] else ""))
+        print(f"  -> crewckpt stores {json_bytes / max(ours, 1):.1f}x fewer bytes")
+        print(f"\nstore: {store_path}   try: ckpt --store {args.store} log --graph")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
