@@ -378,9 +378,9 @@ def test_show_and_diff_crewai_files_need_no_store(tmp_path, monkeypatch):
     assert state["total"] == 11 and state["steps"] == ["gather", "draft"]
     stat = ok(ckpt(None, "diff", first, later, "--stat")).stdout
     assert (
-        "~ flow\n" in stat
+        "~ flow:DemoFlow\n" in stat
         and "completed methods +draft +finish" in stat
         and "state 2 changes: steps[2], total" in stat
     )
     record = orjson.loads(ok(ckpt(None, "diff", first, later, "--json")).stdout)
-    assert record["old"] == {"rev": first, "id": None} and record["entities"][0]["executor"] is False
+    assert record["old"] == {"rev": first, "id": None} and record["entities"][0]["role"] == "main"

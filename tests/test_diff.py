@@ -216,9 +216,9 @@ def test_jsonpath_errors_name_the_problem():
 def test_stat_summarises_crewai_internal_changes(restore_docs):
     main, alt = restore_docs
     d = diff_documents(main, alt)
-    executors = [e for e in d["entities"] if e["executor"]]
+    executors = [e for e in d["entities"] if e["role"] == "executor"]
     assert executors and all(e["type"] == "flow" and e["label"].startswith("flow[") for e in executors)
-    assert d["entities"][0]["executor"] is False
+    assert d["entities"][0]["role"] == "main" and len(executors) == len(d["entities"]) - 1
     stat = plain_text(render_stat(d))
     assert "task1" not in stat and "agent Writer" not in stat  # only their embedded copies changed
     assert "task3  pending -> completed  output +1 -0 lines" in stat
@@ -229,7 +229,30 @@ def test_stat_summarises_crewai_internal_changes(restore_docs):
     assert "(agent executor)" in full
 
 
-def test_flow_document_entity_is_not_an_executor():
-    docs = _load("flow_json/main/*.json")
-    d = diff_documents(docs[0], docs[-1])
-    assert d["entities"][0]["type"] == "flow" and d["entities"][0]["executor"] is False
+def test_flow_fork_pairs_the_real_flow_not_the_placeholder():
+    first = _load("flow_json/main/*_b75d688a_p-none.json")[0]
+    fork = _load("flow_json/experiment-1/*_a4588db8_p-*.json")[0]  # [placeholder, the forked DemoFlow]
+    d = diff_documents(first, fork)
+    main = [e for e in d["entities"] if e["role"] == "main"]
+    assert len(main) == 1 and main[0]["label"] == "flow:DemoFlow"
+    assert (main[0]["old_index"], main[0]["new_index"]) == (0, 1)
+    assert main[0]["flow"]["completed_methods"] == {"added": ["draft", "finish"], "removed": []}
+    placeholder = [e for e in d["entities"] if e["role"] == "placeholder"]
+    assert [(p["op"], p["new_index"]) for p in placeholder] == [("added", 0)]
+    assert d["inputs"] == {
+        "added": {},
+        "removed": {},
+        "changed": {},
+    }  # same kickoff inputs (from flow_started)
+    stat = plain_text(render_stat(d))
+    assert "~ flow:DemoFlow" in stat and "~ restore placeholders (CrewAI's stand-in flows): 1 added" in stat
+
+
+def test_flow_inputs_come_from_flow_started():
+    first = _load("flow_json/main/*_b75d688a_p-none.json")[0]
+    other = copy.deepcopy(first)
+    for node in other["event_record"]["nodes"].values():
+        if node["event"]["type"] == "flow_started":
+            node["event"]["inputs"] = {"topic": "sea otters"}
+    d = diff_documents(first, other)
+    assert d["inputs"]["changed"] == {"topic": {"old": "otters", "new": "sea otters"}}

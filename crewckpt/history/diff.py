@@ -22,7 +22,7 @@ Result schema "crewckpt.diff/1" (JSON-serialisable, keys always present; documen
      "events": EventDiff | None,                 # None when neither document has event_record.nodes
      "changes": [Change], "changes_truncated": int}
     MapDiff    = {"added": {k: v}, "removed": {k: v}, "changed": {k: {"old": v, "new": v}}}
-    EntityDiff = {"type", "name", "id", "label", "executor", "op", "old_index", "new_index", "matched_by",
+    EntityDiff = {"type", "name", "id", "label", "role", "op", "old_index", "new_index", "matched_by",
                   "inputs": MapDiff, "tasks": [TaskDiff], "agents": [AgentDiff], "flow": FlowDiff | None}
     TaskDiff   = {"id", "name", "op", "matched_by", "old_status", "new_status",
                   "output_diff": str | None, "output_lines": {"added": int, "removed": int}, "fields": [str]}
@@ -93,7 +93,8 @@ def diff_documents(
         "changes_truncated": 0,
     }
     if crewai:
-        result["entities"] = _entities_diff(old["entities"], new["entities"], changes, context_lines)
+        name = flow_kickoff(new)[0] or flow_kickoff(old)[0]
+        result["entities"] = _entities_diff(old["entities"], new["entities"], changes, context_lines, name)
         _walk(
             {k: v for k, v in old.items() if k not in ("entities", "event_record")},
             {k: v for k, v in new.items() if k not in ("entities", "event_record")},
@@ -130,15 +131,35 @@ def task_status(task: Any) -> str:
     return "pending"
 
 
-def is_executor(entity: Any, index: int | None) -> bool:
-    """True for CrewAI's internal per-agent executor flows that a crew's checkpoint carries after the crew.
+def entity_roles(entities: list[Any]) -> list[str]:
+    """The role of each entity of a checkpoint document: "main", "executor" or "placeholder".
 
-    They have ``executor_type`` ("agent"), or, as restored stubs, are unnamed flows after the first entity
-    (a document's own Flow comes first). Renderers summarise them instead of listing each.
+    Rules read off CrewAI 1.15 checkpoints (fixtures crew_restore_src, flow_json):
+    - "executor": CrewAI's internal per-agent executor flows. They carry ``executor_type``; in a document
+      that holds a crew or an agent, every flow is one (restored ones lose ``executor_type``).
+    - "placeholder": in a Flow's document, an unnamed flow whose state is only ``{"id"}`` and that has no
+      completed methods: the stand-in ``Flow.fork``/restore puts first.
+    - "main": the user's crew, agent or flow.
     """
-    if not isinstance(entity, dict) or entity.get("entity_type") != "flow":
-        return False
-    return entity.get("executor_type") is not None or (not entity.get("name") and bool(index))
+    kinds = {e.get("entity_type") for e in entities if isinstance(e, dict)}
+    has_owner = bool(kinds & {"crew", "agent"})
+    roles = []
+    for entity in entities:
+        if not isinstance(entity, dict) or entity.get("entity_type") != "flow":
+            roles.append("main")
+        elif entity.get("executor_type") is not None or has_owner:
+            roles.append("executor")
+        elif _is_stub(entity):
+            roles.append("placeholder")
+        else:
+            roles.append("main")
+    return roles
+
+
+def _is_stub(flow: dict[str, Any]) -> bool:
+    state = flow.get("checkpoint_state")
+    keys = set(state) if isinstance(state, dict) else set()
+    return not flow.get("name") and keys <= {"id"} and not flow.get("checkpoint_completed_methods")
 
 
 def entity_label(entity: Any) -> str:
@@ -150,10 +171,15 @@ def entity_label(entity: Any) -> str:
     return f"{kind}:{name}" if name else kind
 
 
-def _indexed_label(entity: dict, index: int | None) -> str:
-    """Unnamed entities after the first (CrewAI's agent-executor flows) get their position: ``flow[1]``."""
+def _label(entity: dict, index: int | None, role: str, flow_name: str | None) -> str:
+    """``crew:research``; the user's unnamed Flow gets the class name its ``flow_started`` event records
+    (``flow:DemoFlow``); other unnamed entities (executors, placeholders) their position: ``flow[1]``."""
     label = entity_label(entity)
-    return f"{label}[{index}]" if ":" not in label and index else label
+    if ":" in label:
+        return label
+    if role == "main" and flow_name and entity.get("entity_type") == "flow":
+        return f"flow:{flow_name}"
+    return f"{label}[{index}]" if index else label
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -172,26 +198,58 @@ def _sizes(old: Any, new: Any) -> dict[str, int]:
 
 
 def _inputs(doc: Any) -> dict[str, Any]:
-    """Kickoff inputs of every entity merged (CrewAI records them as ``checkpoint_inputs``)."""
+    """Kickoff inputs: every entity's ``checkpoint_inputs`` merged (crews); for a document whose first entity
+    is a Flow (which records none), the ``inputs`` of its ``flow_started`` event."""
     merged: dict[str, Any] = {}
     if is_crewai_document(doc):
         for entity in doc["entities"]:
             inputs = entity.get("checkpoint_inputs")
             if isinstance(inputs, dict):
                 merged.update(inputs)
+        owners = {e.get("entity_type") for e in doc["entities"]} & {"crew", "agent"}
+        if not merged and not owners:  # a Flow's document
+            merged.update(flow_kickoff(doc)[1])
     return merged
 
 
+# CrewAI runs each agent's work as a flow of this name; its flow_started events are not the user's flow.
+_EXECUTOR_FLOW_NAME = "AgentExecutor"
+
+
+def flow_kickoff(doc: Any) -> tuple[str | None, dict[str, Any]]:
+    """(class name, kickoff inputs) of the user's Flow, from the first ``flow_started`` event that is not
+    CrewAI's own agent executor; ``(None, {})`` when there is none. CrewAI 1.15 keeps both only there (the
+    flow entity's ``name`` is usually null)."""
+    nodes = _event_nodes(doc) or {}
+    starts = [
+        node["event"]
+        for node in nodes.values()
+        if isinstance(node, dict)
+        and isinstance(node.get("event"), dict)
+        and node["event"].get("type") == "flow_started"
+        and node["event"].get("flow_name") != _EXECUTOR_FLOW_NAME
+    ]
+    if not starts:
+        return None, {}
+    first = min(
+        starts, key=lambda e: e.get("emission_sequence") if isinstance(e.get("emission_sequence"), int) else 0
+    )
+    name = first.get("flow_name")
+    inputs = first.get("inputs")
+    return (name if isinstance(name, str) else None), (inputs if isinstance(inputs, dict) else {})
+
+
 def _entities_diff(
-    old: list[dict], new: list[dict], changes: _ChangeList, context_lines: int
+    old: list[dict], new: list[dict], changes: _ChangeList, context_lines: int, flow_name: str | None = None
 ) -> list[dict[str, Any]]:
+    role = {id(e): r for side in (old, new) for e, r in zip(side, entity_roles(side))}
     pairs = _match(
         old,
         new,
         [
             ("id", lambda e: (e.get("entity_type"), e.get("id")) if e.get("id") else None),
             ("name", lambda e: (e.get("entity_type"), e.get("name")) if e.get("name") else None),
-            ("position", lambda e: e.get("entity_type")),
+            ("position", lambda e: (e.get("entity_type"), role[id(e)])),  # never a placeholder with a flow
         ],
     )
     out = []
@@ -200,8 +258,10 @@ def _entities_diff(
             "type": either.get("entity_type"),
             "name": either.get("name") or either.get("role"),
             "id": either.get("id"),
-            "label": _indexed_label(either, new_index if new_index is not None else old_index),
-            "executor": is_executor(either, new_index if new_index is not None else old_index),
+            "label": _label(
+                either, new_index if new_index is not None else old_index, role[id(either)], flow_name
+            ),
+            "role": role[id(either)],
             "op": _op(a, b),
             "old_index": old_index,
             "new_index": new_index,

@@ -33,7 +33,7 @@ def render_stat(diff: dict[str, Any], *, max_items: int = 8) -> list[Line]:
     """A one-screen summary: inputs, per-entity task table, agents, flow, events, sizes, other changes.
 
     Tasks and agents whose only changes are CrewAI-internal copies are counted, not listed, and CrewAI's
-    agent-executor flows are summed up in one line.
+    agent-executor flows and restore placeholders are summed up in one line each.
     """
     return _summary(diff, max_items, terse=True)
 
@@ -44,9 +44,9 @@ def _summary(diff: dict[str, Any], max_items: int, *, terse: bool) -> list[Line]
         return [("plain", "no differences")]
     lines += _inputs_lines(diff["inputs"], max_items)
     for entity in diff["entities"]:
-        if not entity["executor"]:
+        if entity["role"] == "main":
             lines += _entity_lines(entity, max_items, terse)
-    lines += _executor_lines([e for e in diff["entities"] if e["executor"]])
+    lines += _internal_entity_lines(diff["entities"])
     lines += _events_lines(diff["events"], max_items)
     lines += _size_lines(diff["sizes"])
     other = len(diff["changes"]) + diff["changes_truncated"]
@@ -78,7 +78,9 @@ def render_full(diff: dict[str, Any], *, max_items: int = 1000) -> list[Line]:
         flow = entity["flow"]
         if flow and flow["state"]:
             lines.append(("plain", ""))
-            kind = " (agent executor)" if entity["executor"] else ""
+            kind = {"executor": " (agent executor)", "placeholder": " (restore placeholder)"}.get(
+                entity["role"], ""
+            )
             lines.append(("header", f"state of {entity['label']}{kind}"))
             lines += _change_lines(flow["state"])
     if diff["changes"]:
@@ -193,13 +195,21 @@ def _internal_only(item: dict[str, Any], status: str | None, internal: frozenset
     return bool(item["fields"]) and set(item["fields"]) <= internal
 
 
-def _executor_lines(executors: list[dict[str, Any]]) -> list[Line]:
-    """One line for CrewAI's agent-executor flows: how many were added, removed, changed."""
-    counts = {op: sum(1 for e in executors if e["op"] == op) for op in ("added", "removed", "changed")}
-    parts = [f"{n} {op}" for op, n in counts.items() if n]
-    if not parts:
-        return []
-    return [("changed", f"~ agent executors (CrewAI's per-agent flows): {', '.join(parts)}")]
+_ROLE_LINE = {
+    "executor": "agent executors (CrewAI's per-agent flows)",
+    "placeholder": "restore placeholders (CrewAI's stand-in flows)",
+}
+
+
+def _internal_entity_lines(entities: list[dict[str, Any]]) -> list[Line]:
+    """One line per kind of CrewAI-internal entity: how many were added, removed, changed."""
+    lines: list[Line] = []
+    for role, title in _ROLE_LINE.items():
+        ops = [e["op"] for e in entities if e["role"] == role]
+        parts = [f"{ops.count(op)} {op}" for op in ("added", "removed", "changed") if ops.count(op)]
+        if parts:
+            lines.append(("changed", f"~ {title}: {', '.join(parts)}"))
+    return lines
 
 
 def _events_lines(events: dict[str, Any] | None, max_items: int) -> list[Line]:
