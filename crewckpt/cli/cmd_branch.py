@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_option, obj
+from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_option, obj, try_resolve
 from crewckpt.cli.fmt import entity_summary, local_time, short_ids, summary_fields
+
+if TYPE_CHECKING:
+    from crewckpt.history.store import Store
 
 
 @click.command()
@@ -59,14 +64,11 @@ def branch(
     _list_branches(store, as_json)
 
 
-def _list_branches(store, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+def _list_branches(store: Store, as_json: bool) -> None:
+    """Every branch with its tip; ``*`` marks the branch whose tip is HEAD (the latest commit)."""
     app = obj()
     branches = store.branches()
-    head = None
-    try:
-        head = store.resolve("HEAD")
-    except Exception:  # noqa: BLE001 - an empty store has no HEAD
-        head = None
+    head = try_resolve(store, "HEAD")  # None in an empty store
     infos = {name: store.info(tip) for name, tip in branches.items()}
     if as_json:
         emit_ndjson(

@@ -10,7 +10,7 @@ from typing import Any
 import click
 import orjson
 
-from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_option, obj
+from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_option, obj, try_resolve
 from crewckpt.cli.fmt import commit_json, entity_summary, local_time, short_ids, summary_fields
 from crewckpt.errors import UnknownRevision
 
@@ -78,7 +78,7 @@ def log(
     store = app.store()
     if branch:
         rev = branch
-    head = _try_resolve(store, "HEAD")  # once: resolving HEAD scans the commit index
+    head = try_resolve(store, "HEAD")  # once: resolving HEAD scans the commit index
     if rev in ("HEAD", "latest") and head is not None:
         rev = head
     commits = _log_commits(store, rev, all_, limit)
@@ -176,15 +176,6 @@ def _tips_by_id(store: Any) -> dict[str, list[str]]:
     for name, tip in sorted(store.branches().items()):
         tips.setdefault(tip, []).append(name)
     return tips
-
-
-def _try_resolve(store: Any, rev: str) -> str | None:
-    from crewckpt.errors import CkptError
-
-    try:
-        return store.resolve(rev)
-    except CkptError:
-        return None
 
 
 @click.command("list")

@@ -114,6 +114,16 @@ class AppContext:
             yield update
 
 
+def try_resolve(store: Store, rev: str) -> str | None:
+    """``store.resolve(rev)``, or None when it names nothing (e.g. HEAD in an empty store)."""
+    from crewckpt.errors import CkptError
+
+    try:
+        return store.resolve(rev)
+    except CkptError:
+        return None
+
+
 def wants_color(stream: Any) -> bool:
     """Whether to colour ``stream`` (rules in the module docstring)."""
     if os.environ.get("NO_COLOR"):
