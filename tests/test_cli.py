@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import orjson
@@ -247,7 +248,8 @@ def test_show_document_path_raw_json(demo):
     store.close()
     assert orjson.loads(ok(ckpt(demo.path, "show", "alt")).stdout) == doc
     raw = ok(ckpt(demo.path, "show", "alt", "--raw")).stdout
-    assert raw == orjson.dumps(doc).decode() + "\n"
+    assert raw == json.dumps(doc)  # CrewAI's rendering (json.dumps), no newline when not on a terminal
+    assert ok(ckpt(demo.path, "show", "alt", "--json")).stdout == orjson.dumps(doc).decode() + "\n"
     text = ok(ckpt(demo.path, "show", "alt", "--path", "entities[0].tasks[3].output.raw")).stdout
     assert text == "Sea otters hold hands while sleeping.\nThey use rocks as tools.\n"
     quoted = ok(ckpt(demo.path, "show", "alt", "--path", "entities[0].tasks[3].output.raw", "--raw")).stdout
@@ -384,3 +386,17 @@ def test_show_and_diff_crewai_files_need_no_store(tmp_path, monkeypatch):
     )
     record = orjson.loads(ok(ckpt(None, "diff", first, later, "--json")).stdout)
     assert record["old"] == {"rev": first, "id": None} and record["entities"][0]["role"] == "main"
+
+
+def test_show_raw_gives_back_an_imported_crewai_file_byte_for_byte(tmp_path):
+    from crewai_fixtures import FIXTURES
+
+    store = str(tmp_path / "s")
+    ok(ckpt(None, "init", store))
+    for folder in ("crew_default/.checkpoints", "flow_json"):
+        ok(ckpt(store, "import", str(FIXTURES / folder)))
+    files = sorted((FIXTURES / "crew_default/.checkpoints/main").glob("*.json"))
+    files += sorted((FIXTURES / "flow_json/main").glob("*.json"))
+    for path in files:
+        crewai_id = path.name.split("_p-")[0]
+        assert ok(ckpt(store, "show", crewai_id, "--raw")).stdout.encode() == path.read_bytes(), path.name

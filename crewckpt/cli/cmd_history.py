@@ -350,7 +350,8 @@ def show(rev: str, json_path: str | None, raw: bool, as_json: bool) -> None:
     """Print the checkpoint document REV records, or one part of it (--path).
 
     By default the JSON is indented (coloured on a terminal) and a string picked with --path is printed
-    as text. --raw and --json print compact JSON exactly as stored.
+    as text. --raw prints the exact JSON text CrewAI writes for it (a checkpoint imported from CrewAI comes
+    back byte for byte; no newline added unless on a terminal); --json prints compact JSON.
 
     \b
     Examples:
@@ -361,10 +362,13 @@ def show(rev: str, json_path: str | None, raw: bool, as_json: bool) -> None:
     from crewckpt.history.jsonpath import get_path
 
     app = obj()
-    doc, _ = _load_doc(rev)  # a revision, or a CrewAI JSON checkpoint file
+    doc, full = _load_doc(rev)  # a revision, or a CrewAI JSON checkpoint file
     value = get_path(doc, json_path) if json_path else doc
-    if raw or as_json:
+    if as_json:
         click.echo(orjson.dumps(value).decode())
+        return
+    if raw:
+        sys.stdout.write(_crewai_text(value, full) + ("\n" if sys.stdout.isatty() else ""))
         return
     if isinstance(value, str) and json_path:
         click.echo(value)
@@ -424,6 +428,18 @@ def diff(rev1: str, rev2: str | None, stat: bool, context: int, as_json: bool) -
     lines = render_stat(result) if stat else render_full(result)
     for tag, text in lines:
         app.line(text, _TAG_STYLE.get(tag))
+
+
+def _crewai_text(value: Any, commit_id: str | None) -> str:
+    """``value`` as CrewAI renders checkpoint JSON: ``json.dumps`` style, or pydantic's compact style when
+    the commit was imported from a file in that style (crewckpt.views.layout, the exporter's rule)."""
+    from crewckpt.views import layout
+
+    style = None
+    if commit_id is not None:
+        crewai = obj().store().info(commit_id).meta.get("crewai")
+        style = crewai.get("json_style") if isinstance(crewai, dict) else None
+    return layout.render_json(value, style)
 
 
 def _require_parent(rev: str) -> None:
