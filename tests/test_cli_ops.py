@@ -347,3 +347,16 @@ def test_json_schemas_match_the_documentation(demo, tmp_path):
     docs = (Path(__file__).resolve().parents[1] / "docs" / "cli-json.md").read_text()
     for key in GC_KEYS | FSCK_KEYS | STATS_KEYS | CREWAI_RECORD_KEYS | IMPORT_KEYS | EXPORT_KEYS:
         assert f'"{key}"' in docs, key
+
+
+def test_reflog_lists_the_positions_branch_at_n_names(demo):
+    records = ndjson(ok(ckpt(demo.path, "reflog", "alt", "--json")).stdout)
+    assert [r["id"] for r in records] == [demo.alt[1], demo.alt[0], demo.fork_point]  # newest first
+    assert [r["selector"] for r in records] == ["alt@{0}", "alt@{1}", "alt@{2}"]
+    assert records[-1]["message"].startswith("branch: created") and records[0]["old"] == demo.alt[0]
+    for record in records:
+        assert ok(ckpt(demo.path, "rev-parse", record["selector"])).stdout.strip() == record["id"]
+    lines = ok(ckpt(demo.path, "reflog", "-n", "2")).stdout.splitlines()  # BRANCH defaults to main
+    assert len(lines) == 2 and lines[0].startswith(demo.main[-1][:8] + " main@{0}: commit: task_completed")
+    missing = ckpt(demo.path, "reflog", "nope")
+    assert missing.exit_code == 1 and "no branch named 'nope'; branches: alt, main" in missing.stderr

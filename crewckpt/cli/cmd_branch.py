@@ -130,3 +130,53 @@ def fork(rev: str, name: str | None, as_json: bool) -> None:
     else:
         click.echo(f"Forked {rev} ({target[:8]}) as branch {name}")
         click.echo(f"Resume it with: ckpt resume {name} [--inputs JSON]")
+
+
+@click.command()
+@click.argument("branch", default="main")
+@click.option("-n", "--max-count", "limit", type=click.IntRange(min=0), help="Show at most N entries.")
+@json_option
+def reflog(branch: str, limit: int | None, as_json: bool) -> None:
+    """Where branch BRANCH has pointed, newest first: the positions `BRANCH@{N}` names.
+
+    Each commit, fork, reset or rename that moved the branch is one entry; deleting a branch deletes its
+    reflog.
+
+    \b
+    Examples:
+      ckpt reflog main -n 5
+      ckpt show main@{2} --path entities[0].checkpoint_inputs
+    """
+    app = obj()
+    store = app.store()
+    if branch not in store.branches():
+        from crewckpt.errors import UnknownRevision
+
+        names = ", ".join(store.branches()) or "none yet"
+        raise UnknownRevision(f"no branch named {branch!r}; branches: {names}")
+    entries = [e for e in store.reflog(branch) if e.new is not None]
+    entries.reverse()  # newest first: entry N is BRANCH@{N}
+    if limit is not None:
+        entries = entries[:limit]
+    if as_json:
+        emit_ndjson(
+            {
+                "selector": f"{branch}@{{{n}}}",
+                "id": e.new.hex(),
+                "old": e.old.hex() if e.old else None,
+                "time_ns": e.time_ns,
+                "message": e.message,
+            }
+            for n, e in enumerate(entries)
+        )
+        return
+    shorts = short_ids(e.new.hex() for e in entries)
+    for n, e in enumerate(entries):
+        app.styled(
+            [
+                (shorts[e.new.hex()] + " ", "yellow"),
+                (f"{branch}@{{{n}}}: ", "bold"),
+                (e.message + "  ", None),
+                (local_time(e.time_ns), "dim"),
+            ]
+        )
