@@ -22,19 +22,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from crewai import Crew
+from crewai.events.event_bus import crewai_event_bus
+from crewai.events.types.checkpoint_events import CheckpointCompletedEvent, CheckpointFailedEvent
+from crewai.state.checkpoint_config import CheckpointConfig as JsonCheckpointConfig
+
+from crewckpt import Store
+from crewckpt.cli.graph import graph_rows
+from crewckpt.crewai import CheckpointConfig
+from crewckpt.crewai.writer import forget_stores
+from crewckpt.history.diff import diff_documents
+from crewckpt.history.diff_render import human_bytes, plain_text, render_stat
 from crewckpt.testing import ScriptedLLM, ScriptedLLMError, offline_env, research_crew  # sets offline env
-
-from crewai import Crew  # noqa: E402
-from crewai.events.event_bus import crewai_event_bus  # noqa: E402
-from crewai.events.types.checkpoint_events import CheckpointCompletedEvent, CheckpointFailedEvent  # noqa: E402
-from crewai.state.checkpoint_config import CheckpointConfig as JsonCheckpointConfig  # noqa: E402
-
-from crewckpt import Store  # noqa: E402
-from crewckpt.cli.graph import graph_rows  # noqa: E402
-from crewckpt.crewai import CheckpointConfig  # noqa: E402
-from crewckpt.crewai.writer import forget_stores  # noqa: E402
-from crewckpt.history.diff import diff_documents  # noqa: E402
-from crewckpt.history.diff_render import human_bytes, plain_text, render_stat  # noqa: E402
 
 N_TASKS = 6
 FAIL_AT_CALL = 4  # the scripted LLM answers one call per task: call 4 is task 4

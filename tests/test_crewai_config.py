@@ -10,21 +10,19 @@ import warnings
 from pathlib import Path
 
 import pytest
-
-from crewckpt.testing import ScriptedLLM, crewai_offline, research_crew  # noqa: F401
-
-from crewai import Crew  # noqa: E402
-from crewai.events.event_bus import crewai_event_bus  # noqa: E402
-from crewai.events.types.checkpoint_events import (  # noqa: E402
+from crewai import Crew
+from crewai.events.event_bus import crewai_event_bus
+from crewai.events.types.checkpoint_events import (
     CheckpointCompletedEvent,
     CheckpointFailedEvent,
     CheckpointPrunedEvent,
 )
-from pydantic import ValidationError  # noqa: E402
+from pydantic import ValidationError
 
-from crewckpt import PrunedCommit, Store  # noqa: E402
-from crewckpt.crewai import CheckpointConfig, CrewckptProvider, UnserializableFieldWarning  # noqa: E402
-from crewckpt.crewai.writer import forget_stores  # noqa: E402
+from crewckpt import PrunedCommit, Store
+from crewckpt.crewai import CheckpointConfig, CrewckptProvider, UnserializableFieldWarning
+from crewckpt.crewai.writer import forget_stores
+from crewckpt.testing import ScriptedLLM, crewai_offline, research_crew  # noqa: F401
 
 pytestmark = pytest.mark.crewai
 

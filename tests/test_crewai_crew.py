@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from crewai import Crew
+from crewai.state.runtime import RuntimeState
 
+from crewckpt import Store
+from crewckpt.crewai import CheckpointConfig, restore
+from crewckpt.crewai.hooks import load_state
+from crewckpt.errors import BranchExists, UnknownRevision
 from crewckpt.testing import ScriptedLLM, crew_llms, crewai_offline, research_crew  # noqa: F401
-
-from crewai import Crew  # noqa: E402
-from crewai.state.runtime import RuntimeState  # noqa: E402
-
-from crewckpt import Store  # noqa: E402
-from crewckpt.crewai import CheckpointConfig, restore  # noqa: E402
-from crewckpt.crewai.hooks import load_state  # noqa: E402
-from crewckpt.errors import BranchExists, UnknownRevision  # noqa: E402
 
 pytestmark = pytest.mark.crewai
 

@@ -11,17 +11,15 @@ import time
 from pathlib import Path
 
 import pytest
+from crewai import Agent, Crew
+from crewai.events.event_bus import crewai_event_bus
+from crewai.events.types.task_events import TaskCompletedEvent
+from crewai.flow.flow import Flow, listen, start
+from pydantic import BaseModel
 
+from crewckpt import Store
+from crewckpt.crewai import CheckpointConfig, acheckpoint, checkpoint, restore
 from crewckpt.testing import ScriptedLLM, crew_llms, crewai_offline, research_crew  # noqa: F401
-
-from crewai import Agent, Crew  # noqa: E402
-from crewai.events.event_bus import crewai_event_bus  # noqa: E402
-from crewai.events.types.task_events import TaskCompletedEvent  # noqa: E402
-from crewai.flow.flow import Flow, listen, start  # noqa: E402
-from pydantic import BaseModel  # noqa: E402
-
-from crewckpt import Store  # noqa: E402
-from crewckpt.crewai import CheckpointConfig, acheckpoint, checkpoint, restore  # noqa: E402
 
 pytestmark = pytest.mark.crewai
 
