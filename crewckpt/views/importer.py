@@ -20,6 +20,7 @@ a checkpoint whose CrewAI id is already an alias in the store is not committed a
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import heapq
 import sys
 from collections.abc import Callable
@@ -210,7 +211,7 @@ class _Importer:
             return
         crewai_meta: dict[str, Any] = {}
         parents: list[str] = []
-        run_id = cid
+        run_id = _run_id(cid)
         if rec.parent_id is not None:
             parent = self.commit_of.get(rec.parent_id) or lookup_alias(self.store, rec.parent_id)
             if parent is None:
@@ -236,6 +237,15 @@ class _Importer:
         self.commit_of[cid] = commit_id
         self.run_of[cid] = run_id
         self.report.imported.append((cid, commit_id))
+
+
+def _run_id(checkpoint_id: str) -> str:
+    """The run (lineage) id for a lineage starting at ``checkpoint_id``: the id itself when it is a valid ref
+    name (every id CrewAI makes), else a digest of it, so a hostile id (``../x``) cannot abort the import."""
+    try:
+        return refnames.check_branch(checkpoint_id)
+    except BadRefName:
+        return "crewai-" + hashlib.blake2b(checkpoint_id.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
 def _time_ns(ts: str) -> int:

@@ -142,6 +142,8 @@ class CrewaiSource:
 def _parse_text(text: str) -> Any:
     try:
         return json.loads(text)
+    except RecursionError:  # CrewAI's own json.dumps cannot write this either
+        raise DamagedCheckpoint("JSON nested too deeply for Python's json module") from None
     except json.JSONDecodeError as exc:
         end = text.rstrip()
         cut = exc.pos >= len(end) or exc.msg.startswith("Unterminated string") or not end.endswith(("}", "]"))

@@ -68,9 +68,15 @@ class JsonFolderWriter:
         if not layout.branch_is_safe(entry.branch):
             raise ViewWriteError(f"branch {entry.branch!r} would escape {self.location}; rename the branch")
         name = layout.checkpoint_filename(entry.checkpoint_id, entry.parent_id)
-        if "/" in name or "\\" in name:
+        if "/" in name or "\\" in name or "\x00" in name:
             raise ViewWriteError(f"checkpoint id {entry.checkpoint_id!r} cannot be a file name")
-        return self.location / entry.branch / name
+        folder = self.location
+        for part in entry.branch.split("/"):
+            folder = folder / part
+            if folder.is_symlink():  # git's rule: never write "beyond a symbolic link" inside the tree
+                raise ViewWriteError(f"{folder} is a symbolic link; refusing to write through it (it may point "
+                                     f"outside {self.location}); remove it or export elsewhere")
+        return folder / name
 
     def write(self, entries: list[ViewEntry]) -> WriteOutcome:
         """Write each entry unless a file with the same name exists (same bytes: ``present``; else
