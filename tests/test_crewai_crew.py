@@ -171,3 +171,47 @@ def test_plain_crewai_config_restores_from_store_location(crewai_offline):
     assert sum(o is not None for o in task_outputs(crew)) == 1
     crew.kickoff()
     assert len(store.list()) == 3
+
+
+def test_concurrent_crews_in_threads_each_write_one_linear_chain(crewai_offline):
+    import threading
+
+    errors: list[BaseException] = []
+
+    def run(topic: str) -> None:
+        try:
+            research_crew(3, checkpoint=CheckpointConfig(on_events=["*"])).kickoff(inputs={"topic": topic})
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in ("otters", "beavers", "seals")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors
+    store = Store.open(".ckpt")
+    commits = store.list()
+    assert len(commits) == 3 * 20
+    by_run: dict[str, list] = {}
+    for c in commits:
+        by_run.setdefault(c.run_id, []).append(c)
+    assert len(by_run) == 3
+    for run in by_run.values():
+        assert [c.trigger for c in run] == star_triggers(3)
+        ids = [c.id for c in run]
+        for parent, child in zip(ids, ids[1:]):
+            assert list(store.info(child).parents) == [parent]
+        topic = store.read(ids[-1])["entities"][0]["checkpoint_inputs"]["topic"]
+        assert all(topic in (t["output"]["raw"]) for t in store.read(ids[-1])["entities"][0]["tasks"])
+
+
+def test_async_kickoff_writes_the_same_chain(crewai_offline):
+    import asyncio
+
+    crew = research_crew(2, checkpoint=CheckpointConfig(on_events=["*"]))
+    asyncio.run(crew.kickoff_async(inputs={"topic": "otters"}))
+    store = Store.open(".ckpt")
+    commits = store.list()
+    assert [c.trigger for c in commits] == star_triggers(2)
+    assert chain_of(store) == [c.id for c in commits]

@@ -52,6 +52,8 @@ def _is_callback_field(info: Any) -> bool:
 
 
 _CALLBACK_FIELDS: dict[type, tuple[str, ...]] = {}
+# attributes through which a Crew, Task, Agent or event reaches models that hold callbacks
+_CALLBACK_CARRIERS = ("tasks", "agents", "agent", "manager_agent", "task", "from_task", "from_agent")
 
 
 def callback_fields(cls: type[BaseModel]) -> tuple[str, ...]:
@@ -193,7 +195,8 @@ class SnapshotBuilder:
     def _drop_bad_callbacks(self, model: BaseModel, out: Any, seen: set[int] | None = None) -> None:
         """Null out callbacks CrewAI would store as a dotted path that cannot be resolved faithfully.
 
-        Walks nested models (tasks, agents, task.agent) alongside their dumped dicts; each model once.
+        Walks the models that can carry callbacks (crew -> tasks/agents -> agent; events -> task/agent)
+        alongside their dumped dicts; each model once.
         """
         if not isinstance(out, dict):
             return
@@ -214,7 +217,10 @@ class SnapshotBuilder:
             elif callable(value) and _is_non_roundtrippable(value):
                 self.warn(f"{cls.__name__}.{name}", value, None)
                 out[name] = None
-        for name, value in model.__dict__.items():
+        for name in _CALLBACK_CARRIERS:
+            value = model.__dict__.get(name)
+            if value is None:
+                continue
             sub = out.get(name)
             if isinstance(value, BaseModel) and isinstance(sub, dict):
                 self._drop_bad_callbacks(value, sub, seen)
