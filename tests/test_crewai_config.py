@@ -185,3 +185,21 @@ def test_callbacks_gate_both_ways(crewai_offline, monkeypatch):
     monkeypatch.setenv("CREWAI_DESERIALIZE_CALLBACKS", "1")
     crew = Crew.from_checkpoint(CheckpointConfig(restore_from="main~1"))
     assert crew.tasks[0].callback is record_output
+
+
+def test_true_keeps_crewais_default_and_crewckpt_never_writes_json(crewai_offline):
+    crew = research_crew(3, checkpoint=CheckpointConfig())
+    crew.agents[0].checkpoint = True  # CrewAI's documented default: JsonProvider in ./.checkpoints
+    crew.kickoff(inputs={"topic": "otters"})
+    crewai_event_bus.flush()
+    json_files = sorted(Path(".checkpoints").rglob("*.json"))
+    assert len(json_files) == 1  # task1 (Researcher) only
+    assert [c.summary.tasks_done for c in Store.open(".ckpt").list()] == [2, 3]
+
+    research_crew(2, checkpoint=CheckpointConfig(location=".only", on_events=["*"])).kickoff(
+        inputs={"topic": "otters"})
+    crewai_event_bus.flush()
+    assert sorted(Path(".checkpoints").rglob("*.json")) == json_files  # CrewAI's listener stayed out
+    assert len(Store.open(".only").list()) == 14
+    crew = Crew.from_checkpoint(CheckpointConfig(restore_from=str(Path(".only").resolve())))
+    assert all(t.output is not None for t in crew.tasks)  # a store folder restores its HEAD

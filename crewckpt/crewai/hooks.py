@@ -122,7 +122,8 @@ def _should_checkpoint(source: Any, event: Any) -> CrewAICheckpointConfig | None
 def crewckpt_target(config: Any) -> tuple[str, str] | None:
     """``(store path, revision)`` when ``config.restore_from`` names a crewckpt checkpoint, else None.
 
-    A crewckpt config: ``restore_from`` is a revision in ``config.location`` or ``"<store>#<rev>"``.
+    A crewckpt config: ``restore_from`` is a revision in ``config.location``, ``"<store>#<rev>"``, or a
+    path (with a separator) to a store folder, meaning its HEAD.
     A CrewAI config: only ``"<store>#<rev>"`` or a store folder (its HEAD), when that folder is a store.
     """
     raw = getattr(config, "restore_from", None)
@@ -133,6 +134,8 @@ def crewckpt_target(config: Any) -> tuple[str, str] | None:
     if isinstance(config, CheckpointConfig):
         if rev is not None and path and _is_store(path):
             return path, rev
+        if rev is None and os.sep in raw and _is_store(raw):  # a store folder: its HEAD
+            return raw, "HEAD"
         return str(config.store_path()), raw
     if rev is not None and _is_store(path):
         return path, rev
