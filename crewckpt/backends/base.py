@@ -147,6 +147,10 @@ class Reader(abc.ABC):
         """Live commits (of one branch, or all), ordered by (seq, time_ns, id)."""
 
     @abc.abstractmethod
+    def index_last(self) -> bytes | None:
+        """Id of the live commit with the highest seq (the last written), or None; one indexed lookup."""
+
+    @abc.abstractmethod
     def index_prefix(self, hex_prefix: str, limit: int = 20) -> list[bytes]:
         """Live commit ids whose hex form starts with ``hex_prefix`` (lowercase), at most ``limit``."""
 

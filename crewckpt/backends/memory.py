@@ -63,6 +63,9 @@ class _MemReader:
         rows = [r for r in self._s.index.values() if branch is None or r.branch == branch]
         return sorted(rows, key=lambda r: (r.seq, r.time_ns, r.id))
 
+    def index_last(self) -> bytes | None:
+        return max(self._s.index.values(), key=lambda r: r.seq).id if self._s.index else None
+
     def index_prefix(self, hex_prefix: str, limit: int = 20) -> list[bytes]:
         return sorted(i for i in self._s.index if i.hex().startswith(hex_prefix))[:limit]
 

@@ -15,7 +15,6 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-import filelock
 
 from crewckpt.backends.base import (HEAD_BYTES, Backend, IndexRow, ObjectMeta, ReflogEntry, StoreBusy,
                                     StoredObject, StoreWriteError, Txn)
@@ -122,6 +121,10 @@ class _SqlReader:
         else:
             rows = self._q(f"SELECT {_ROW_COLS} FROM commits WHERE branch=? ORDER BY seq, time_ns, id", (branch,))
         return [_row(r) for r in rows]
+
+    def index_last(self) -> bytes | None:
+        r = self._q("SELECT id FROM commits ORDER BY seq DESC LIMIT 1")
+        return bytes(r[0][0]) if r else None
 
     def index_prefix(self, hex_prefix: str, limit: int = 20) -> list[bytes]:
         lo = bytes.fromhex((hex_prefix + "0" * 64)[:64])
@@ -355,6 +358,7 @@ class SqliteBackend(_SqlReader, Backend):
 
     @contextlib.contextmanager
     def gc_lock(self) -> Iterator[bool]:
+        import filelock  # only gc needs it
         if self.read_only:
             raise StoreWriteError(f"{self.folder}: the store is read-only; gc cannot run")
         lock = filelock.FileLock(str(self.folder / "gc.lock"), timeout=0)

@@ -22,12 +22,12 @@ strings -> their link, so unchanged parts of the next checkpoint are neither wal
 from __future__ import annotations
 
 import collections
+import functools
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgpack
-import pyfastcdc
 
 from crewckpt.errors import DecodeError, IntegrityError
 from crewckpt.format import objects as ob
@@ -42,9 +42,15 @@ _FORCE_CUT = 8 * CHUNK_ENTRIES
 CACHE_BYTES = 96 * 1024 * 1024
 
 _PENDING = object()
-_CDC = pyfastcdc.FastCDC(avg_size=4096)  # FastCDC 2020: min 1 KiB, avg 4 KiB, max 16 KiB
 _SCALARS = (type(None), bool, float)
 _DEEP_SKIP = 400  # msgpack-python packs at most 511 levels
+
+
+@functools.cache
+def _cdc() -> Any:
+    """FastCDC 2020 (pyfastcdc): min 1 KiB, avg 4 KiB, max 16 KiB; loaded on first long string."""
+    import pyfastcdc
+    return pyfastcdc.FastCDC(avg_size=4096)
 
 
 def _map_hdr(n: int) -> bytes:
@@ -300,7 +306,7 @@ class Splitter:
             rep = _ext(ob.EXT_BLOB_STR, self._put(ob.BLOB, b))
         else:
             links = [_ext(ob.EXT_BLOB_STR, self._put(ob.BLOB, b[c.offset:c.offset + c.length]))
-                     for c in _CDC.cut_buf(b)]
+                     for c in _cdc().cut_buf(b)]
             rep = self._link_tree(ob.STRING_CHUNKS, links)
         self._staged.append((self._strs, s, rep))
         return rep

@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -23,13 +23,17 @@ from crewckpt.backends.sqlite import DB_NAME, SqliteBackend
 from crewckpt.errors import (AmbiguousRevision, BranchExists, CkptError, FormatVersionError, MissingObject,
                              StoreExists, StoreNotFound, UnknownRevision)
 from crewckpt.format import objects as ob
-from crewckpt.history import gc as gc_mod
-from crewckpt.history import fsck as fsck_mod
 from crewckpt.history import refnames, revisions
 from crewckpt.history.commits import CommitInfo, PrunedCommit, from_commit, from_row, to_row
 from crewckpt.history.objectdb import ObjectDB
 from crewckpt.history.snapshot import Splitter, assemble
 from crewckpt.history.summary import json_size, summarize
+
+if TYPE_CHECKING:  # maintenance modules load on first use: the read path stays quick to import
+    from crewckpt.history.fsck import FsckReport
+    from crewckpt.history.gc import GcReport, Progress
+    from crewckpt.views.exporter import ExportReport
+    from crewckpt.views.importer import ImportReport
 
 DEFAULT_DIR = ".ckpt"
 ENV_VAR = "CKPT_STORE"
@@ -286,10 +290,10 @@ class Store:
                 raise UnknownRevision(f"revision {r.text!r}: {b} has only {len(news)} reflog entries")
             return news[-1 - r.reflog]
         if b in ("HEAD", "latest"):
-            rows = self.backend.index_rows()
-            if not rows:
+            last = self.backend.index_last()
+            if last is None:
                 raise UnknownRevision(f"revision {b!r}: the store has no commits yet")
-            return rows[-1].id
+            return last
         if len(b) == 64 and revisions.is_hex(b):
             cid = bytes.fromhex(b)
             if self.backend.index_get(cid) or self.backend.has_many([cid]):
@@ -452,14 +456,37 @@ class Store:
                     txn.set_ref_if_equals(name, target, None)
         return [r.id.hex() for r in gone]
 
-    def gc(self, *, dry_run: bool = False, grace_s: float = 0.0,
-           progress: gc_mod.Progress | None = None) -> gc_mod.GcReport:
-        """Delete objects no live commit or ref reaches; give the space back. See :func:`crewckpt.history.gc.gc`."""
-        return gc_mod.gc(self, dry_run=dry_run, grace_ns=int(grace_s * 1e9), progress=progress)
+    def gc(self, *, dry_run: bool = False, grace_s: float = 0.0, progress: Progress | None = None) -> GcReport:
+        """Delete objects no live commit or ref reaches, repack the rest, give the space back.
 
-    def fsck(self, full: bool = False, progress: gc_mod.Progress | None = None) -> fsck_mod.FsckReport:
-        """Check the store. See :func:`crewckpt.history.fsck.fsck`."""
-        return fsck_mod.fsck(self, full=full, progress=progress)
+        Args:
+            dry_run: only report. grace_s: also keep objects touched in the last ``grace_s`` seconds.
+            progress: ``(phase, done, total or None)`` callback.
+        Raises:
+            GcBusy: another gc holds the lock. See :func:`crewckpt.history.gc.gc` for the safety argument.
+        """
+        from crewckpt.history.gc import gc
+        return gc(self, dry_run=dry_run, grace_ns=int(grace_s * 1e9), progress=progress)
+
+    def fsck(self, full: bool = False, progress: Progress | None = None) -> FsckReport:
+        """Check the store (quick: live commits' graphs; full: every object re-hashed). Never raises for damage:
+        the report lists broken objects and the commits that need them. See :mod:`crewckpt.history.fsck`."""
+        from crewckpt.history.fsck import fsck
+        return fsck(self, full=full, progress=progress)
+
+    def import_crewai(self, path: str | os.PathLike[str], *, branch_prefix: str | None = None,
+                      branch: str | None = None, progress: Progress | None = None) -> ImportReport:
+        """Import a CrewAI JSON folder or file, or a CrewAI SQLite database (JSONB or text rows), as commits
+        with their CrewAI ids as aliases; deterministic and idempotent. See :mod:`crewckpt.views.importer`."""
+        from crewckpt.views.importer import import_crewai
+        return import_crewai(self, path, branch_prefix=branch_prefix, branch=branch, progress=progress)
+
+    def export_crewai(self, dest: str | os.PathLike[str], fmt: str = "json", *, revs: Sequence[str] | None = None,
+                      branch: str | None = None, strip_prefix: str | None = None) -> ExportReport:
+        """Write commits in CrewAI's own layout (``fmt`` "json" folder or "sqlite" database) so CrewAI reads
+        them. See :mod:`crewckpt.views.exporter`."""
+        from crewckpt.views.exporter import export_crewai
+        return export_crewai(self, dest, fmt, revs=revs, branch=branch, strip_prefix=strip_prefix)
 
     def stats(self) -> dict[str, Any]:
         """Store figures: ``objects`` (count), ``body_bytes`` (uncompressed bodies, packs not counted twice),

@@ -1,0 +1,35 @@
+"""The README's promises: CI runs its test command, and its Python example works."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def _sh_blocks() -> list[str]:
+    return re.findall(r"```sh\n(.*?)```", README, re.S)
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    test_cmd = next(line for b in _sh_blocks() for line in b.splitlines() if "pytest" in line)
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert test_cmd in ci
+    assert os.access(ROOT / ".ci" / "run", os.X_OK)
+
+
+def test_readme_has_exactly_two_setup_commands() -> None:
+    setup = [line for b in _sh_blocks() for line in b.splitlines() if line.startswith("python3 -m venv")]
+    assert len(setup) == 2 and any("scripts/demo.py" in s for s in setup) and any("pytest" in s for s in setup)
+
+
+def test_readme_python_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    block = next(b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "Store.init" in b)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block, "README example", "exec"), {})
+    assert (tmp_path / ".ckpt" / "store.db").exists()
