@@ -477,34 +477,33 @@ def _bytes_str(oid: bytes, data: bytes) -> str:
         raise IntegrityError(oid.hex(), str(e)) from None
 
 
-def _leaves(oid: bytes, t: dict[bytes, tuple[int, Any]], leaf: int, inner: int,
-            items: Callable[[Any], Any]) -> Iterator[Any]:
+def _chunk_leaves(oid: bytes, t: dict[bytes, tuple[int, Any]], inner: int, leaf: int | None) -> Iterator[ob.Link]:
+    """Depth-first leaves under a chunk-list tree of form ``inner``: trees of form ``leaf``, or blobs (string
+    chunk lists). Iterative: a hostile store cannot exhaust the stack."""
     stack = [iter([ob.Link(oid, ob.TREE)])]
     while stack:
         ln = next(stack[-1], None)
         if ln is None:
             stack.pop()
-            continue
-        form, payload = t[ln.oid]
-        if form == leaf:
-            yield from items(payload)
-        elif form == inner:
-            stack.append(iter(payload))
+        elif ln.kind == ob.BLOB and leaf is None:
+            yield ln
+        elif ln.kind == ob.TREE and t[ln.oid][0] == inner:
+            stack.append(iter(t[ln.oid][1]))
+        elif ln.kind == ob.TREE and t[ln.oid][0] == leaf:
+            yield ln
         else:
-            raise IntegrityError(ln.oid.hex(), f"tree form {form} inside a chunk list of form {inner}")
+            raise IntegrityError(ln.oid.hex(), f"unexpected {KIND_WORD.get(ln.kind, ln.kind)} in a chunk list of "
+                                               f"form {inner}")
+
+
+KIND_WORD = {ob.BLOB: "blob", ob.TREE: "tree"}
+
+
+def _leaves(oid: bytes, t: dict[bytes, tuple[int, Any]], leaf: int, inner: int,
+            items: Callable[[Any], Any]) -> Iterator[Any]:
+    for ln in _chunk_leaves(oid, t, inner, leaf):
+        yield from items(t[ln.oid][1])
 
 
 def _string_pieces(oid: bytes, t: dict[bytes, tuple[int, Any]], b: dict[bytes, bytes]) -> Iterator[bytes]:
-    stack = [iter([ob.Link(oid, ob.TREE)])]
-    while stack:
-        ln = next(stack[-1], None)
-        if ln is None:
-            stack.pop()
-            continue
-        if ln.kind == ob.BLOB:
-            yield b[ln.oid]
-            continue
-        form, payload = t[ln.oid]
-        if form != ob.STRING_CHUNKS:
-            raise IntegrityError(ln.oid.hex(), f"tree form {form} inside a string chunk list")
-        stack.append(iter(payload))
+    return (b[ln.oid] for ln in _chunk_leaves(oid, t, ob.STRING_CHUNKS, None))
