@@ -156,8 +156,8 @@ def test_edit_output_marks_downstream_and_discard(store: Store):
         edits = app.edits[ids["m4"]]
         assert edits.outputs == {(0, 1): area.text}
         assert "edited" in str(app._commit_nodes[ids["m4"]].label)
-        assert "will run again" in text_of(app, ".task-note:last-of-type") or any(
-            "will run again" in str(n.content) for k, n in app._task_notes.items() if k == (0, 2))
+        assert "runs again on Fork" in str(app._task_notes[(0, 2)].content)  # completed at m4: reruns
+        assert "runs again on Fork" in str(app._task_notes[(0, 3)].content)
         assert "✎ edited" in str(app._task_notes[(0, 1)].content)
         assert str(app._task_notes[(0, 0)].content) == ""  # upstream untouched
         await pilot.press("escape")  # back to the tree; edits survive navigation

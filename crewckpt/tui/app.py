@@ -150,7 +150,7 @@ class CheckpointBrowser(App[RunPlan | None]):
     TITLE = "crewckpt"
     CSS = """
     #main { height: 1fr; }
-    #tree { width: 52%; border: round $primary-darken-2; }
+    #tree { width: 56%; border: round $primary-darken-2; }
     #tree:focus-within { border: round $accent; }
     #detail { width: 1fr; }
     #status { height: 1; padding: 0 1; color: $text-muted; }
@@ -207,6 +207,8 @@ class CheckpointBrowser(App[RunPlan | None]):
         self._task_originals: dict[str, str] = {}
         self._input_keys: dict[str, tuple[str, Any]] = {}
         self._task_notes: dict[tuple[int, int], Static] = {}
+        self._rendered: dict[str, str] = {}  # tab -> commit it shows
+        self._task_status: dict[tuple[int, int], str] = {}
         self.load_seconds: float = 0.0
 
     # -- layout ----------------------------------------------------------------------------------------------
@@ -256,6 +258,7 @@ class CheckpointBrowser(App[RunPlan | None]):
         self._docs.clear()
         self._diff_for = None
         self._shown = None
+        self._rendered.clear()
         for li in self.history.top:
             self._add_line_node(tree.root, li)
         target = keep if keep in self.history.by_id else None
@@ -425,7 +428,7 @@ class CheckpointBrowser(App[RunPlan | None]):
             out.append(f"  diff base ◆ {self.marked[:8]}", style="magenta")
         edits = self.edits.get(cid)
         if edits:
-            out.append(f"  {edits.count()} edit(s): f forks with them, x discards", style="bold yellow")
+            out.append(f"  ✎ {edits.count()} edit(s) · f fork · x discard", style="bold yellow")
         status.update(out)
 
     def _cached(self, cid: str) -> Any | None:
@@ -460,6 +463,7 @@ class CheckpointBrowser(App[RunPlan | None]):
 
     def _show_error(self, cid: str, message: str) -> None:
         self._shown = cid
+        self._rendered.clear()
         self.query_one("#overview-body", Static).update(Text(f"cannot read {cid[:12]}: {message}", style="red"))
 
     async def _show(self, cid: str, doc: Any) -> None:
@@ -470,12 +474,31 @@ class CheckpointBrowser(App[RunPlan | None]):
     async def _show_now(self, cid: str, doc: Any) -> None:
         self._shown = cid
         self._diff_for = None
-        self.query_one("#overview-body", Static).update(self._overview(cid, doc))
-        self.query_one("#events-body", Static).update(self._events(doc))
-        await self._render_tasks(cid, doc)
-        await self._render_inputs(cid, doc)
-        if self.query_one("#tabs", TabbedContent).active == "diff":
+        self._rendered.clear()
+        await self._render_tab(self.query_one("#tabs", TabbedContent).active)
+
+    async def _render_tab(self, tab: str) -> None:
+        """Fill one tab for the shown checkpoint, once (only the visible tab is built: moving the cursor
+        through the tree never builds editors for tabs nobody looks at)."""
+        cid = self._shown
+        doc = self._cached(cid) if cid is not None else None
+        if cid is None or doc is None or self._rendered.get(tab) == cid:
+            return
+        self._rendered[tab] = cid
+        if tab == "overview":
+            self.query_one("#overview-body", Static).update(self._overview(cid, doc))
+        elif tab == "events":
+            self.query_one("#events-body", Static).update(self._events(doc))
+        elif tab == "tasks":
+            await self._render_tasks(cid, doc)
+        elif tab == "inputs":
+            await self._render_inputs(cid, doc)
+        elif tab == "diff":
             self._start_diff()
+
+    async def _render_tab_locked(self, tab: str) -> None:
+        async with self._render_lock:
+            await self._render_tab(tab)
 
     def _overview(self, cid: str, doc: Any) -> Group:
         c = self.history.by_id[cid]
@@ -522,7 +545,7 @@ class CheckpointBrowser(App[RunPlan | None]):
                     line.append(f"  {progress_bar(done, len(tasks), 12)}", style="cyan")
                 agents = [a.get("role") for a in e.get("agents") or [] if isinstance(a, dict)]
                 if agents:
-                    line.append(f"  agents: {', '.join(str(a) for a in agents[:5])}", style="dim")
+                    line.append(f"   agents: {', '.join(str(a) for a in agents[:5])}", style="dim")
                 methods = e.get("checkpoint_completed_methods")
                 if e.get("entity_type") == "flow" and methods:
                     line.append(f"  methods done: {', '.join(map(str, methods))[:120]}", style="dim")
@@ -556,6 +579,7 @@ class CheckpointBrowser(App[RunPlan | None]):
         await body.remove_children()
         self._task_originals.clear()
         self._task_notes.clear()
+        self._task_status.clear()
         rows = details.tasks(doc)
         if not rows:
             await body.mount(Static("No tasks in this checkpoint (flows and agents have none).", classes="empty"))
@@ -576,6 +600,7 @@ class CheckpointBrowser(App[RunPlan | None]):
                                   (f"  → {r.agent}" if r.agent else "", "dim"), (f"  {r.status}", style))
             widgets.append(Static(label, classes="task-label"))
             widgets.append(Static(Text(_clip(r.description, 300)), classes="task-desc"))
+            self._task_status[r.key] = r.status
             note = Static("", classes="task-note")
             self._task_notes[r.key] = note
             widgets.append(note)
@@ -596,7 +621,9 @@ class CheckpointBrowser(App[RunPlan | None]):
             if key in edits.outputs:
                 note.update("✎ edited: Fork (f) runs the tasks after it again with this output")
             elif key in rerun:
-                note.update("↻ will run again on Fork (an earlier output was edited)")
+                row = self._task_status.get(key)
+                note.update("↻ runs again on Fork: an earlier output was edited" if row != "pending" else
+                            "↻ runs on Fork with the edited output as context")
             else:
                 note.update("")
 
@@ -659,15 +686,15 @@ class CheckpointBrowser(App[RunPlan | None]):
         self._relabel(cid)
         self._set_status()
         doc = self._cached(cid)
-        if doc is not None:
+        if doc is not None and self._rendered.get("tasks") == cid:
             self._update_task_notes(cid, doc)
 
     # -- diff ------------------------------------------------------------------------------------------------
 
     @on(TabbedContent.TabActivated, "#tabs")
     def _tab_activated(self, event: TabbedContent.TabActivated) -> None:
-        if event.pane.id == "diff":
-            self._start_diff()
+        if event.pane.id:
+            self.run_worker(self._render_tab_locked(event.pane.id), group="tab")
 
     def _diff_base(self, cid: str) -> str | None:
         if self.marked and self.marked != cid:
@@ -705,7 +732,8 @@ class CheckpointBrowser(App[RunPlan | None]):
         if worker.is_cancelled or self._diff_for != (cid, base):
             return
         which = "marked ◆" if base == self.marked else "parent"
-        text = Text(f"{base[:12]} ({which}) → {cid[:12]}\n", style="bold")
+        text = Text()
+        text.append(f"{base[:12]} ({which}) → {cid[:12]}\n", style="bold")
         for tag, line in lines[:MAX_DIFF_LINES]:
             text.append(line + "\n", style=_DIFF_STYLE.get(tag, ""))
         if len(lines) > MAX_DIFF_LINES:
@@ -740,6 +768,7 @@ class CheckpointBrowser(App[RunPlan | None]):
         self._relabel(self.selected)
         self._set_status()
         self._diff_for = None
+        self._rendered.pop("diff", None)
         if self.query_one("#tabs", TabbedContent).active == "diff":
             self._start_diff()
         self.notify(f"diff base: {self.marked[:8]} (m again to clear)" if self.marked else "diff base: parent",
