@@ -447,5 +447,87 @@ def concurrency_run(work: Path, processes: int, commits: int, gc: bool = True) -
     return fig
 
 
+@dataclasses.dataclass
+class DiskFullFigures:
+    """Totals of a disk-full run: writes refused, and what a refused write left behind."""
+
+    method: str = ""
+    attempts: int = 0
+    refused_cleanly: int = 0  # StoreWriteError, one line
+    fitted: int = 0  # the write found enough space after all and succeeded
+    heads_moved: int = 0
+    leftover_files: int = 0
+    fsck_failures: int = 0
+    recovered: int = 0  # a write after freeing space succeeded and restores exactly
+    problems: list[str] = dataclasses.field(default_factory=list)
+
+
+def disk_full_run(work: Path, trials: int, seed: int = 4) -> DiskFullFigures:
+    """Fill a small tmpfs (root) around a store, try commits, gc and imports of random sizes, then check
+    the error, the heads, the folder, fsck, and that the store works again once space is back."""
+    from crewckpt.backends.base import StoreWriteError
+    rng = random.Random(seed)
+    fig = DiskFullFigures(method="tmpfs")
+    mnt = work / "mnt"
+    mnt.mkdir(parents=True, exist_ok=True)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)], capture_output=True).returncode:
+        fig.method = "unavailable (needs root for a tmpfs)"
+        return fig
+    fixtures = copy_fixtures(work / "fixtures")
+    try:
+        for t in range(trials):
+            sp = mnt / f"s{t}"
+            store = Store.init(sp)
+            for i in range(rng.randint(1, 5)):
+                store.commit(make_doc(rng, i, "main"))
+            heads = store.branches()
+            filler = mnt / "filler"
+            fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+            with contextlib_suppress(OSError):
+                while True:
+                    os.write(fd, b"\0" * 65536)
+            os.close(fd)
+            os.truncate(filler, max(0, filler.stat().st_size - rng.choice([0, 4096, 65536, 400_000])))
+            op = rng.choice(["commit", "commit", "import", "gc"])
+            fig.attempts += 1
+            refused = False
+            try:
+                if op == "commit":
+                    store.commit({"big": rng.randbytes(rng.choice([100_000, 2_000_000, 9_000_000])).hex()})
+                elif op == "import":
+                    store_import(store, fixtures / rng.choice(IMPORT_FIXTURES))
+                else:
+                    store.commit({"pad": rng.randbytes(50_000).hex()})
+                    store.gc()
+                fig.fitted += 1  # there was room after all: it must then be stored correctly (fsck below)
+            except StoreWriteError as e:
+                refused = True
+                if "\n" not in str(e):
+                    fig.refused_cleanly += 1
+            except BaseException as e:  # noqa: BLE001 - anything else reaching the user is a finding
+                fig.problems.append(f"trial {t}: {op}: {type(e).__module__}.{type(e).__name__}: {e}")
+            if refused and op == "commit" and store.branches() != heads:  # a partial import may move them
+                fig.heads_moved += 1
+            stray = [p.name for p in sp.iterdir() if p.name not in STORE_FILES]
+            fig.leftover_files += len(stray)
+            if not store.fsck(full=True).ok:
+                fig.fsck_failures += 1
+            filler.unlink()
+            doc = make_doc(rng, 99, "after")
+            cid = store.commit(doc)
+            if doc_hash(store.read(cid)) == doc_hash(doc):
+                fig.recovered += 1
+            store.close()
+            shutil.rmtree(sp)
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+    return fig
+
+
+def contextlib_suppress(*exc: type[BaseException]) -> Any:
+    import contextlib
+    return contextlib.suppress(*exc)
+
+
 if __name__ == "__main__":
     sys.exit(_main(sys.argv[1:]))
