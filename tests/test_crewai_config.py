@@ -203,3 +203,13 @@ def test_true_keeps_crewais_default_and_crewckpt_never_writes_json(crewai_offlin
     assert len(Store.open(".only").list()) == 14
     crew = Crew.from_checkpoint(CheckpointConfig(restore_from=str(Path(".only").resolve())))
     assert all(t.output is not None for t in crew.tasks)  # a store folder restores its HEAD
+
+
+def test_deleting_the_store_between_runs_starts_a_new_one(crewai_offline):
+    import shutil
+
+    research_crew(1, checkpoint=CheckpointConfig()).kickoff(inputs={"topic": "otters"})
+    assert len(Store.open(".ckpt").list()) == 1
+    shutil.rmtree(".ckpt")
+    research_crew(2, checkpoint=CheckpointConfig()).kickoff(inputs={"topic": "otters"})
+    assert [c.summary.tasks_done for c in Store.open(".ckpt").list()] == [1, 2]

@@ -48,7 +48,7 @@ PROVIDER_NAME = "CrewckptProvider"
 EMIT_LOCK = threading.RLock()
 """Held while an event is recorded and while a checkpoint is taken, so snapshots follow emission order."""
 
-_stores: dict[str, Store] = {}
+_stores: dict[str, tuple[Store, tuple[int, int] | None]] = {}
 _stores_lock = threading.Lock()
 _run_ids = IdWeakMap()
 
@@ -56,43 +56,66 @@ _run_ids = IdWeakMap()
 def open_store(path: str | os.PathLike[str], *, create: bool = False) -> Store:
     """Open (and with ``create`` initialise) the store at ``path``; handles are cached per absolute path.
 
+    A cached handle is dropped when its database file was deleted or replaced meanwhile (a ``rm -rf .ckpt``
+    between two runs of one process must not send checkpoints into an unlinked file).
+
     Raises:
         crewckpt.errors.StoreNotFound: no store at ``path`` and ``create`` is False.
     """
+    key = os.path.abspath(os.fspath(path))
+    cached = _stores.get(key)
+    if cached is not None and cached[1] == _db_identity(key):
+        return cached[0]
+    with _stores_lock:
+        cached = _stores.get(key)
+        if cached is not None:
+            if cached[1] == _db_identity(key):
+                return cached[0]
+            _close(cached[0])
+            del _stores[key]
+        store = _open_or_init(key, create)
+        _stores[key] = (store, _db_identity(key))
+    return store
+
+
+def _open_or_init(key: str, create: bool) -> Store:
     from crewckpt import Store
     from crewckpt.errors import StoreNotFound
 
-    key = os.path.abspath(os.fspath(path))
-    store = _stores.get(key)
-    if store is not None:
-        return store
-    with _stores_lock:
-        store = _stores.get(key)
-        if store is None:
-            try:
-                store = Store.open(key)
-            except StoreNotFound:
-                if not create:
-                    raise
-                Path(key).parent.mkdir(parents=True, exist_ok=True)
-                try:
-                    store = Store.init(key)
-                except Exception:
-                    store = Store.open(key)  # another process created it meanwhile
-            _stores[key] = store
-    return store
+    try:
+        return Store.open(key)
+    except StoreNotFound:
+        if not create:
+            raise
+    Path(key).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return Store.init(key)
+    except Exception:
+        return Store.open(key)  # another process created it meanwhile
+
+
+def _db_identity(key: str) -> tuple[int, int] | None:
+    from crewckpt.backends.sqlite import DB_NAME
+
+    try:
+        st = os.stat(os.path.join(key, DB_NAME))
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _close(store: Store) -> None:
+    try:
+        store.close()
+    except Exception:  # noqa: BLE001 - closing a stale handle is best-effort
+        logger.debug("crewckpt: closing a stale store handle failed", exc_info=True)
 
 
 def forget_stores() -> None:
     """Close and drop every cached store handle (tests; after a store was deleted)."""
     with _stores_lock:
-        for store in _stores.values():
-            close = getattr(store, "close", None)
-            if close is not None:
-                try:
-                    close()
-                except Exception:  # pragma: no cover - closing is best-effort
-                    pass
+        for store, _ in _stores.values():
+            _close(store)
         _stores.clear()
 
 
