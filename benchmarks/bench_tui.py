@@ -8,7 +8,9 @@ leaving from a checkpoint of main), then measures, in one process:
   - app start until the newest checkpoint is shown (lazy: PAGE nodes per line) against an eager tree that
     adds every checkpoint node up front (PAGE = everything, all lines expanded),
   - snapshot reads during start (must be 1: the highlighted checkpoint; the tree never decodes snapshots),
-  - cursor-key latency, revealing the oldest checkpoint of main (pages loaded on the way), refresh.
+  - cursor-key latency (Pilot press until idle; the highlighted checkpoint's Overview shown), revealing the
+    oldest checkpoint of main (pages loaded on the way), refresh; floors: a 1-checkpoint store and a bare
+    50-node Textual Tree (machine load shows in every figure: compare rows of one run).
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ async def measure_app(store: Store, page: int, eager: bool) -> dict[str, float]:
                 if node is None:
                     app._fill_forks(app.history.lines[li].fork_point)
                     node = app._line_nodes[li]
+                app._fill_line(li, 0)
                 app._fill_line(li, len(app.history.lines[li].commits))
                 node.expand()
             for cid in list(app.history.forks_at):
@@ -93,13 +96,17 @@ async def measure_app(store: Store, page: int, eager: bool) -> dict[str, float]:
         out["start_s"] = time.perf_counter() - t0
         out["nodes"] = len(app._commit_nodes)
         out["reads_at_start"] = reads
-        lat = []
+        lat, shown = [], []
         for _ in range(30):
             k0 = time.perf_counter()
             await pilot.press("down")
             lat.append(time.perf_counter() - k0)
+            while app._shown != app.selected or app._rendered.get("overview") != app.selected:
+                await asyncio.sleep(0.002)
+            shown.append(time.perf_counter() - k0)
         out["key_ms_median"] = statistics.median(lat) * 1000
         out["key_ms_max"] = max(lat) * 1000
+        out["detail_ms_median"] = statistics.median(shown) * 1000
         await app.workers.wait_for_complete()
         out["reads_after_30_keys"] = reads
         main_line = app.history.line_of[app.history.lines[0].commits[0].id]
@@ -118,6 +125,30 @@ async def measure_app(store: Store, page: int, eager: bool) -> dict[str, float]:
         out["refresh_s"] = time.perf_counter() - f0
     store.read = real_read  # type: ignore[method-assign]
     return out
+
+
+async def trivial_key_ms() -> float:
+    """Median Pilot key press on a bare 50-node Textual Tree: the floor any Textual app pays here."""
+    from textual.app import App, ComposeResult
+    from textual.widgets import Tree
+
+    class Bare(App[None]):
+        def compose(self) -> ComposeResult:
+            tree: Tree[None] = Tree("root")
+            for i in range(50):
+                tree.root.add_leaf(str(i))
+            tree.root.expand()
+            yield tree
+
+    app = Bare()
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause()
+        lat = []
+        for _ in range(30):
+            k0 = time.perf_counter()
+            await pilot.press("down")
+            lat.append(time.perf_counter() - k0)
+    return statistics.median(lat) * 1000
 
 
 def main() -> None:
@@ -141,12 +172,18 @@ def main() -> None:
         print(f"Store.list():   {t_list * 1000:8.1f} ms   ({t_list / history.count * 1e6:.1f} us per commit)")
         print(f"build_history:  {t_model * 1000:8.1f} ms")
         page = app_mod.PAGE
+        with tempfile.TemporaryDirectory() as empty_dir, Store.init(Path(empty_dir) / ".ckpt") as empty:
+            empty.commit(doc(0), trigger="manual")
+            base = asyncio.run(measure_app(empty, page, eager=False))
+        print(f"floor: app start on a 1-checkpoint store {base['start_s']:.2f} s; key press on a bare 50-node "
+              f"Textual Tree {asyncio.run(trivial_key_ms()):.1f} ms (median)")
         lazy = asyncio.run(measure_app(store, page, eager=False))
         eager = asyncio.run(measure_app(store, 10**9, eager=True))
         app_mod.PAGE = page
         print(f"{'':24}{'lazy (PAGE=' + str(page) + ')':>18}{'eager (all nodes)':>20}")
         for key, fmt in (("start_s", "{:.2f} s"), ("nodes", "{:.0f}"), ("reads_at_start", "{:.0f}"),
                          ("key_ms_median", "{:.1f} ms"), ("key_ms_max", "{:.1f} ms"),
+                         ("detail_ms_median", "{:.1f} ms"),
                          ("reads_after_30_keys", "{:.0f}"), ("reveal_oldest_s", "{:.2f} s"),
                          ("nodes_after_reveal", "{:.0f}"), ("refresh_s", "{:.2f} s")):
             print(f"{key:24}{fmt.format(lazy[key]):>18}{fmt.format(eager[key]):>20}")

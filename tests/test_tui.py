@@ -83,22 +83,37 @@ def test_tree_navigation_and_fork_nesting(store: Store):
     drive(store, body)
 
 
-def test_lazy_pages_and_load_more(tmp_path: Path, monkeypatch):
+def test_lazy_pages_newer_and_older_placeholders(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(app_mod, "PAGE", 5)
     s = Store.init(tmp_path / ".ckpt")
     ids = [s.commit(crew_doc(min(k, 4)), trigger="task_completed", time_ns=T0 + k) for k in range(12)]
 
     async def body(app, pilot):
-        assert len(app._commit_nodes) == 5 and app._loaded == {0: 5}  # only the newest page exists
-        more = app._more_nodes[0]
-        assert "7 older" in str(more.label)
-        app.move_cursor(more)
+        assert len(app._commit_nodes) == 5 and app._window == {0: (0, 5)}  # only the newest page exists
+        older = app._older_nodes[0]
+        assert "7 older" in str(older.label) and not app._newer_nodes
+        app.move_cursor(older)
         await pilot.press("enter")
         await settle(pilot)
         assert len(app._commit_nodes) == 10 and app.selected == ids[6]
         app.reveal(ids[0])
         await settle(pilot)
-        assert len(app._commit_nodes) == 12 and 0 not in app._more_nodes and app.selected == ids[0]
+        assert len(app._commit_nodes) == 12 and not app._older_nodes and app.selected == ids[0]
+        # a fresh tree opened on an old checkpoint loads only that checkpoint's page
+        app.reload(keep=ids[1])
+        await settle(pilot)
+        assert app._window == {0: (10, 12)} and len(app._commit_nodes) == 2 and app.selected == ids[1]
+        newer = app._newer_nodes[0]
+        assert "10 newer" in str(newer.label)
+        labels = [str(n.label) for n in app._line_nodes[0].children]
+        assert "10 newer" in labels[0] and ids[1][:8] in labels[1] and ids[0][:8] in labels[2]
+        app.move_cursor(newer)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert app._window == {0: (5, 12)} and app.selected == ids[2]  # the one next to the placeholder
+        order = [n.data[1] for n in app._line_nodes[0].children if n.data[0] == "commit"]
+        assert order == list(reversed(ids[:7]))  # newest first, no gaps
+        assert "5 newer" in str(app._newer_nodes[0].label)
 
     drive(s, body)
     s.close()

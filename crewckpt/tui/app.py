@@ -199,8 +199,9 @@ class CheckpointBrowser(App[RunPlan | None]):
         self._docs: OrderedDict[str, Any] = OrderedDict()
         self._line_nodes: dict[int, TreeNode[Any]] = {}
         self._commit_nodes: dict[str, TreeNode[Any]] = {}
-        self._loaded: dict[int, int] = {}
-        self._more_nodes: dict[int, TreeNode[Any]] = {}
+        self._window: dict[int, tuple[int, int]] = {}  # line -> loaded display positions [lo, hi)
+        self._newer_nodes: dict[int, TreeNode[Any]] = {}
+        self._older_nodes: dict[int, TreeNode[Any]] = {}
         self._forks_filled: set[str] = set()
         self._shown: str | None = None  # commit whose document the tabs show
         self._diff_for: tuple[str, str | None] | None = None
@@ -252,8 +253,9 @@ class CheckpointBrowser(App[RunPlan | None]):
         tree.clear()
         self._line_nodes.clear()
         self._commit_nodes.clear()
-        self._loaded.clear()
-        self._more_nodes.clear()
+        self._window.clear()
+        self._newer_nodes.clear()
+        self._older_nodes.clear()
         self._forks_filled.clear()
         self._docs.clear()
         self._diff_for = None
@@ -315,29 +317,62 @@ class CheckpointBrowser(App[RunPlan | None]):
         return node
 
     def _fill_line(self, li: int, upto: int = 0) -> None:
-        """Add checkpoint nodes to line ``li`` (newest first) until display position ``upto`` is loaded."""
+        """Make display position ``upto`` (0 = newest) of line ``li`` exist in the tree.
+
+        A line shows a window of its checkpoints, newest first: the first fill loads the PAGE-aligned page
+        holding ``upto``; later fills extend the window up or down to reach it. '… newer' / '… older'
+        placeholders stand for the rest (enter loads the next page), so revealing a checkpoint deep in a
+        long line costs one page, not every node above it.
+        """
+        n = len(self.history.lines[li].commits)
+        upto = max(0, min(upto, n - 1))
+        if li not in self._window:
+            lo = upto // PAGE * PAGE
+            self._window[li] = (lo, lo)
+        lo, hi = self._window[li]
+        if upto >= hi:
+            self._add_commits(li, hi, max(upto + 1, min(n, hi + PAGE)), before=None)
+        elif upto < lo:
+            new_lo = min(upto, max(0, lo - PAGE))
+            self._add_commits(li, new_lo, lo, before=self._node_at(li, lo))
+        self._placeholders(li)
+
+    def _node_at(self, li: int, pos: int) -> TreeNode[Any]:
+        line = self.history.lines[li]
+        return self._commit_nodes[line.commits[len(line.commits) - 1 - pos].id]
+
+    def _add_commits(self, li: int, start: int, end: int, before: TreeNode[Any] | None) -> None:
+        """Add display positions [start, end) of line ``li`` (before ``before``, else at the end)."""
         line = self.history.lines[li]
         node = self._line_nodes[li]
         n = len(line.commits)
-        while self._loaded.get(li, 0) <= min(upto, n - 1):
-            start = self._loaded.get(li, 0)
-            more = self._more_nodes.pop(li, None)
-            if more is not None:
-                more.remove()
-            end = min(n, start + PAGE)
-            for i in range(start, end):
-                c = line.commits[n - 1 - i]
-                label = self._commit_label(c)
-                if c.id in self.history.forks_at:
-                    cnode = node.add(label, data=("commit", c.id), allow_expand=True)
-                else:
-                    cnode = node.add_leaf(label, data=("commit", c.id))
-                self._commit_nodes[c.id] = cnode
-            self._loaded[li] = end
-            if end < n:
-                self._more_nodes[li] = node.add_leaf(
-                    Text(f"  … {n - end} older checkpoints (enter: load {min(PAGE, n - end)} more)",
-                         style="dim italic"), data=("more", li))
+        if before is None:  # growing downward: the '… older' placeholder moves below the new nodes
+            older = self._older_nodes.pop(li, None)
+            if older is not None:
+                older.remove()
+        for i in range(start, end):
+            c = line.commits[n - 1 - i]
+            fork = c.id in self.history.forks_at
+            self._commit_nodes[c.id] = node.add(self._commit_label(c), data=("commit", c.id), before=before,
+                                                allow_expand=fork)
+        lo, hi = self._window[li]
+        self._window[li] = (min(lo, start), max(hi, end))
+
+    def _placeholders(self, li: int) -> None:
+        lo, hi = self._window[li]
+        n = len(self.history.lines[li].commits)
+        node = self._line_nodes[li]
+        newer = self._newer_nodes.pop(li, None)
+        if newer is not None:
+            newer.remove()
+        if lo > 0:
+            self._newer_nodes[li] = node.add(
+                Text(f"  … {lo} newer checkpoints (enter: load {min(PAGE, lo)} more)", style="dim italic"),
+                data=("newer", li), before=self._node_at(li, lo), allow_expand=False)
+        if hi < n and li not in self._older_nodes:
+            self._older_nodes[li] = node.add_leaf(
+                Text(f"  … {n - hi} older checkpoints (enter: load {min(PAGE, n - hi)} more)",
+                     style="dim italic"), data=("older", li))
 
     def _fill_forks(self, cid: str) -> None:
         if cid in self._forks_filled:
@@ -374,7 +409,7 @@ class CheckpointBrowser(App[RunPlan | None]):
     @on(Tree.NodeExpanded, "#tree")
     def _expanded(self, event: Tree.NodeExpanded[Any]) -> None:
         kind, key = event.node.data[0], event.node.data[1]
-        if kind == "line":
+        if kind == "line" and key not in self._window:  # first expansion: the newest page
             self._fill_line(key)
         elif kind == "commit":
             self._fill_forks(key)
@@ -388,13 +423,13 @@ class CheckpointBrowser(App[RunPlan | None]):
     @on(Tree.NodeSelected, "#tree")
     def _selected(self, event: Tree.NodeSelected[Any]) -> None:
         data = event.node.data
-        if data and data[0] == "more":
+        if data and data[0] in ("newer", "older"):
             li = data[1]
-            first_new = self._loaded.get(li, 0)
-            self._fill_line(li, first_new)
-            n = len(self.history.lines[li].commits)
-            cid = self.history.lines[li].commits[n - 1 - first_new].id
-            self.move_cursor(self._commit_nodes[cid])  # same line as the '… older' node: no highlight event
+            lo, hi = self._window[li]
+            pos = lo - 1 if data[0] == "newer" else hi  # the checkpoint next to the placeholder
+            self._fill_line(li, pos)
+            cid = self._node_at(li, pos).data[1]
+            self.move_cursor(self._commit_nodes[cid])  # may be the placeholder's line: no highlight event
             self._select(cid)
 
     def _relabel(self, cid: str | None) -> None:
