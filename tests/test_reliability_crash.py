@@ -152,7 +152,8 @@ def _as_nobody(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         import os, sys
         sys.path.insert(0, {str(HERE.parent)!r})
         from crewckpt.history.store import Store
-        import crewckpt.errors, crewckpt.views.transfer, crewckpt.views.exporter
+        import crewckpt.errors, crewckpt.views.transfer, crewckpt.views.exporter, filelock  # stdlib and deps
+        # must be imported before dropping root: the interpreter's own folders are private to root here
         if os.geteuid() == 0:
             os.setgid(65534); os.setuid(65534)
     """) + textwrap.dedent(code)
