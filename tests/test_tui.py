@@ -327,3 +327,13 @@ print("MODULES", sorted(m for m in sys.modules if m.split(".")[0] == "crewai" an
     assert proc.returncode == 0, proc.stderr
     assert "DIFF True" in proc.stdout and "MODULES []" in proc.stdout
     assert "needs the crewai extra" in proc.stdout and "pip install 'crewckpt[crewai]'" in proc.stdout
+
+
+def test_ckpt_tui_command_needs_a_terminal(store: Store):
+    from click.testing import CliRunner
+
+    from crewckpt.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["tui", "--store", str(store.path)])
+    assert result.exit_code == 1 and "`ckpt tui` needs a terminal" in result.output
+    assert "Browse checkpoints" in CliRunner().invoke(cli, ["tui", "--help"]).output
