@@ -400,3 +400,23 @@ def test_show_raw_gives_back_an_imported_crewai_file_byte_for_byte(tmp_path):
     for path in files:
         crewai_id = path.name.split("_p-")[0]
         assert ok(ckpt(store, "show", crewai_id, "--raw")).stdout.encode() == path.read_bytes(), path.name
+
+
+def test_long_output_goes_through_the_pager_on_a_terminal(demo, tmp_path, monkeypatch):
+    import sys
+
+    from crewckpt.cli import context
+
+    paged = tmp_path / "paged.txt"
+    pager = f"{sys.executable} -c \"import sys; open({str(paged)!r}, 'w').write(sys.stdin.read())\""
+    plain = ok(ckpt(demo.path, "log", "--oneline")).stdout
+    monkeypatch.setattr(context, "stdout_is_terminal", lambda: True)
+    result = ok(ckpt(demo.path, "log", "--oneline", env={"CKPT_PAGER": pager}))
+    assert result.stdout == "" and paged.read_text() == plain  # all of it, through the pager
+    paged.unlink()
+    assert ok(ckpt(demo.path, "--no-pager", "log", "--oneline", env={"CKPT_PAGER": pager})).stdout == plain
+    assert ok(ckpt(demo.path, "log", "--oneline", env={"CKPT_PAGER": "cat"})).stdout == plain
+    assert ok(ckpt(demo.path, "log", "--json", env={"CKPT_PAGER": pager})).stdout  # JSON is never paged
+    assert not paged.exists()
+    missing = ok(ckpt(demo.path, "log", "--oneline", env={"CKPT_PAGER": "no-such-pager-xyz -R"}))
+    assert missing.stdout == plain  # a pager that is not installed: printed as usual

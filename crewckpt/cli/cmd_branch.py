@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_option, obj, try_resolve
+from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_option, obj, paged, try_resolve
 from crewckpt.cli.fmt import entity_summary, local_time, short_ids, summary_fields
 
 if TYPE_CHECKING:
@@ -136,6 +136,7 @@ def fork(rev: str, name: str | None, as_json: bool) -> None:
 @click.argument("branch", default="main")
 @click.option("-n", "--max-count", "limit", type=click.IntRange(min=0), help="Show at most N entries.")
 @json_option
+@paged
 def reflog(branch: str, limit: int | None, as_json: bool) -> None:
     """Where branch BRANCH has pointed, newest first: the positions `BRANCH@{N}` names.
 

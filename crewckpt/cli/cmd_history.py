@@ -10,7 +10,7 @@ from typing import Any
 import click
 import orjson
 
-from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_option, obj, try_resolve
+from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_option, obj, paged, try_resolve
 from crewckpt.cli.fmt import commit_json, entity_summary, local_time, short_ids, summary_fields
 from crewckpt.errors import UnknownRevision
 
@@ -63,6 +63,7 @@ def init(path: str, as_json: bool) -> None:
 @click.option("-n", "--max-count", "limit", type=click.IntRange(min=0), help="Show at most N commits.")
 @click.option("--branch", "branch", metavar="B", help="History of branch B (same as REV=B).")
 @json_option
+@paged
 def log(
     rev: str, all_: bool, graph: bool, oneline: bool, limit: int | None, branch: str | None, as_json: bool
 ) -> None:
@@ -182,6 +183,7 @@ def _tips_by_id(store: Any) -> dict[str, list[str]]:
 @click.argument("path", required=False, type=click.Path(), metavar="[PATH]")
 @click.option("--branch", "branch", metavar="B", help="Only the checkpoints of branch B.")
 @json_option
+@paged
 def list_(path: str | None, branch: str | None, as_json: bool) -> None:
     """List every checkpoint, newest first: time, short id, branch, trigger, entities.
 
@@ -346,6 +348,7 @@ def rev_parse(rev: str, as_json: bool) -> None:
 )
 @click.option("--raw", is_flag=True, help="Exact compact JSON (no indentation; strings keep their quotes).")
 @json_option
+@paged
 def show(rev: str, json_path: str | None, raw: bool, as_json: bool) -> None:
     """Print the checkpoint document REV records, or one part of it (--path).
 
@@ -396,6 +399,7 @@ def show(rev: str, json_path: str | None, raw: bool, as_json: bool) -> None:
     help="Lines of context around changed task output lines.",
 )
 @json_option
+@paged
 def diff(rev1: str, rev2: str | None, stat: bool, context: int, as_json: bool) -> None:
     """Semantic diff of two checkpoints (REV2 omitted: REV1's parent against REV1).
 

@@ -1,5 +1,9 @@
 """What every `ckpt` verb shares: the store (opened once, lazily), consoles, JSON output, errors.
 
+Paging (git's rule): on a terminal, the long outputs (log, list, diff, show, reflog) go through
+$CKPT_PAGER, else $PAGER, else `less` (with LESS=FRX unless LESS is set: quit if one screen, keep colours,
+keep the text on screen); `--no-pager`, or a pager of "" or "cat", turns it off.
+
 Colour (the rules rich and https://no-color.org use): NO_COLOR set and non-empty -> never; else
 FORCE_COLOR set and non-empty -> always; else only when the stream is a terminal (and TERM is not "dumb").
 Plain output is written as is (no wrapping) and rich is not even imported for it: `ckpt list` on 10,000
@@ -8,9 +12,11 @@ commits stays fast. Progress bars go to stderr and only show on a terminal.
 
 from __future__ import annotations
 
+import functools
+import io
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -30,9 +36,10 @@ class UsageProblem(click.UsageError):
 class AppContext:
     """Per-invocation state, reachable from every command as ``click.get_current_context().obj``."""
 
-    def __init__(self, store_path: str | None, debug: bool) -> None:
+    def __init__(self, store_path: str | None, debug: bool, pager: bool = True) -> None:
         self.store_path = store_path
         self.debug = debug
+        self.pager = pager
         self.json = False  # set by --json before the command runs, so errors come out as JSON too
         self._store: Store | None = None
         self._out: Console | None = None
@@ -90,6 +97,29 @@ class AppContext:
         self.out.print(line, soft_wrap=True)
 
     @contextmanager
+    def paged(self) -> Iterator[None]:
+        """Send what the block prints to stdout through the pager (see the module docstring), if any."""
+        command = pager_command() if self.pager and not self.json else None
+        if command is None:
+            yield
+            return
+        from rich.console import Console
+
+        real, buffer = sys.stdout, io.StringIO()
+        width = Console(file=real).width
+        self._out = Console(
+            file=buffer, highlight=False, soft_wrap=True, emoji=False, force_terminal=self.color,
+            no_color=not self.color, width=width,
+        )  # fmt: skip
+        sys.stdout = buffer
+        try:
+            yield
+        finally:
+            sys.stdout = real
+            self._out = None
+        run_pager(command, buffer.getvalue(), real)
+
+    @contextmanager
     def progress(self, description: str, total: int | None = None) -> Iterator[Any]:
         """A rich progress bar on stderr (hidden unless stderr is a terminal).
 
@@ -122,6 +152,52 @@ def try_resolve(store: Store, rev: str) -> str | None:
         return store.resolve(rev)
     except CkptError:
         return None
+
+
+def stdout_is_terminal() -> bool:
+    """Whether stdout is a terminal (the condition for paging)."""
+    return sys.stdout.isatty()
+
+
+def pager_command() -> str | None:
+    """The pager to run, or None: not a terminal, paging turned off ("" or "cat"), or its program is not
+    installed (then output is printed as usual)."""
+    import shlex
+    import shutil
+
+    if not stdout_is_terminal():
+        return None
+    command = os.environ.get("CKPT_PAGER", os.environ.get("PAGER", "less"))
+    try:
+        program = shlex.split(command)[0] if command.strip() else ""
+    except ValueError:  # unbalanced quotes
+        return None
+    if program in ("", "cat") or shutil.which(program) is None:
+        return None
+    return command
+
+
+def run_pager(command: str, text: str, fallback: Any) -> None:
+    """Pipe ``text`` into ``command`` (through the shell, as git does); print it to ``fallback`` when the
+    pager cannot be started. Quitting the pager early is not an error."""
+    import subprocess
+
+    if not text:
+        return
+    env = dict(os.environ)
+    env.setdefault("LESS", "FRX")
+    try:
+        proc = subprocess.Popen(command, shell=True, stdin=subprocess.PIPE, env=env, text=True)
+    except OSError:
+        fallback.write(text)
+        return
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(text)
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass
+    proc.wait()
 
 
 def wants_color(stream: Any) -> bool:
@@ -173,6 +249,17 @@ def _json_default(value: Any) -> Any:
 
         return dataclasses.asdict(value)
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+def paged(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator for a command callback whose output goes through the pager on a terminal."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with obj().paged():
+            return command(*args, **kwargs)
+
+    return wrapper
 
 
 def _note_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:

@@ -127,35 +127,18 @@ def _is_ckpt_error(exc: BaseException) -> bool:
     help="Store to use (default: $CKPT_STORE, else the nearest .ckpt above the working directory).",
 )
 @click.option("--debug", is_flag=True, help="Show the full traceback on errors.")
+@click.option("--no-pager", "no_pager", is_flag=True, help="Do not page long output on a terminal.")
 @click.version_option(package_name="crewckpt", prog_name="ckpt")
 @click.pass_context
-def cli(ctx: click.Context, store_path: str | None, debug: bool) -> None:
+def cli(ctx: click.Context, store_path: str | None, debug: bool, no_pager: bool) -> None:
     """crewckpt: git for CrewAI checkpoints.
 
     Immutable, deduplicated, compressed checkpoints of crews, flows and agents, with branches, log,
     diff, fork and resume. Run `ckpt COMMAND --help` for each command's options and examples.
     """
-    ctx.obj = AppContext(store_path, debug)
+    ctx.obj = AppContext(store_path, debug, pager=not no_pager)
     if ctx.invoked_subcommand is None and not launch_tui(ctx):
         click.echo(ctx.get_help())
-
-
-@click.command()
-def tui() -> None:
-    """Browse the store in a terminal UI (what `ckpt` alone opens on a terminal).
-
-    Branch tree, checkpoint details, diff; Resume and Fork (crewai extra) run here after the UI closes.
-
-    \b
-    Example:
-      ckpt tui            # or just: ckpt
-    """
-    import crewckpt.tui as tui_pkg
-
-    run = getattr(tui_pkg, "run", None)
-    if run is None:
-        raise click.ClickException("the TUI is not available in this installation")
-    run(click.get_current_context().find_object(AppContext).store_path)
 
 
 SHORT_HELP = {
@@ -176,12 +159,12 @@ SHORT_HELP = {
     "stats": "Sizes, dedup and compression ratios.",
     "import": "Import CrewAI JSON/SQLite checkpoints.",
     "export": "Write checkpoints in CrewAI's layouts.",
-    "tui": "Browse the store in a terminal UI.",
+    "tui": "Browse checkpoints in a terminal UI.",
 }
 
 
 def _register() -> None:
-    from crewckpt.cli import cmd_branch, cmd_crewai, cmd_history, cmd_maint
+    from crewckpt.cli import cmd_branch, cmd_crewai, cmd_history, cmd_maint, cmd_tui
 
     for command in (
         cmd_history.init,
@@ -201,7 +184,7 @@ def _register() -> None:
         cmd_maint.stats,
         cmd_crewai.import_,
         cmd_crewai.export,
-        tui,
+        cmd_tui.tui,
     ):
         command.short_help = SHORT_HELP[command.name or ""]
         cli.add_command(command)
