@@ -47,8 +47,9 @@ def test_no_verb_prints_help_unless_on_a_terminal(monkeypatch):
     monkeypatch.setattr(main_mod, "interactive", lambda: True)
     result = ok(ckpt("/some/store"))
     assert seen == ["/some/store"] and "Commands:" not in result.stdout
-    ok(ckpt("/other", "tui"))
-    assert seen == ["/some/store", "/other"]
+    no_terminal = ckpt("/other", "tui")  # CliRunner's stdin/stdout are not terminals
+    assert no_terminal.exit_code == 1 and "`ckpt tui` needs a terminal" in no_terminal.stderr
+    assert seen == ["/some/store"]
 
 
 def test_unknown_option_is_usage_error():
