@@ -262,3 +262,60 @@ def test_crewai_run_continues_when_the_disk_is_full(tmp_path: Path, monkeypatch:
 
 def test_errors_are_crewckpt_errors() -> None:
     assert issubclass(StoreWriteError, CkptError)
+
+
+def test_concurrent_init_of_one_store_gives_one_complete_store(tmp_path: Path) -> None:
+    """Several processes creating one store at once (two CrewAI runs starting in a fresh folder) once saw a
+    half-made store.db: "not an SQLite database", "no such table: meta", or a raw sqlite3 error."""
+    code = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(HERE.parent)!r})
+        from crewckpt.history.store import Store
+        from crewckpt.errors import StoreExists
+        t0 = float(sys.argv[2])
+        while time.time() < t0:
+            pass
+        try:
+            s = Store.init(sys.argv[1]); print("created")
+        except StoreExists:
+            s = Store.open(sys.argv[1]); print("opened")
+        s.commit({{"pid": 1}}, branch="b" + sys.argv[3])
+    """)
+    import time
+    for trial in range(3):
+        path = tmp_path / f"s{trial}"
+        t0 = time.time() + 1.0
+        procs = [subprocess.Popen([sys.executable, "-c", code, str(path), str(t0), str(i)], text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(4)]
+        outs = [p.communicate(timeout=60) for p in procs]
+        assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
+        assert sorted(o.strip() for o, _ in outs).count("created") == 1
+        with Store.open(path) as s:
+            assert len(s.branches()) == 4 and s.fsck(full=True).ok
+        assert _files(path) <= STORE_FILES
+
+
+def test_init_killed_at_any_moment_leaves_no_half_made_store(tmp_path: Path) -> None:
+    import random
+    import signal
+    import time
+    rng = random.Random(3)
+    code = f"import sys; sys.path.insert(0, {str(HERE.parent)!r}); from crewckpt.history.store import Store; " \
+           f"Store.init(sys.argv[1])"
+    for trial in range(8):
+        path = tmp_path / f"s{trial}"
+        p = subprocess.Popen([sys.executable, "-c", code, str(path)])
+        deadline = time.monotonic() + 10
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.0005)
+        time.sleep(rng.uniform(0, 0.01))
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        try:
+            s = Store.open(path)  # complete, or absent so init works
+        except CkptError:
+            s = Store.init(path)
+        s.commit({"ok": trial})
+        assert s.fsck(full=True).ok
+        s.close()
+        assert _files(path) <= STORE_FILES

@@ -8,6 +8,7 @@ with their process, and a whole content-addressed VCS fits in one file (Fossil).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sqlite3
 import threading
@@ -278,16 +279,45 @@ class SqliteBackend(_SqlReader, Backend):
                                    f"backup or re-import") from None
 
     @classmethod
-    def create(cls, folder: str | os.PathLike[str]) -> SqliteBackend:
-        """Create ``store.db`` in an existing folder (fails if the file exists) and open it."""
-        path = Path(folder) / DB_NAME
-        conn = sqlite3.connect(path, isolation_level=None)
+    def create(cls, folder: str | os.PathLike[str], meta: dict[str, str] | None = None) -> SqliteBackend:
+        """Create ``store.db`` (schema and ``meta`` rows) in an existing folder and open it.
+
+        The database is built under a temporary name and published with a hard link, which never replaces an
+        existing file: a process killed while creating leaves no half-made ``store.db``, and of several
+        processes creating one store at once exactly one wins; the others get FileExistsError and can open
+        the winner's complete store.
+
+        Raises:
+            FileExistsError: ``store.db`` exists. OSError: the folder is not writable.
+        """
+        folder = Path(folder)
+        path = folder / DB_NAME
+        if path.exists():
+            raise FileExistsError(errno.EEXIST, "store exists", str(path))
+        _remove_dead_inits(folder)
+        tmp = folder / f".{DB_NAME}.{os.getpid()}.{threading.get_ident()}.init"
+        rows = "".join(f"INSERT INTO meta(key, value) VALUES ({_sql_text(k)}, {_sql_text(v)});"
+                       for k, v in (meta or {}).items())
         try:
-            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.executescript("BEGIN;" + _SCHEMA + "COMMIT;")
+            conn = sqlite3.connect(tmp, isolation_level=None)
+            try:
+                conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.executescript("BEGIN;" + _SCHEMA + rows + "COMMIT;")
+            finally:
+                conn.close()  # the last connection checkpoints and removes the -wal/-shm files
+            try:
+                os.link(tmp, path)
+            except OSError as e:
+                if e.errno in (errno.EEXIST,):
+                    raise
+                if path.exists():  # filesystems without hard links: rename (not atomic against a racer)
+                    raise FileExistsError(errno.EEXIST, "store exists", str(path)) from None
+                os.rename(tmp, path)
         finally:
-            conn.close()
+            for leftover in (tmp, tmp.with_name(tmp.name + "-wal"), tmp.with_name(tmp.name + "-shm")):
+                with contextlib.suppress(FileNotFoundError):
+                    leftover.unlink()
         return cls(folder)
 
     def _q(self, sql: str, args: Sequence[object] = ()) -> list[tuple]:  # type: ignore[type-arg]
@@ -388,6 +418,24 @@ class SqliteBackend(_SqlReader, Backend):
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+def _remove_dead_inits(folder: Path) -> None:
+    """Delete temporary databases left by creators that were killed (their pid no longer runs)."""
+    for f in folder.glob(f".{DB_NAME}.*.init*"):
+        try:
+            pid = int(f.name.split(".")[3])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            with contextlib.suppress(FileNotFoundError):
+                f.unlink()
+        except (ValueError, IndexError, PermissionError):
+            continue
+
+
+def _sql_text(v: str) -> str:
+    """A string as an SQL literal (for the fixed meta rows written at creation)."""
+    return "'" + v.replace("'", "''") + "'"
 
 
 def _check_not_truncated(path: Path) -> None:

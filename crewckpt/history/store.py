@@ -77,12 +77,13 @@ class Store:
             raise CkptError(f"{p}: exists and is not a folder; choose another path")
         try:
             p.mkdir(parents=True, exist_ok=True)
-            backend = SqliteBackend.create(p)
+            # created complete (format version included) and published atomically: see SqliteBackend.create
+            backend = SqliteBackend.create(p, {"format_version": str(ob.FORMAT_VERSION), _EPOCH: "0"})
+        except FileExistsError:
+            raise StoreExists(f"{p}: a crewckpt store already exists here; open it with "
+                              f"Store.open({str(p)!r})") from None
         except OSError as e:
             raise CkptError(f"{p}: cannot create the store ({e.strerror}); check the path and permissions") from None
-        with backend.transaction() as txn:
-            txn.meta_set("format_version", str(ob.FORMAT_VERSION))
-            txn.meta_set(_EPOCH, "0")
         return cls(backend, p)
 
     @classmethod
