@@ -25,6 +25,7 @@ import warnings
 import weakref
 from typing import Any
 
+import orjson
 from crewai.state.runtime import RuntimeState, _prepare_entities
 from crewai.types.callback import _is_non_roundtrippable, callable_to_string
 from crewai_core.version import get_crewai_version
@@ -145,11 +146,18 @@ class SnapshotBuilder:
 
     # -- safe model dumping -----------------------------------------------------------------------
     def dump_model(self, model: BaseModel) -> Any:
-        """``model.model_dump(mode="json")`` that never raises: bad values become null (one warning each)."""
+        """``model.model_dump(mode="json")`` that never raises: bad values become null (one warning each).
+
+        Goes through pydantic's JSON serializer and orjson (same value, about 1.5x faster than building
+        the dicts in Python), then Python mode (e.g. lone surrogates), then field by field.
+        """
         try:
-            out = model.model_dump(mode="json", warnings=False)
+            out = orjson.loads(model.model_dump_json(warnings=False))
         except Exception:
-            out = self._dump_fieldwise(model, type(model).__name__)
+            try:
+                out = model.model_dump(mode="json", warnings=False)
+            except Exception:
+                out = self._dump_fieldwise(model, type(model).__name__)
         self._drop_bad_callbacks(model, out)
         return out
 
