@@ -40,3 +40,50 @@ def test_resume_runs_the_remaining_tasks_and_forks_with_new_inputs(crewai_offlin
     assert (
         "~ task2  completed  output +1 -1 lines" in stat and "~ task3  completed  output +1 -1 lines" in stat
     )
+
+
+def test_fork_with_an_edited_output_reruns_the_later_tasks(crewai_offline):  # noqa: F811
+    from crewckpt import Store
+    from crewckpt.crewai import CheckpointConfig
+
+    research_crew(3, checkpoint=CheckpointConfig()).kickoff(inputs={"topic": "otters"})
+    with Store.open(".ckpt") as store:
+        done = [c.id for c in store.list()]
+    bad = ckpt(None, "fork", "main", "--set-output", "task9=x")
+    assert (
+        bad.exit_code == 2 and "no task 'task9' in this checkpoint; tasks: task1, task2, task3" in bad.stderr
+    )
+
+    record = orjson.loads(
+        ok(ckpt(None, "fork", "main", "--branch", "short", "--set-output", "1=EDITED", "--json")).stdout
+    )
+    assert record["branch"] == "short" and record["forked_from"] == done[-1]
+    assert record["edited"] == ["task1"] and record["rerun"] == ["task2", "task3"]
+    with Store.open(".ckpt") as store:
+        fork_doc = store.read("short")
+        assert store.info("short").trigger == "fork" and store.info("short").parents == (done[-1],)
+    tasks = fork_doc["entities"][0]["tasks"]
+    assert tasks[0]["output"]["raw"] == "EDITED" and tasks[1]["output"] is None and tasks[2]["output"] is None
+
+    ok(ckpt(None, "resume", "short"))
+    stat = ok(ckpt(None, "diff", "main", "short", "--stat")).stdout
+    assert "~ task1  completed  output +1 -1 lines" in stat
+    with Store.open(".ckpt") as store:
+        final = store.read("short")["entities"][0]["tasks"]
+    assert final[0]["output"]["raw"] == "EDITED" and all(t["output"] is not None for t in final)
+    assert "EDITED" in final[1]["prompt_context"]  # the rerun task saw the edited output as context
+
+
+def test_fork_with_new_inputs_then_resume_uses_them(crewai_offline):  # noqa: F811
+    from crewckpt import Store
+    from crewckpt.crewai import CheckpointConfig
+
+    research_crew(3, checkpoint=CheckpointConfig()).kickoff(inputs={"topic": "otters"})
+    out = ok(ckpt(None, "fork", "main~2", "--branch", "sea", "--inputs", '{"topic": "sea otters"}')).stdout
+    assert out.startswith("Forked main~2") and "Resume it with: ckpt resume sea" in out
+    record = orjson.loads(ok(ckpt(None, "resume", "sea", "--json")).stdout)  # inputs: as the fork recorded
+    assert "sea otters" in record["output"]
+    with Store.open(".ckpt") as store:
+        tasks = store.read("sea")["entities"][0]["tasks"]
+    assert "about otters" in tasks[0]["output"]["raw"]  # done before the fork: kept
+    assert all("about sea otters" in t["output"]["raw"] for t in tasks[1:])  # run after it: new topic

@@ -103,18 +103,54 @@ def _list_branches(store: Store, as_json: bool) -> None:
 @click.command()
 @click.argument("rev")
 @click.option("--branch", "name", metavar="NAME", help="Name of the new branch (default fork/<short id>).")
+@click.option(
+    "--inputs", "inputs_text", metavar="JSON", help="Record these kickoff inputs in the fork (crewai)."
+)
+@click.option(
+    "--set-output",
+    "set_output",
+    multiple=True,
+    metavar="TASK=TEXT",
+    help="Replace a completed task's output (TASK: name, number from 1, or id prefix); later tasks rerun.",
+)
+@click.option(
+    "--set-output-file",
+    "set_output_file",
+    multiple=True,
+    metavar="TASK=PATH",
+    help="Like --set-output, with the text read from file PATH (UTF-8).",
+)
 @json_option
-def fork(rev: str, name: str | None, as_json: bool) -> None:
-    """Start a new branch at checkpoint REV, to resume from there with other inputs.
+def fork(
+    rev: str,
+    name: str | None,
+    inputs_text: str | None,
+    set_output: tuple[str, ...],
+    set_output_file: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Start a new branch at checkpoint REV, to resume from there with other inputs or edited outputs.
 
-    The branch is a ref only (nothing is copied). Checkpoints written by a crew resumed from it go on
-    the new branch: `ckpt resume NAME --inputs '{...}'`.
+    Without edits the branch is a ref only (nothing is copied, no CrewAI needed). With --inputs or
+    --set-output (crewai extra) the edited state is written as the branch's first checkpoint (trigger
+    "fork"): tasks after the first edited one are cleared so that `ckpt resume NAME` runs them again with
+    the edited output as context (the rule of CrewAI's own checkpoint TUI).
 
     \b
     Examples:
       ckpt fork main~3 --branch try-sea-otters
       ckpt resume try-sea-otters --inputs '{"topic": "sea otters"}'
+      ckpt fork main --branch shorter --set-output task2='A two-line summary.'
+      ckpt resume shorter                  # reruns task3 onwards
     """
+    from crewckpt.cli.cmd_crewai import parse_inputs
+
+    inputs = parse_inputs(inputs_text)
+    edits = [_split_edit(e, "--set-output") for e in set_output]
+    edits += [
+        (task, _read_text(path))
+        for task, path in (_split_edit(e, "--set-output-file") for e in set_output_file)
+    ]
     store = obj().store()
     target = store.resolve(rev)
     if name is None:
@@ -124,12 +160,111 @@ def fork(rev: str, name: str | None, as_json: bool) -> None:
         while name in existing:
             name = f"fork/{target[:8]}-{n}"
             n += 1
-    store.create_branch(name, target)
+    if inputs is None and not edits:
+        store.create_branch(name, target)
+        if as_json:
+            emit_json({"branch": name, "tip": target, "rev": rev})
+        else:
+            click.echo(f"Forked {rev} ({target[:8]}) as branch {name}")
+            click.echo(f"Resume it with: ckpt resume {name} [--inputs JSON]")
+        return
+    _fork_with_edits(store, rev, target, name, inputs, edits, as_json)
+
+
+def _split_edit(text: str, option: str) -> tuple[str, str]:
+    task, sep, value = text.partition("=")
+    if not sep or not task.strip():
+        raise UsageProblem(f"{option} takes TASK=VALUE (e.g. task2=new text), got {text!r}")
+    return task.strip(), value
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise UsageProblem(f"--set-output-file: cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageProblem(f"--set-output-file: {path} is not UTF-8 text") from None
+
+
+def task_key(doc: object, task: str) -> tuple[int, int]:
+    """(entity index, task index) of TASK in a checkpoint document: a task name, a number counted from 1
+    over the crew's tasks, or a prefix (4+ characters) of a task id. Raises UsageProblem naming the tasks."""
+    crews = [
+        (i, e["tasks"])
+        for i, e in enumerate(doc.get("entities") or [] if isinstance(doc, dict) else [])
+        if isinstance(e, dict) and isinstance(e.get("tasks"), list) and e["tasks"]
+    ]
+    for entity, tasks in crews:
+        for index, t in enumerate(tasks):
+            if not isinstance(t, dict):
+                continue
+            if t.get("name") == task or (len(task) >= 4 and str(t.get("id") or "").startswith(task)):
+                return entity, index
+    if task.isdigit() and crews and 1 <= int(task) <= len(crews[0][1]):
+        return crews[0][0], int(task) - 1
+    names = [str(t.get("name") or t.get("id")) for _, tasks in crews for t in tasks if isinstance(t, dict)]
+    raise UsageProblem(f"no task {task!r} in this checkpoint; tasks: {', '.join(names) or 'none'}")
+
+
+def _fork_with_edits(
+    store: Store,
+    rev: str,
+    target: str,
+    name: str,
+    inputs: dict[str, object] | None,
+    edits: list[tuple[str, str]],
+    as_json: bool,
+) -> None:
+    """Restore REV on branch NAME with edited inputs/outputs and record it (crewckpt.crewai.edits)."""
+    from crewckpt.cli.cmd_crewai import CrewAIMissing, require_crewai
+    from crewckpt.errors import CkptError
+    from crewckpt.history import refnames
+
+    refnames.check_branch(name)  # bad name: usage error before CrewAI is loaded
+    doc = store.read(target)
+    outputs = {task_key(doc, task): text for task, text in edits}
+    require_crewai("fork --inputs/--set-output")
+    try:
+        from crewckpt.crewai.edits import fork_with_edits
+    except ImportError as exc:
+        raise CrewAIMissing(f"`ckpt fork` cannot load crewckpt's CrewAI integration ({exc})") from None
+    try:
+        result = fork_with_edits(target, store=store, branch=name, inputs=inputs, task_outputs=outputs)
+    except ValueError as exc:
+        raise CkptError(f"cannot fork {rev}: {' '.join(str(exc).split())}") from None
+    rerun = [_task_label(doc, key) for key in result.rerun]
+    edited = [_task_label(doc, key) for key in outputs]
     if as_json:
-        emit_json({"branch": name, "tip": target, "rev": rev})
-    else:
-        click.echo(f"Forked {rev} ({target[:8]}) as branch {name}")
-        click.echo(f"Resume it with: ckpt resume {name} [--inputs JSON]")
+        emit_json(
+            {
+                "branch": result.branch,
+                "tip": result.fork_commit,
+                "rev": rev,
+                "forked_from": target,
+                "edited": edited,
+                "rerun": rerun,
+                "inputs": inputs,
+            }
+        )
+        return
+    click.echo(
+        f"Forked {rev} ({target[:8]}) as branch {result.branch}"
+        + (f"; edited state recorded as {result.fork_commit[:8]}" if result.fork_commit else "")
+    )
+    if edited:
+        click.echo(f"Edited: {', '.join(edited)}; will run again: {', '.join(rerun) or 'nothing'}")
+    click.echo(f"Resume it with: ckpt resume {result.branch}")
+
+
+def _task_label(doc: object, key: tuple[int, int]) -> str:
+    entity, index = key
+    try:
+        task = doc["entities"][entity]["tasks"][index]  # type: ignore[index]
+        return str(task.get("name") or f"task {index + 1}")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return f"task {index + 1}"
 
 
 @click.command()

@@ -46,7 +46,8 @@ def require_crewai(verb: str) -> None:
 def resume(rev: str, inputs_text: str | None, branch: str | None, as_json: bool) -> None:
     """Restore the crew, flow or agent that checkpoint REV records and run it to the end.
 
-    Completed tasks (crews) and completed methods (flows) are skipped. New checkpoints follow REV (REV's
+    Completed tasks (crews) and completed methods (flows) are skipped. A crew runs with the kickoff inputs
+    the checkpoint records unless --inputs gives others. New checkpoints follow REV (REV's
     branch when REV is its tip, else a new branch; --branch NAME to choose). Needs the crewai extra
     (pip install 'crewckpt[crewai]'); the LLMs are rebuilt from their stored type.
 
@@ -55,7 +56,7 @@ def resume(rev: str, inputs_text: str | None, branch: str | None, as_json: bool)
       ckpt resume                         # the latest checkpoint
       ckpt resume main~2 --inputs '{"topic": "sea otters"}' --branch sea-otters
     """
-    inputs = _parse_inputs(inputs_text)
+    inputs = parse_inputs(inputs_text)
     if branch is not None:
         from crewckpt.history.refnames import check_branch
 
@@ -70,6 +71,8 @@ def resume(rev: str, inputs_text: str | None, branch: str | None, as_json: bool)
     app = obj()
     store = app.store()
     full = store.resolve(rev)
+    if inputs is None:
+        inputs = recorded_crew_inputs(store.read(full))
     try:
         entity = restore(full, store=store, fork=branch) if branch else restore(full, store=store)
     except ValueError as exc:
@@ -95,7 +98,19 @@ def resume(rev: str, inputs_text: str | None, branch: str | None, as_json: bool)
         )
 
 
-def _parse_inputs(text: str | None) -> dict[str, Any] | None:
+def recorded_crew_inputs(doc: Any) -> dict[str, Any] | None:
+    """The kickoff inputs a crew checkpoint records (``checkpoint_inputs``), or None (no crew, or none
+    recorded). Resuming with them re-interpolates the remaining tasks as the run (or a fork made with
+    `ckpt fork --inputs`) recorded them; flows are not given them (inputs would overwrite their state)."""
+    for entity in doc.get("entities") or [] if isinstance(doc, dict) else []:
+        if isinstance(entity, dict) and entity.get("entity_type") == "crew":
+            recorded = entity.get("checkpoint_inputs")
+            return dict(recorded) if isinstance(recorded, dict) and recorded else None
+    return None
+
+
+def parse_inputs(text: str | None) -> dict[str, Any] | None:
+    """The --inputs JSON object, or None; a UsageProblem (exit 2) for anything else."""
     if text is None:
         return None
     try:
