@@ -191,3 +191,51 @@ def test_sigterm_triggers_a_checkpoint_then_terminates(crewai_offline):
         agent.llm.delay = 0
     crew.kickoff()
     assert sum(l.calls for l in crew_llms(crew)) == 2
+
+
+KILL_CHILD = textwrap.dedent("""
+    from crewckpt.testing import ScriptedLLM, research_crew
+    from crewckpt.crewai import CheckpointConfig
+    crew = research_crew(4, llm=ScriptedLLM(delay=0.35), checkpoint=CheckpointConfig(on_events=["*"]))
+    print("started", flush=True)
+    crew.kickoff(inputs={"topic": "otters"})
+    print("finished", flush=True)
+""")
+
+
+def test_kill_9_mid_run_leaves_every_written_checkpoint_restorable(crewai_offline):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), *sys.path])}
+    child = subprocess.Popen([sys.executable, "-c", KILL_CHILD], stdout=subprocess.PIPE, text=True, env=env)
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "started"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # kill once task 1 is checkpointed (tasks 2-4 still take >= 1 s)
+        try:
+            probe = Store.open(".ckpt")
+        except CkptError:  # not created yet, or being created
+            probe = None
+        if probe is not None:
+            busy = any(c.summary.tasks_done >= 1 for c in probe.list())
+            probe.close()
+            if busy:
+                break
+        time.sleep(0.05)
+    time.sleep(0.2)
+    child.kill()
+    child.communicate(timeout=60)
+    assert child.returncode == -signal.SIGKILL
+    store = Store.open(".ckpt")
+    assert store.fsck(full=True).ok
+    commits = store.list()
+    assert 8 <= len(commits) < 26
+    assert [c.id for c in store.log("main")][::-1] == [c.id for c in commits]
+    done = commits[-1].summary.tasks_done
+    assert 1 <= done < 4
+    crew = Crew.from_checkpoint(CheckpointConfig(restore_from="latest"))
+    for agent in crew.agents:
+        agent.llm.delay = 0
+    out = crew.kickoff()
+    assert sum(l.calls for l in crew_llms(crew)) == 4 - done
+    assert "task4" in out.raw
+    final = store.read("main")["entities"][0]["tasks"]
+    assert all(t["output"] is not None for t in final)
