@@ -17,7 +17,7 @@ from crewai.events.types.task_events import TaskCompletedEvent
 from crewai.flow.flow import Flow, listen, start
 from pydantic import BaseModel
 
-from crewckpt import Store
+from crewckpt import CkptError, Store
 from crewckpt.crewai import CheckpointConfig, acheckpoint, checkpoint, restore
 from crewckpt.testing import ScriptedLLM, crew_llms, crewai_offline, research_crew  # noqa: F401
 
