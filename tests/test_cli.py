@@ -279,6 +279,8 @@ def test_diff_branch_tips_shows_edited_input_and_changed_outputs(demo):
     assert "-[Researcher] deterministic answer for <task4>" in out
     assert "+Sea otters hold hands while sleeping." in out
     assert "events 48 -> 49" in out
+    words = ok(ckpt(demo.path, "diff", "main", "alt", "--word-diff")).stdout
+    assert "[-[Researcher] deterministic answer for <task4>-]{+Sea otters hold hands while sleeping." in words
 
 
 def test_diff_stat_is_one_screen(demo):

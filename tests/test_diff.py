@@ -256,3 +256,17 @@ def test_flow_inputs_come_from_flow_started():
             node["event"]["inputs"] = {"topic": "sea otters"}
     d = diff_documents(first, other)
     assert d["inputs"]["changed"] == {"topic": {"old": "otters", "new": "sea otters"}}
+
+
+def test_word_diff_marks_changed_words(restore_docs):
+    main, _ = restore_docs
+    other = copy.deepcopy(main)
+    old_text = main["entities"][0]["tasks"][1]["output"]["raw"]
+    other["entities"][0]["tasks"][1]["output"]["raw"] = (
+        old_text.replace("deterministic", "scripted") + "\nmore"
+    )
+    lines = render_full(diff_documents(main, other), word_diff=True)
+    text = plain_text(lines)
+    assert "[Writer] [-deterministic-]{+scripted+} answer for <task2>" in text
+    assert ("changed", "{+more+}") in lines  # an added line is all new words
+    assert all(tag in {"header", "added", "removed", "changed", "meta", "plain", "hunk"} for tag, _ in lines)

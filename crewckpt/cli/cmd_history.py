@@ -390,6 +390,9 @@ def show(rev: str, json_path: str | None, raw: bool, as_json: bool) -> None:
 @click.argument("rev2", required=False)
 @click.option("--stat", is_flag=True, help="A one-screen summary instead of the full diff.")
 @click.option(
+    "--word-diff", "word_diff", is_flag=True, help="Mark changed words in task outputs: [-old-]{+new+}."
+)
+@click.option(
     "-U",
     "--unified",
     "context",
@@ -400,7 +403,7 @@ def show(rev: str, json_path: str | None, raw: bool, as_json: bool) -> None:
 )
 @json_option
 @paged
-def diff(rev1: str, rev2: str | None, stat: bool, context: int, as_json: bool) -> None:
+def diff(rev1: str, rev2: str | None, stat: bool, word_diff: bool, context: int, as_json: bool) -> None:
     """Semantic diff of two checkpoints (REV2 omitted: REV1's parent against REV1).
 
     Kickoff inputs; tasks matched by task id with status and a unified diff of their outputs; agents'
@@ -429,7 +432,7 @@ def diff(rev1: str, rev2: str | None, stat: bool, context: int, as_json: bool) -
         emit_json({"old": {"rev": old_rev, "id": old_id}, "new": {"rev": new_rev, "id": new_id}, **result})
         return
     app.line(f"diff {_label(old_rev, old_id)} {_label(new_rev, new_id)}", "bold")
-    lines = render_stat(result) if stat else render_full(result)
+    lines = render_stat(result) if stat else render_full(result, word_diff=word_diff)
     for tag, text in lines:
         app.line(text, _TAG_STYLE.get(tag))
 

@@ -14,7 +14,9 @@ Renderers return a list of ``(tag, text)`` lines. Tags name the kind of line, no
 
 from __future__ import annotations
 
+import difflib
 import json
+import re
 from typing import Any
 
 Line = tuple[str, str]
@@ -58,8 +60,13 @@ def _summary(diff: dict[str, Any], max_items: int, *, terse: bool) -> list[Line]
     return lines
 
 
-def render_full(diff: dict[str, Any], *, max_items: int = 1000) -> list[Line]:
-    """The summary followed by output diffs, flow state changes and all other changed paths."""
+def render_full(diff: dict[str, Any], *, max_items: int = 1000, word_diff: bool = False) -> list[Line]:
+    """The summary followed by output diffs, flow state changes and all other changed paths.
+
+    ``word_diff``: show each changed run of output lines as one line per new line with the changed words
+    marked ``[-old-]{+new+}`` (git's ``--word-diff=plain``), tagged "changed"; LLM answers are often one
+    long paragraph where a line diff only says "everything changed".
+    """
     lines = _summary(diff, max_items, terse=False)
     if diff["identical"]:
         return lines
@@ -68,7 +75,10 @@ def render_full(diff: dict[str, Any], *, max_items: int = 1000) -> list[Line]:
             if task["output_diff"]:
                 lines.append(("plain", ""))
                 lines.append(("header", f"output of {entity['label']} / {_task_name(task)}"))
-                lines += _unified_lines(task["output_diff"])
+                if word_diff:
+                    lines += _word_lines(task["output_diff"])
+                else:
+                    lines += _unified_lines(task["output_diff"])
         for agent in entity["agents"]:
             if agent["memory"] is not None:
                 lines.append(("plain", ""))
@@ -273,6 +283,67 @@ def _unified_lines(text: str) -> list[Line]:
         else:
             out.append(("plain", line))
     return out
+
+
+_WORD = re.compile(r"\S+[^\S\n]*|\n|[^\S\n]+")  # a word with the blanks after it; newlines alone
+
+
+def _word_lines(text: str) -> list[Line]:
+    """A unified diff re-rendered as a word diff: each -/+ run becomes lines with [-..-]{+..+} marks."""
+    out: list[Line] = []
+    removed: list[str] = []
+    added: list[str] = []
+
+    def flush() -> None:
+        if removed or added:
+            marked = _mark_words("\n".join(removed), "\n".join(added))
+            out.extend(("changed", line) for line in marked.split("\n"))
+            removed.clear()
+            added.clear()
+
+    for line in text.splitlines():
+        if line.startswith(("---", "+++")):
+            flush()
+            out.append(("meta", line))
+        elif line.startswith("@@"):
+            flush()
+            out.append(("hunk", line))
+        elif line.startswith("-"):
+            removed.append(line[1:])
+        elif line.startswith("+"):
+            added.append(line[1:])
+        else:
+            flush()
+            out.append(("plain", line.removeprefix(" ")))
+    flush()
+    return out
+
+
+def _mark_words(old: str, new: str) -> str:
+    """``new`` with the words that differ from ``old`` marked: ``[-removed-]`` and ``{+added+}``."""
+    a, b = _WORD.findall(old), _WORD.findall(new)
+    parts: list[str] = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if op == "equal":
+            parts.append("".join(a[i1:i2]))
+            continue
+        gone, came = "".join(a[i1:i2]), "".join(b[j1:j2])
+        tail = ""
+        if op == "replace":  # "[-old-]{+new+} " rather than "[-old -]{+new +}"
+            blank = len(gone) - len(gone.rstrip(" \t"))
+            if blank and came.endswith(gone[-blank:]):
+                tail, gone, came = gone[-blank:], gone[:-blank], came[:-blank]
+        if gone:
+            parts.append(_marked(gone, "[-", "-]"))
+        if came:
+            parts.append(_marked(came, "{+", "+}"))
+        parts.append(tail)
+    return "".join(parts)
+
+
+def _marked(text: str, start: str, end: str) -> str:
+    """Marks that never span a line break (each line's part is marked on its own, as git does)."""
+    return "\n".join(start + piece + end if piece else "" for piece in text.split("\n"))
 
 
 def _done(tasks: list[dict[str, Any]], side: str) -> str:
