@@ -24,7 +24,7 @@ from crewckpt.crewai import CheckpointConfig, CrewckptProvider, UnserializableFi
 from crewckpt.crewai.writer import forget_stores
 from crewckpt.testing import ScriptedLLM, crewai_offline, research_crew  # noqa: F401
 
-pytestmark = pytest.mark.crewai
+pytestmark = [pytest.mark.crewai, pytest.mark.usefixtures("crewai_offline")]
 
 CALLBACK_OUTPUTS: list[str] = []
 
@@ -77,7 +77,7 @@ def test_defaults_and_validation():
     assert CheckpointConfig(on_events=["*"]).triggers("anything")
 
 
-def test_inheritance_override_and_opt_out(crewai_offline):
+def test_inheritance_override_and_opt_out():
     crew = research_crew(3, checkpoint=CheckpointConfig())
     crew.agents[1].checkpoint = False  # Writer (task2) opts out
     crew.agents[0].checkpoint = CheckpointConfig(location=".agent", on_events=["task_started"])
@@ -94,7 +94,7 @@ def test_inheritance_override_and_opt_out(crewai_offline):
     assert [c.summary.tasks_done for c in Store.open(".editor").list()] == [3]
 
 
-def test_on_events_filtering(crewai_offline):
+def test_on_events_filtering():
     research_crew(3, checkpoint=CheckpointConfig(on_events=["task_started", "agent_execution_completed"])
                   ).kickoff(inputs={"topic": "otters"})
     triggers = [c.trigger for c in Store.open(".ckpt").list()]
@@ -104,7 +104,7 @@ def test_on_events_filtering(crewai_offline):
     assert [c.trigger for c in Store.open(".k").list()] == ["crew_kickoff_completed"]
 
 
-def test_max_checkpoints_prunes_the_branch_after_each_write(crewai_offline):
+def test_max_checkpoints_prunes_the_branch_after_each_write():
     with Collector() as seen:
         research_crew(3, checkpoint=CheckpointConfig(on_events=["*"], max_checkpoints=3)
                       ).kickoff(inputs={"topic": "otters"})
@@ -133,7 +133,7 @@ def _freeze(path: Path, on: bool) -> bool:
     return True
 
 
-def test_read_only_store_does_not_stop_the_run(crewai_offline, caplog):
+def test_read_only_store_does_not_stop_the_run(caplog):
     research_crew(2, checkpoint=CheckpointConfig()).kickoff(inputs={"topic": "otters"})
     forget_stores()
     store_dir = Path(".ckpt")
@@ -154,7 +154,7 @@ def test_read_only_store_does_not_stop_the_run(crewai_offline, caplog):
     assert len(Store.open(".ckpt").list()) == 2  # nothing stored was lost or changed
 
 
-def test_unserializable_field_dropped_with_one_warning(crewai_offline):
+def test_unserializable_field_dropped_with_one_warning():
     crew = research_crew(3, checkpoint=CheckpointConfig(on_events=["*"]))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # CrewAI's own warning at assignment
@@ -173,7 +173,7 @@ def test_unserializable_field_dropped_with_one_warning(crewai_offline):
     assert restored.tasks[0].callback is None
 
 
-def test_callbacks_gate_both_ways(crewai_offline, monkeypatch):
+def test_callbacks_gate_both_ways(monkeypatch):
     crew = research_crew(2, checkpoint=CheckpointConfig())
     crew.tasks[0].callback = record_output
     crew.kickoff(inputs={"topic": "otters"})
@@ -187,7 +187,7 @@ def test_callbacks_gate_both_ways(crewai_offline, monkeypatch):
     assert crew.tasks[0].callback is record_output
 
 
-def test_true_keeps_crewais_default_and_crewckpt_never_writes_json(crewai_offline):
+def test_true_keeps_crewais_default_and_crewckpt_never_writes_json():
     crew = research_crew(3, checkpoint=CheckpointConfig())
     crew.agents[0].checkpoint = True  # CrewAI's documented default: JsonProvider in ./.checkpoints
     crew.kickoff(inputs={"topic": "otters"})
@@ -205,7 +205,7 @@ def test_true_keeps_crewais_default_and_crewckpt_never_writes_json(crewai_offlin
     assert all(t.output is not None for t in crew.tasks)  # a store folder restores its HEAD
 
 
-def test_deleting_the_store_between_runs_starts_a_new_one(crewai_offline):
+def test_deleting_the_store_between_runs_starts_a_new_one():
     import shutil
 
     research_crew(1, checkpoint=CheckpointConfig()).kickoff(inputs={"topic": "otters"})

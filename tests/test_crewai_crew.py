@@ -12,7 +12,7 @@ from crewckpt.crewai.hooks import load_state
 from crewckpt.errors import BranchExists, UnknownRevision
 from crewckpt.testing import ScriptedLLM, crew_llms, crewai_offline, research_crew  # noqa: F401
 
-pytestmark = pytest.mark.crewai
+pytestmark = [pytest.mark.crewai, pytest.mark.usefixtures("crewai_offline")]
 
 PER_TASK = ["task_started", "agent_execution_started", "agent_logs_started", "agent_logs_execution",
             "agent_execution_completed", "task_completed"]
@@ -35,7 +35,7 @@ def task_outputs(crew: Crew) -> list[str | None]:
     return [t.output.raw if t.output is not None else None for t in crew.tasks]
 
 
-def test_star_crew_writes_38_checkpoints_in_one_chain_over_20_runs(crewai_offline):
+def test_star_crew_writes_38_checkpoints_in_one_chain_over_20_runs():
     runs: list[list[str]] = []
     for i in range(20):
         loc = f".ckpt{i}"
@@ -73,7 +73,7 @@ def test_star_crew_writes_38_checkpoints_in_one_chain_over_20_runs(crewai_offlin
         previous = ids
 
 
-def test_resume_after_failure_makes_exactly_the_remaining_calls(crewai_offline):
+def test_resume_after_failure_makes_exactly_the_remaining_calls():
     llm = ScriptedLLM(fail_at_call=4)
     crew = research_crew(6, llm=llm, checkpoint=CheckpointConfig(on_events=["*"]))
     with pytest.raises(Exception, match="simulated failure"):
@@ -98,7 +98,7 @@ def test_resume_after_failure_makes_exactly_the_remaining_calls(crewai_offline):
 
 
 @pytest.mark.parametrize("k", [1, 3, 5])
-def test_resume_from_task_k_runs_the_rest_on_a_new_branch_and_keeps_the_old(crewai_offline, k):
+def test_resume_from_task_k_runs_the_rest_on_a_new_branch_and_keeps_the_old(k):
     research_crew(6, checkpoint=CheckpointConfig()).kickoff(inputs={"topic": "otters"})
     store = Store.open(".ckpt")
     done = store.list()
@@ -118,7 +118,7 @@ def test_resume_from_task_k_runs_the_rest_on_a_new_branch_and_keeps_the_old(crew
     assert store.read(done[k - 1].id) == old_doc  # restoring never changes a stored checkpoint
 
 
-def test_fork_with_edited_input_and_branch_rules(crewai_offline):
+def test_fork_with_edited_input_and_branch_rules():
     research_crew(4, checkpoint=CheckpointConfig()).kickoff(inputs={"topic": "otters"})
     store = Store.open(".ckpt")
     main_tip = store.branches()["main"]
@@ -145,7 +145,7 @@ def test_fork_with_edited_input_and_branch_rules(crewai_offline):
     assert len(forks) == 1 and forks[0].startswith(f"fork/{store.resolve('main~3')[:12]}_")
 
 
-def test_kickoff_from_checkpoint_and_restore_helper(crewai_offline):
+def test_kickoff_from_checkpoint_and_restore_helper():
     research_crew(3, checkpoint=CheckpointConfig()).kickoff(inputs={"topic": "otters"})
     store = Store.open(".ckpt")
     first = store.resolve("main~2")
@@ -162,7 +162,7 @@ def test_kickoff_from_checkpoint_and_restore_helper(crewai_offline):
         restore("nope", store=store)
 
 
-def test_plain_crewai_config_restores_from_store_location(crewai_offline):
+def test_plain_crewai_config_restores_from_store_location():
     from crewai.state.checkpoint_config import CheckpointConfig as CrewAIConfig
 
     research_crew(2, checkpoint=CheckpointConfig()).kickoff(inputs={"topic": "otters"})
@@ -173,7 +173,7 @@ def test_plain_crewai_config_restores_from_store_location(crewai_offline):
     assert len(store.list()) == 3
 
 
-def test_concurrent_crews_in_threads_each_write_one_linear_chain(crewai_offline):
+def test_concurrent_crews_in_threads_each_write_one_linear_chain():
     import threading
 
     errors: list[BaseException] = []
@@ -206,7 +206,7 @@ def test_concurrent_crews_in_threads_each_write_one_linear_chain(crewai_offline)
         assert all(topic in (t["output"]["raw"]) for t in store.read(ids[-1])["entities"][0]["tasks"])
 
 
-def test_async_kickoff_writes_the_same_chain(crewai_offline):
+def test_async_kickoff_writes_the_same_chain():
     import asyncio
 
     crew = research_crew(2, checkpoint=CheckpointConfig(on_events=["*"]))
@@ -217,7 +217,7 @@ def test_async_kickoff_writes_the_same_chain(crewai_offline):
     assert chain_of(store) == [c.id for c in commits]
 
 
-def test_document_equals_crewais_own_serialization(crewai_offline):
+def test_document_equals_crewais_own_serialization():
     import orjson
 
     from crewckpt.crewai.snapshot import SnapshotBuilder

@@ -21,7 +21,7 @@ from crewckpt import CkptError, Store
 from crewckpt.crewai import CheckpointConfig, acheckpoint, checkpoint, restore
 from crewckpt.testing import ScriptedLLM, crew_llms, crewai_offline, research_crew  # noqa: F401
 
-pytestmark = pytest.mark.crewai
+pytestmark = [pytest.mark.crewai, pytest.mark.usefixtures("crewai_offline")]
 
 RUNS: list[str] = []  # every method execution, across original and resumed runs
 
@@ -72,7 +72,7 @@ def flow_entity(doc: dict) -> dict:
 
 @pytest.mark.parametrize("flow_cls, methods", [(StepFlow, ["gather", "draft", "polish"]),
                                                (DictFlow, ["one", "two"])])
-def test_flow_checkpoints_are_consistent_and_resume_runs_each_method_once(crewai_offline, flow_cls, methods):
+def test_flow_checkpoints_are_consistent_and_resume_runs_each_method_once(flow_cls, methods):
     RUNS.clear()
     flow = flow_cls(checkpoint=CheckpointConfig(on_events=["*"]))
     flow.kickoff()
@@ -100,7 +100,7 @@ def test_flow_checkpoints_are_consistent_and_resume_runs_each_method_once(crewai
             assert resumed.state["n"] == 2
 
 
-def test_restore_returns_a_flow_and_fork_keeps_main(crewai_offline):
+def test_restore_returns_a_flow_and_fork_keeps_main():
     StepFlow(checkpoint=CheckpointConfig(on_events=["method_execution_finished"])).kickoff()
     store = Store.open(".ckpt")
     assert len(store.list()) == 3
@@ -114,7 +114,7 @@ def test_restore_returns_a_flow_and_fork_keeps_main(crewai_offline):
     assert store.read("experiment-1")["branch"] == "experiment-1"
 
 
-def test_agent_checkpoints_and_restore(crewai_offline):
+def test_agent_checkpoints_and_restore():
     llm = ScriptedLLM()
     agent = Agent(role="Researcher", goal="g", backstory="b", llm=llm,
                   checkpoint=CheckpointConfig(on_events=["*"]))
@@ -131,7 +131,7 @@ def test_agent_checkpoints_and_restore(crewai_offline):
     assert len(store.list()) > len(triggers)
 
 
-def test_manual_checkpoints_sync_and_async(crewai_offline):
+def test_manual_checkpoints_sync_and_async():
     written: list[str | None] = []
     with crewai_event_bus.scoped_handlers():
         @crewai_event_bus.on(TaskCompletedEvent)
@@ -172,7 +172,7 @@ SIGTERM_CHILD = textwrap.dedent("""
 """)
 
 
-def test_sigterm_triggers_a_checkpoint_then_terminates(crewai_offline):
+def test_sigterm_triggers_a_checkpoint_then_terminates():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), *sys.path])}
     child = subprocess.Popen([sys.executable, "-c", SIGTERM_CHILD], stdout=subprocess.PIPE, text=True,
                              env=env)
@@ -203,7 +203,7 @@ KILL_CHILD = textwrap.dedent("""
 """)
 
 
-def test_kill_9_mid_run_leaves_every_written_checkpoint_restorable(crewai_offline):
+def test_kill_9_mid_run_leaves_every_written_checkpoint_restorable():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), *sys.path])}
     child = subprocess.Popen([sys.executable, "-c", KILL_CHILD], stdout=subprocess.PIPE, text=True, env=env)
     assert child.stdout is not None
