@@ -215,13 +215,13 @@ def worker_main(store_path: str, ack_path: str, wid: int, count: int, shared: st
 
 
 def maint_main(store_path: str, ack_path: str, stop: str) -> None:
-    """Role ``maint``: prune (keep 10..30, all branches but the shared one's tip stays) and gc until ``stop``."""
+    """Role ``maint``: prune the shared branch and ``w0`` (keep 10..30) and gc, until ``stop``."""
     rng = random.Random(7)
     acks = Acks(Path(ack_path))
     store = Store.open(store_path)
     rounds = 0
     while not os.path.exists(stop) or rounds < 2:
-        for b in list(store.branches()):
+        for b in [b for b in store.branches() if b in ("shared", "w0")]:  # others stay whole: restorable
             keep = rng.randint(10, 30)
             for cid in store.prune(b, keep=keep, dry_run=True):
                 acks.line("P " + cid, durable=False)
