@@ -220,13 +220,14 @@ def test_async_kickoff_writes_the_same_chain():
 def test_document_equals_crewais_own_serialization():
     import orjson
 
-    from crewckpt.crewai.snapshot import SnapshotBuilder
+    from crewckpt.crewai.snapshot import SnapshotBuilder, plain
 
     research_crew(3, checkpoint=CheckpointConfig(on_events=["*"])).kickoff(inputs={"topic": "otters"})
     store = Store.open(".ckpt")
     for rev in ("main~12", "main"):
         state = load_state(RuntimeState, store.read(rev), context={"from_checkpoint": True})
-        ours = SnapshotBuilder().document(state, parent_id=state._parent_id, branch=state._branch, trigger=None)
+        ours = plain(SnapshotBuilder().document(state, parent_id=state._parent_id, branch=state._branch,
+                                                trigger=None))
         theirs = state.model_dump(mode="json", warnings=False)
         assert list(ours) == list(theirs)  # CrewAI's key order
         assert orjson.dumps(ours) == orjson.dumps(theirs)  # byte for byte, nested key order included

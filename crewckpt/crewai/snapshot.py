@@ -31,6 +31,8 @@ from crewai.types.callback import _is_non_roundtrippable, callable_to_string
 from crewai_core.version import get_crewai_version
 from pydantic import BaseModel
 
+from crewckpt.history.snapshot import Frozen
+
 logger = logging.getLogger("crewckpt.crewai")
 
 
@@ -76,7 +78,7 @@ class SnapshotBuilder:
     def __init__(self) -> None:
         self._record_ref: weakref.ref[Any] | None = None
         self._events: dict[str, Any] = {}
-        self._nodes: dict[str, dict[str, Any]] = {}
+        self._nodes: dict[str, Frozen] = {}
         self._dirty: set[str] = set()
         self._full = True
         self.warned: set[str] = set()
@@ -97,7 +99,11 @@ class SnapshotBuilder:
     # -- document ----------------------------------------------------------------------------------
     def document(self, state: RuntimeState, *, parent_id: str | None, branch: str,
                  trigger: str | None) -> dict[str, Any]:
-        """Return the checkpoint document of ``state`` now (CrewAI's key order; ``trigger`` if given)."""
+        """Return the checkpoint document of ``state`` now (CrewAI's key order; ``trigger`` if given).
+
+        Event nodes are :class:`crewckpt.Frozen` values (the store reuses their representation); use
+        :func:`plain` for the bare JSON value.
+        """
         _prepare_entities(state.root)
         doc: dict[str, Any] = {
             "crewai_version": self.version,
@@ -110,7 +116,7 @@ class SnapshotBuilder:
             doc["trigger"] = trigger
         return doc
 
-    def _event_nodes(self, state: RuntimeState) -> dict[str, Any]:
+    def _event_nodes(self, state: RuntimeState) -> dict[str, Frozen]:
         record = state.event_record
         nodes = record.nodes
         if self._record_ref is None or self._record_ref() is not record or len(nodes) < len(self._nodes):
@@ -119,30 +125,33 @@ class SnapshotBuilder:
             self._nodes.clear()
             self._full = True
         cache = self._nodes
-        if self._full:
-            dirty: Any = nodes.keys()
-        else:
-            dirty = self._dirty
+        dirty: Any = nodes.keys() if self._full else self._dirty
         for event_id in list(dirty):
             node = nodes.get(event_id)
-            if node is None:
-                continue
-            event_json = self._events.get(event_id)
-            if event_json is None:
-                event_json = self._events[event_id] = self.dump_model(node.event)
-            cache[event_id] = {"event": event_json, "edges": {k: list(v) for k, v in node.edges.items()}}
+            if node is not None:
+                cache[event_id] = self._node(event_id, node)
         self._dirty = set()
         self._full = False
-        out: dict[str, Any] = {}
-        for event_id in nodes:
+        out: dict[str, Frozen] = {}
+        for event_id, node in nodes.items():
             entry = cache.get(event_id)
             if entry is None:  # recorded outside crewckpt's hook: dump it now
-                node = nodes[event_id]
-                event_json = self._events[event_id] = self.dump_model(node.event)
-                entry = cache[event_id] = {"event": event_json,
-                                           "edges": {k: list(v) for k, v in node.edges.items()}}
+                entry = cache[event_id] = self._node(event_id, node)
             out[event_id] = entry
         return out
+
+    def _node(self, event_id: str, node: Any) -> Frozen:
+        """The node as CrewAI dumps it (``{"event", "edges"}``), frozen for the store: its event is dumped
+        once; edges are copied, so later ``add_edge`` calls cannot change a value handed to the store."""
+        event_json = self._events.get(event_id)
+        if event_json is None:
+            event_json = self._events[event_id] = self.dump_model(node.event)
+        value = {"event": event_json, "edges": {k: list(v) for k, v in node.edges.items()}}
+        try:
+            encoded: bytes | None = orjson.dumps(value)
+        except (TypeError, orjson.JSONEncodeError):  # e.g. lone surrogates: let the store size it
+            encoded = None
+        return Frozen(value, encoded)
 
     # -- safe model dumping -----------------------------------------------------------------------
     def dump_model(self, model: BaseModel) -> Any:
@@ -249,6 +258,14 @@ class SnapshotBuilder:
         )
         logger.warning(message)
         warnings.warn(message, UnserializableFieldWarning, stacklevel=2)
+
+
+def plain(doc: dict[str, Any]) -> dict[str, Any]:
+    """A document from :meth:`SnapshotBuilder.document` with its Frozen event nodes unwrapped."""
+    nodes = doc["event_record"]["nodes"]
+    out = dict(doc)
+    out["event_record"] = {"nodes": {k: v.value if isinstance(v, Frozen) else v for k, v in nodes.items()}}
+    return out
 
 
 class IdWeakMap:
