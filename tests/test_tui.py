@@ -24,6 +24,7 @@ def drive(store: Store, body, **kw):
 
     async def main():
         app = CheckpointBrowser(store, now_ns=NOW, **kw)
+        app.animation_level = "none"  # Pilot waits for animations (the tabs' underline slides 0.3 s)
         async with app.run_test(size=SIZE) as pilot:
             await settle(pilot)
             result = await body(app, pilot)
@@ -337,3 +338,34 @@ def test_ckpt_tui_command_needs_a_terminal(store: Store):
     result = CliRunner().invoke(cli, ["tui", "--store", str(store.path)])
     assert result.exit_code == 1 and "`ckpt tui` needs a terminal" in result.output
     assert "Browse checkpoints" in CliRunner().invoke(cli, ["tui", "--help"]).output
+
+
+def test_every_tab_on_real_crewai_checkpoints(tmp_path: Path):
+    """Real CrewAI 1.15.30 crew, flow and agent checkpoints (imported): a tip of each run through every tab,
+    and the lineage forks of CrewAI's thread-pool writer nested as lines."""
+    from crewai_fixtures import FIXTURES
+
+    from crewckpt.views.transfer import import_checkpoints
+
+    s = Store.init(tmp_path / ".ckpt")
+    for name in ("crew_restore_src", "flow_json", "flow_dict_star", "agent_json", "crew_json_star"):
+        import_checkpoints(s, FIXTURES / name, branch_prefix=f"{name}/")
+
+    async def body(app, pilot):
+        h = app.history
+        assert h.count == len(s.list()) and any(ln.fork_point for ln in h.lines)
+        one_per_fixture = {ln.branch.split("/")[0]: ln.index for ln in reversed(h.lines)}
+        assert len(one_per_fixture) == 5
+        for li in one_per_fixture.values():
+            app.reveal(h.lines[li].last.id)
+            for key in "12345":
+                await pilot.press(key)
+                await settle(pilot)
+            overview = text_of(app, "#overview-body")
+            assert h.lines[li].last.id in overview and "cannot read" not in overview
+            assert "(parent)" in text_of(app, "#diff-body") or not h.lines[li].last.parents
+        kinds = {kind for c in h.by_id.values() for kind, _ in c.summary.entities}
+        assert {"crew", "flow", "agent"} <= kinds
+
+    drive(s, body)
+    s.close()

@@ -31,6 +31,7 @@ def test_fork_with_edited_output_and_input_reruns_only_downstream_tasks(crewai_o
 
     async def drive():
         app = CheckpointBrowser(store)
+        app.animation_level = "none"
         async with app.run_test(size=(170, 48)) as pilot:
             await settle(pilot)
             assert app.selected == main[0]
@@ -86,6 +87,7 @@ def test_fork_with_edited_output_and_input_reruns_only_downstream_tasks(crewai_o
 
         async def reopen():
             app = CheckpointBrowser(store)
+            app.animation_level = "none"
             async with app.run_test(size=(170, 48)) as pilot:
                 await settle(pilot)
                 line = app._line_nodes[app.history.line_of[done4.id]]
@@ -98,3 +100,29 @@ def test_fork_with_edited_output_and_input_reruns_only_downstream_tasks(crewai_o
                 assert "(parent)" in diff and EDITED in diff and '"otters" -> "otters in Norway"' in diff
 
         asyncio.run(reopen())
+
+
+def test_resume_from_the_browser_runs_the_remaining_tasks_in_the_terminal(crewai_offline, monkeypatch):  # noqa: F811
+    from crewckpt import Store
+    from crewckpt.crewai import CheckpointConfig
+    from crewckpt.testing import ScriptedLLM, ScriptedLLMError
+    from crewckpt.tui import run
+    from crewckpt.tui.app import CheckpointBrowser
+    from crewckpt.tui.runner import RunPlan
+
+    with pytest.raises(ScriptedLLMError):  # the provider fails at task 2
+        research_crew(3, llm=ScriptedLLM(fail_at_call=2), checkpoint=CheckpointConfig()).kickoff(
+            inputs={"topic": "otters"})
+    with Store.open(".ckpt") as store:
+        crashed = store.resolve("main")
+        assert store.info(crashed).summary.tasks_done == 1
+    monkeypatch.setattr(CheckpointBrowser, "run", lambda self: RunPlan("resume", crashed))
+    printed: list[str] = []
+    run(".ckpt", echo=printed.append)
+    with Store.open(".ckpt") as store:
+        new = [c for c in store.log("main") if c.id != crashed][:2]
+        assert [c.summary.tasks_done for c in new] == [3, 2] and new[1].parents == (crashed,)
+        head = store.resolve("HEAD")
+    assert printed[0] == f"Resuming Crew from {crashed[:12]}"
+    assert printed[-1].startswith(f"Done: latest checkpoint {head[:12]} on branch main.")
+    assert any("task3" in line and "otters" in line for line in printed)  # the crew's final output

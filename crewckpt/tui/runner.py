@@ -16,6 +16,9 @@ from crewckpt.errors import CkptError
 
 INSTALL_HINT = "pip install 'crewckpt[crewai]'"
 
+AGENT_RESUME_MESSAGE = "Resume execution."
+"""What a restored standalone Agent is kicked off with (CrewAI's own TUI sends the same)."""
+
 
 class CrewAIMissing(CkptError):
     """Resume and Fork need the crewai package (the ``crewai`` extra) and it is not installed."""
@@ -65,7 +68,8 @@ def execute(plan: RunPlan, store_path: str, echo: Callable[[str], None] = print)
 
     Fork: :func:`crewckpt.crewai.edits.fork_with_edits` (edited outputs invalidate later tasks; the edited
     state becomes the new branch's first checkpoint), then ``kickoff(inputs=plan.inputs)``. Resume: CrewAI's
-    ``from_checkpoint`` on the checkpoint's branch and ``kickoff()`` (an Agent: ``kickoff()`` too).
+    ``from_checkpoint`` on the checkpoint's branch and ``kickoff()``. A standalone Agent is kicked off with
+    :data:`AGENT_RESUME_MESSAGE` (its recorded conversation continues; inputs do not apply).
 
     Raises:
         CrewAIMissing, and whatever restore or the run raises (UnknownRevision, BranchExists, ValueError...).
@@ -106,7 +110,9 @@ def _kickoff(entity: Any, inputs: dict[str, Any] | None) -> Any:
     kickoff = getattr(entity, "kickoff", None)
     if kickoff is None:
         raise CkptError(f"restored object {type(entity).__name__} cannot be run: it has no kickoff()")
-    if inputs is not None and type(entity).__name__ not in ("Agent", "LiteAgent"):
+    if type(entity).__name__ in ("Agent", "LiteAgent"):
+        return kickoff(messages=AGENT_RESUME_MESSAGE)  # Agent.kickoff requires messages (crewai 1.15)
+    if inputs is not None:
         return kickoff(inputs=inputs)
     return kickoff()
 
