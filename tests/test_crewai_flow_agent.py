@@ -239,3 +239,21 @@ def test_kill_9_mid_run_leaves_every_written_checkpoint_restorable():
     assert "task4" in out.raw
     final = store.read("main")["entities"][0]["tasks"]
     assert all(t["output"] is not None for t in final)
+
+
+def test_signal_event_checkpoints_the_running_state_once():
+    from crewai.events.types.system_events import SigHupEvent, SigTermEvent
+    from crewai.state.runtime import RuntimeState
+
+    crew = research_crew(1, checkpoint=CheckpointConfig(on_events=["SIGTERM"]))
+    crewai_event_bus.set_runtime_state(RuntimeState(root=[crew]))
+    source = object()  # CrewAI's own signal events come from its Telemetry object, not an entity
+    crewai_event_bus.emit(source, SigTermEvent())
+    crewai_event_bus.emit(source, SigTermEvent())  # telemetry's and crewckpt's handler both emitting
+    crewai_event_bus.emit(source, SigHupEvent())  # not in on_events
+    store = Store.open(".ckpt")
+    assert [c.trigger for c in store.list()] == ["SIGTERM"]
+    time.sleep(0.6)
+    crewai_event_bus.emit(source, SigTermEvent())
+    assert [c.trigger for c in store.list()] == ["SIGTERM", "SIGTERM"]
+    assert [c.id for c in store.log("main")][::-1] == [c.id for c in store.list()]

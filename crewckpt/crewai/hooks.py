@@ -319,9 +319,15 @@ def _deliver(signum: int, frame: Any) -> None:
         signal.signal(signum, _on_signal)
 
 
-def _note_signal(event: Any) -> None:
-    if event.type in SIGNAL_EVENTS:
-        _last_signal_event[event.type] = time.monotonic()
+def _repeat_signal(event: Any) -> bool:
+    """Note a signal event; True when the same signal was already emitted within 0.5 s (CrewAI's telemetry
+    handler and crewckpt's both emit it when both are installed: one checkpoint is enough)."""
+    if event.type not in SIGNAL_EVENTS:
+        return False
+    now = time.monotonic()
+    repeat = now - _last_signal_event.get(event.type, -1.0) <= 0.5
+    _last_signal_event[event.type] = now
+    return repeat
 
 
 # -- installation --------------------------------------------------------------------------------------------
@@ -342,8 +348,10 @@ def install() -> None:
         _orig["flow_from"] = Flow.from_checkpoint.__func__  # type: ignore[attr-defined]
 
         def prepare(self: CrewAIEventsBus, source: Any, event: Any) -> None:
-            _note_signal(event)
-            _prepare_event(self, source, event)
+            if _repeat_signal(event):
+                _orig["prepare"](self, source, event)
+            else:
+                _prepare_event(self, source, event)
 
         CrewAIEventsBus._prepare_event = prepare  # type: ignore[method-assign]
         checkpoint_listener._should_checkpoint = _should_checkpoint
