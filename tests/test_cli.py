@@ -54,7 +54,14 @@ def test_no_verb_prints_help_unless_on_a_terminal(monkeypatch):
 
 def test_unknown_option_is_usage_error():
     result = ckpt(None, "log", "--frobnicate")
-    assert result.exit_code == 2 and "No such option" in result.stderr
+    assert result.exit_code == 2
+    assert result.stderr == "ckpt: error: No such option '--frobnicate'; see `ckpt log --help`\n"
+    missing = ckpt(None, "rev-parse")
+    assert missing.exit_code == 2 and missing.stderr == (
+        "ckpt: error: Missing argument 'REV'; see `ckpt rev-parse --help`\n"
+    )
+    as_json = orjson.loads(ckpt(None, "prune", "--keep", "x", "--json").stderr)["error"]
+    assert as_json["type"] == "BadParameter" and as_json["exit_code"] == 2
 
 
 # -- init / store discovery ---------------------------------------------------------------------------------

@@ -309,7 +309,8 @@ def _is_crewai_path(arg: str) -> bool:
     resolve as a revision in the store, so `ckpt info main` inside a checkpoint folder still means the branch.
     """
     if not os.path.exists(arg):
-        return False
+        db, sep, _ = arg.rpartition("#")  # CrewAI's `<db>#<checkpoint id>` location
+        return bool(sep) and os.path.isfile(db)
     if arg.startswith(".") or os.sep in arg or arg.endswith((".json", ".db", ".sqlite", ".sqlite3")):
         return True
     from crewckpt.errors import CkptError
@@ -451,9 +452,9 @@ def _crewai_text(value: Any, commit_id: str | None) -> str:
 
 def _require_parent(rev: str) -> None:
     """`ckpt diff REV` compares REV with its parent: say so plainly when REV is a root."""
-    if rev.endswith(".json") and os.path.isfile(rev):
+    if _is_crewai_path(rev):
         raise UsageProblem(
-            f"{rev} is a file: give two checkpoints to compare (ckpt diff A.json B.json or REV)"
+            f"{rev} is a CrewAI checkpoint, not a revision: name both sides (ckpt diff OLD NEW)"
         )
     store = obj().store()
     if not store.info(rev).parents:
@@ -463,10 +464,18 @@ def _require_parent(rev: str) -> None:
 
 
 def _load_doc(rev: str) -> tuple[Any, str | None]:
-    """(document, full commit id) for a revision, or (document, None) for a CrewAI JSON file on disk."""
-    if rev.endswith(".json") and os.path.isfile(rev):
-        with open(rev, "rb") as fh:
-            return orjson.loads(fh.read()), None
+    """(document, full commit id) for a revision, or (document, None) for one CrewAI checkpoint on disk:
+    a JSON file, ``<db>#<checkpoint id>``, or a folder/database that holds exactly one."""
+    if _is_crewai_path(rev):
+        from crewckpt.views.reader import open_source
+
+        with open_source(rev) as source:
+            if len(source.records) != 1:
+                raise UsageProblem(
+                    f"{rev} holds {len(source.records)} checkpoints; name one: a .json file or <db>#<checkpoint id>"
+                    " (see `ckpt list " + rev + "`)"
+                )
+            return source.load(source.records[0]).value, None
     store = obj().store()
     full = store.resolve(rev)
     return store.read(full), full

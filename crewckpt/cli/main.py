@@ -55,6 +55,23 @@ class CkptGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(self.commands)  # registration order: the order a user learns them in
 
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Click's main, but usage errors (bad option, missing argument, bad value) are one line too:
+        ``ckpt: error: No such option '--x'; see `ckpt log --help```, exit status 2."""
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        argv = kwargs.get("args", args[0] if args else None)
+        argv = list(sys.argv[1:] if argv is None else argv)
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except click.ClickException as exc:
+            _report_click_error(exc, "--json" in argv)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("ckpt: aborted", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -85,6 +102,21 @@ class CkptGroup(click.Group):
             app = ctx.find_object(AppContext)
             if app is not None:
                 app.close()
+
+
+def _report_click_error(exc: click.ClickException, json_asked: bool) -> None:
+    ctx = getattr(exc, "ctx", None)
+    message = " ".join(exc.format_message().split())
+    if isinstance(exc, click.UsageError):
+        message = f"{message.rstrip('.')}; see `{ctx.command_path if ctx is not None else 'ckpt'} --help`"
+    app = ctx.find_object(AppContext) if ctx is not None else None
+    if (app is not None and app.json) or json_asked:
+        import orjson
+
+        payload = {"error": {"type": type(exc).__name__, "message": message, "exit_code": exc.exit_code}}
+        click.echo(orjson.dumps(payload).decode(), err=True)
+    else:
+        click.echo(f"ckpt: error: {message}", err=True)
 
 
 def describe_error(exc: BaseException) -> tuple[int, str]:
