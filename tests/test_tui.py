@@ -271,9 +271,15 @@ def test_copy_id_and_refresh(store: Store, monkeypatch):
 
     async def body(app, pilot):
         monkeypatch.setattr(app, "copy_to_clipboard", copied.append)
+        notes = []
+        monkeypatch.setattr(app, "notify", lambda message, **kw: notes.append(message))
         await pilot.press("c")
         new = store.commit(crew_doc(4, topic="new"), branch="main", trigger="manual", time_ns=NOW)
         assert new not in app.history.by_id
+        app._poll()
+        assert notes[-1] == "the store has new checkpoints: press r to refresh"
+        app._poll()
+        assert notes[0].startswith("copied ") and len(notes) == 2  # said once
         await pilot.press("r")
         await settle(pilot)
         assert new in app.history.by_id and new in app._commit_nodes

@@ -11,6 +11,7 @@ the terminal. Nothing here imports crewai.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections import OrderedDict
 from typing import Any, ClassVar
@@ -46,6 +47,9 @@ DOC_CACHE = 8
 SETTLE_S = 0.04
 """Seconds the cursor must rest on a checkpoint before its document is read (holding an arrow key scrolls
 without decoding every checkpoint it passes)."""
+
+POLL_S = 2.0
+"""Seconds between checks of the store's branch refs (to say that new checkpoints arrived)."""
 
 MAX_EVENT_ROWS = 300
 MAX_DIFF_LINES = 3000
@@ -197,6 +201,8 @@ class CheckpointBrowser(App[RunPlan | None]):
         self.marked: str | None = None
         self.edits: dict[str, Edits] = {}
         self._docs: OrderedDict[str, Any] = OrderedDict()
+        self._docs_lock = threading.Lock()
+        self._stale_noted = False
         self._line_nodes: dict[int, TreeNode[Any]] = {}
         self._commit_nodes: dict[str, TreeNode[Any]] = {}
         self._window: dict[int, tuple[int, int]] = {}  # line -> loaded display positions [lo, hi)
@@ -241,6 +247,20 @@ class CheckpointBrowser(App[RunPlan | None]):
         self.sub_title = str(self.store.path or "memory store")
         self.reload()
         self.query_one("#tree", Tree).focus()
+        self.set_interval(POLL_S, self._poll)
+
+    def _poll(self) -> None:
+        """Say (once) when the store has moved on since the tree was built; r rebuilds it. The tree is not
+        rebuilt by itself: it would move under the cursor while you read."""
+        if self._stale_noted:
+            return
+        try:
+            branches = self.store.branches()
+        except CkptError:
+            return
+        if branches != self.branches:
+            self._stale_noted = True
+            self.notify("the store has new checkpoints: press r to refresh", timeout=6)
 
     # -- tree ------------------------------------------------------------------------------------------------
 
@@ -248,6 +268,7 @@ class CheckpointBrowser(App[RunPlan | None]):
         """Re-read the commit index and rebuild the tree; put the cursor on ``keep`` (else the newest)."""
         start = time.perf_counter()
         self.branches = self.store.branches()
+        self._stale_noted = False
         self.history = build_history(self.store.list(), self.branches)
         tree = self.query_one("#tree", Tree)
         tree.clear()
@@ -467,18 +488,20 @@ class CheckpointBrowser(App[RunPlan | None]):
         status.update(out)
 
     def _cached(self, cid: str) -> Any | None:
-        if cid in self._docs:
-            self._docs.move_to_end(cid)
-            return self._docs[cid]
+        with self._docs_lock:  # the detail and diff workers read in threads
+            if cid in self._docs:
+                self._docs.move_to_end(cid)
+                return self._docs[cid]
         return None
 
     def _read(self, cid: str) -> Any:
         doc = self._cached(cid)
         if doc is None:
-            doc = self.store.read(cid)
-            self._docs[cid] = doc
-            while len(self._docs) > DOC_CACHE:
-                self._docs.popitem(last=False)
+            doc = self.store.read(cid)  # verifies every object's hash; CkptError on damage
+            with self._docs_lock:
+                self._docs[cid] = doc
+                while len(self._docs) > DOC_CACHE:
+                    self._docs.popitem(last=False)
         return doc
 
     @work(thread=True, exclusive=True, group="detail")
