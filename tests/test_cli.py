@@ -430,3 +430,27 @@ def test_long_output_goes_through_the_pager_on_a_terminal(demo, tmp_path, monkey
     assert not paged.exists()
     missing = ok(ckpt(demo.path, "log", "--oneline", env={"CKPT_PAGER": "no-such-pager-xyz -R"}))
     assert missing.stdout == plain  # a pager that is not installed: printed as usual
+
+
+def test_show_and_diff_rows_of_a_crewai_sqlite_db(tmp_path, monkeypatch):
+    import shutil
+
+    from crewai_fixtures import FIXTURES
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CKPT_STORE", raising=False)
+    db = tmp_path / "cp.db"
+    shutil.copy(FIXTURES / "crew_sqlite_star" / "cp.db", db)  # JSONB rows (SQLite 3.40 cannot read them)
+    old, new = f"{db}#20261129T234249_f63cb4fa", f"{db}#20261129T234249_3c4b6bed"
+    inputs = orjson.loads(
+        ok(ckpt(None, "show", new, "--path", "entities[0].checkpoint_inputs", "--json")).stdout
+    )
+    assert inputs == {"topic": "otters"}
+    stat = ok(ckpt(None, "diff", old, new, "--stat")).stdout
+    assert "~ task4  running -> completed  output +1 -0 lines" in stat
+    many = ckpt(None, "show", str(db))
+    assert (
+        many.exit_code == 2
+        and "holds 26 checkpoints; name one" in many.stderr
+        and many.stderr.count("\n") == 1
+    )
