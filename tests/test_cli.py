@@ -454,3 +454,14 @@ def test_show_and_diff_rows_of_a_crewai_sqlite_db(tmp_path, monkeypatch):
         and "holds 26 checkpoints; name one" in many.stderr
         and many.stderr.count("\n") == 1
     )
+
+
+def test_paint_styles_and_defuses_control_characters():
+    from crewckpt.cli.context import paint
+
+    assert (
+        paint("abc", "yellow") == "\x1b[33mabc\x1b[0m"
+        and paint("abc", None) == "abc"
+        and paint("", "red") == ""
+    )
+    assert paint("x\x1b[2Jy", "bold") == "\x1b[1mx\\x1b[2Jy\x1b[0m"  # data cannot clear the screen
