@@ -6,8 +6,9 @@ keep the text on screen); `--no-pager`, or a pager of "" or "cat", turns it off.
 
 Colour (the rules rich and https://no-color.org use): NO_COLOR set and non-empty -> never; else
 FORCE_COLOR set and non-empty -> always; else only when the stream is a terminal (and TERM is not "dumb").
-Plain output is written as is (no wrapping) and rich is not even imported for it: `ckpt list` on 10,000
-commits stays fast. Progress bars go to stderr and only show on a terminal.
+Lines are written directly (no wrapping), coloured with a handful of ANSI codes (:func:`paint`): `ckpt list`
+on 10,000 commits stays fast. rich is used only for `show`'s JSON highlighting and for progress bars
+(stderr, on a terminal only).
 """
 
 from __future__ import annotations
