@@ -482,6 +482,9 @@ def _load_doc(rev: str) -> tuple[Any, str | None]:
 
 
 def _label(rev: str, full: str | None) -> str:
-    if full is None or full.startswith(rev):
-        return (full or rev)[:12] if full else rev
+    """How the diff header names a side: ``main (6a33c953fc65)``, a short id alone, or a file path."""
+    if full is None:
+        return rev
+    if full.startswith(rev):
+        return full[:12]
     return f"{rev} ({full[:12]})"
