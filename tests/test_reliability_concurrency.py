@@ -133,3 +133,61 @@ def test_write_order_not_clock_order(tmp_path: Path) -> None:
         assert [c.id for c in s.log("main")] == ids[::-1]
         assert s.prune("main", keep=2) == ids[:3]  # the future-dated commit is not "newer" than later writes
         assert [c.id for c in s.list()] == ids[3:]
+
+
+def test_gc_racing_a_writer_between_epoch_bump_and_mark_keeps_its_commit(tmp_path: Path) -> None:
+    """Regression: gc read its cutoff *after* bumping the epoch, and writers stamped objects with a time read
+    *before* their transaction. A gc descheduled right after the bump (seen with 9 processes on 2 cores) could
+    then sweep a commit a writer made meanwhile: live, acknowledged, and its commit object gone. Here the
+    interleaving is forced: bump -> writer commits (sees the new epoch) -> writer starts its next commit ->
+    gc marks -> that commit lands -> gc sweeps."""
+    import contextlib
+
+    path = tmp_path / "s"
+    Store.init(path).close()
+    g, w = Store.open(path), Store.open(path)
+    w.commit({"n": 0, "pad": "p" * 5000})
+    real_g_txn, real_w_txn = g.backend.transaction, w.backend.transaction
+    go_w2, w2_waiting = threading.Event(), threading.Event()
+    state = {"bumped": False, "hold_w": False}
+    results: dict[str, str] = {}
+
+    @contextlib.contextmanager
+    def w_txn():  # type: ignore[no-untyped-def]
+        if state["hold_w"]:
+            w2_waiting.set()
+            go_w2.wait(10)
+        with real_w_txn() as t:
+            yield t
+
+    @contextlib.contextmanager
+    def g_txn():  # type: ignore[no-untyped-def]
+        with real_g_txn() as t:
+            yield t
+        if not state["bumped"]:  # gc's first transaction is the epoch bump
+            state["bumped"] = True
+            results["w1"] = w.commit({"n": 1, "pad": "q" * 5000})
+            state["hold_w"] = True
+            th.start()
+            w2_waiting.wait(10)
+            time.sleep(0.01)  # the clock moves on, as it does while a process is descheduled
+
+    def second() -> None:
+        results["w2"] = w.commit({"n": 2, "pad": "r" * 5000})
+
+    def on_progress(phase: str, done: int, total: object) -> None:
+        if phase == "mark" and not go_w2.is_set():  # roots are read: let the second commit land now
+            go_w2.set()
+            th.join(10)
+
+    import time
+    th = threading.Thread(target=second)
+    g.backend.transaction = g_txn  # type: ignore[method-assign]
+    w.backend.transaction = w_txn  # type: ignore[method-assign]
+    g.gc(progress=on_progress)
+    assert set(results) == {"w1", "w2"}
+    with Store.open(path) as s:
+        assert s.fsck(full=True).ok
+        assert s.read(results["w2"])["n"] == 2 and s.read(results["w1"])["n"] == 1
+    g.close()
+    w.close()

@@ -169,10 +169,14 @@ def gc(store: Store, *, dry_run: bool = False, grace_ns: int = 0, progress: Prog
         if not got:
             raise GcBusy("another gc is running on this store; wait for it to finish")
         before = store.stats()["file_bytes"]
+        # the cutoff is read *before* the epoch bump: a writer that puts objects after the bump either saw the
+        # old epoch (its transaction committed before the bump, so mark sees its commit) or stamps them with
+        # a time read after the bump, hence >= cutoff. Read after the bump, a descheduled gc could get a
+        # cutoff later than a racing writer's stamp and sweep that writer's fresh commit.
+        cutoff = time.time_ns() - grace_ns
         if not dry_run:
             with b.transaction() as txn:
                 txn.meta_set("gc_epoch", str(int(txn.meta_get("gc_epoch") or "0") + 1))
-        cutoff = time.time_ns() - grace_ns
         live = mark(store, progress)
         metas = {m.oid: m for m in b.iter_objects()}
         dead = [o for o, m in metas.items() if m.kind != ob.PACK and o not in live and m.touched_ns < cutoff]

@@ -207,8 +207,8 @@ class Store:
               meta_json: str | None, alias: str | None, time_ns: int | None, full: bool) -> bytes:
         """One checkpoint, one transaction. ``full``: every referenced object is in ``frames`` (caches were
         just dropped), so it is safe whatever gc does meanwhile: all get ``touched = now``."""
-        now = time.time_ns()
         with self.backend.transaction() as txn:
+            now = time.time_ns()  # read inside the transaction, i.e. after any gc epoch bump it could miss
             epoch = txn.meta_get(_EPOCH) or "0"
             if epoch != self._epoch:
                 self._epoch = epoch
