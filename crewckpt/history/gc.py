@@ -30,8 +30,10 @@ Progress = Callable[[str, int, "int | None"], None]
 
 DELETE_BATCH = 500
 LOOSE_MIN = 1 << 20  # bytes; bodies over this stay loose (same rule as commits)
-REPACK_BELOW = 4 << 20  # bytes: packs smaller than this are merged
+REPACK_BELOW = 16 << 20  # bytes: gc merges packs smaller than this (one full pack until then, like git gc)
 PACK_MAX = 16 << 20  # bytes of bodies per new pack
+AUTO_PACKS = 32  # small packs that make a commit merge them (git's gc.autoPackLimit is 50)
+AUTO_SMALL = 1 << 20  # bytes: what auto_repack counts as a small (per-checkpoint) pack
 COMPACT_BELOW = 256 << 20  # bytes: smaller stores are rewritten densely (VACUUM, well under a second)
 
 
@@ -131,10 +133,16 @@ def repack(store: Store, live: set[bytes], metas: dict[bytes, ObjectMeta],
             sparse = sparse or live_bytes * 2 < size
     if len(chosen) + (1 if loose else 0) < 2 and not sparse:
         return 0
-    todo = loose + [o for p in chosen for o in by_pack[p]]
+    return write_packs(store, loose + [o for p in chosen for o in by_pack[p]], progress)
+
+
+def write_packs(store: Store, oids: list[bytes], progress: Progress | None = None) -> int:
+    """Move objects into new packs of up to PACK_MAX body bytes at PACK_LEVEL, ordered by kind and body
+    prefix; returns how many frames changed. Objects gone meanwhile are skipped. Each pack lands with its
+    members' new frames in one transaction, so a crash leaves either frame."""
     bodies = {}
-    for i in range(0, len(todo), 2000):
-        bodies.update(store.objects.get_many(todo[i:i + 2000]))
+    for i in range(0, len(oids), 2000):
+        bodies.update(store.objects.get_many(oids[i:i + 2000]))
     items = sorted(((o, k, b) for o, (k, b) in bodies.items()), key=lambda x: (x[1], x[2][:48], x[0]))
     moved = 0
     batch: list[tuple[bytes, int, bytes]] = []
@@ -151,6 +159,34 @@ def repack(store: Store, live: set[bytes], metas: dict[bytes, ObjectMeta],
             batch, size = [], 0
             if progress:
                 progress("repack", moved, len(items))
+    return moved
+
+
+def drop_unreferenced_packs(store: Store, touched_before_ns: int) -> int:
+    """Delete packs that no object's frame names any more (and older than the cutoff); returns the count.
+
+    Decided inside one transaction: no writer can add a frame naming a pack between check and delete."""
+    with store.backend.transaction() as txn:
+        now = list(txn.iter_objects())
+        used = {_pack_of(m.head) for m in now}
+        packs = [m.oid for m in now
+                 if m.kind == ob.PACK and m.oid[:PACK_KEY] not in used and m.touched_ns < touched_before_ns]
+        return txn.delete_objects(packs, touched_before_ns)
+
+
+def auto_repack(store: Store, min_packs: int = AUTO_PACKS) -> int:
+    """Merge small packs once there are ``min_packs`` of them (git's gc.autoPackLimit idea): every member of a
+    small pack, live or not, moves into bigger packs compressed together; nothing else is deleted, so no
+    marking is needed. Skipped while a gc runs. Returns how many objects moved."""
+    metas = list(store.backend.iter_objects())
+    small = {m.oid[:PACK_KEY] for m in metas if m.kind == ob.PACK and m.size < AUTO_SMALL}
+    if len(small) < min_packs:
+        return 0
+    with store.backend.gc_lock() as got:
+        if not got:
+            return 0
+        moved = write_packs(store, [m.oid for m in metas if m.kind != ob.PACK and _pack_of(m.head) in small])
+        drop_unreferenced_packs(store, time.time_ns())
     return moved
 
 
@@ -194,14 +230,10 @@ def gc(store: Store, *, dry_run: bool = False, grace_ns: int = 0, progress: Prog
                 deleted += txn.delete_objects(dead[i:i + DELETE_BATCH], cutoff)
             if progress:
                 progress("sweep", min(i + DELETE_BATCH, len(dead)), len(dead))
-        with b.transaction() as txn:
-            # decided inside one transaction: no writer can add a frame naming a pack between check and delete
-            now = list(txn.iter_objects())
-            used = {_pack_of(m.head) for m in now}
-            packs = [m.oid for m in now
-                     if m.kind == ob.PACK and m.oid[:PACK_KEY] not in used and m.touched_ns < cutoff]
-            deleted += txn.delete_objects(packs, cutoff)
+        packs_before = {o for o, m in metas.items() if m.kind == ob.PACK}
+        deleted += drop_unreferenced_packs(store, cutoff)
+        gone_packs = packs_before - {m.oid for m in b.iter_objects() if m.kind == ob.PACK}
         b.reclaim(compact=before < COMPACT_BELOW)
         after = store.stats()["file_bytes"]
-        freed = sum(metas[o].size for o in dead) + sum(metas[o].size for o in packs if o in metas)
+        freed = sum(metas[o].size for o in dead) + sum(metas[o].size for o in gone_packs)
         return GcReport(len(live), deleted, freed, before, after, False)

@@ -7,6 +7,7 @@ finds it from an explicit path, ``$CKPT_STORE``, or by walking up from the worki
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -35,9 +36,11 @@ if TYPE_CHECKING:  # maintenance modules load on first use: the read path stays 
     from crewckpt.views.exporter import ExportReport
     from crewckpt.views.importer import ImportReport
 
+_log = logging.getLogger("crewckpt")
 DEFAULT_DIR = ".ckpt"
 ENV_VAR = "CKPT_STORE"
 _EPOCH = "gc_epoch"
+AUTO_REPACK_EVERY = 16  # commits between checks for too many small packs
 LOOSE_MIN = 1 << 20  # bytes: bodies larger than this are stored loose, not packed
 
 
@@ -55,6 +58,7 @@ class Store:
         self._known: set[bytes] = set()
         self._epoch = backend.meta_get(_EPOCH) or "0"
         self._wlock = threading.Lock()
+        self._since_repack = 0
         self._check_version()
         dict_id = backend.meta_get("dictionary")
         if dict_id:
@@ -179,8 +183,20 @@ class Store:
                 if len(self._known) > 2_000_000:
                     self._known.clear()
                 self._known.update(pending)
+                self._since_repack += 1
+                if self._since_repack >= AUTO_REPACK_EVERY:
+                    self._since_repack = 0
+                    self._auto_repack()
                 return cid.hex()
         raise AssertionError("unreachable: the second attempt re-puts everything and cannot race gc")
+
+    def _auto_repack(self) -> None:
+        """Merge the small per-checkpoint packs now and then (best effort: a failure only logs)."""
+        from crewckpt.history.gc import auto_repack
+        try:
+            auto_repack(self)
+        except CkptError as e:
+            _log.warning("crewckpt: automatic repack skipped: %s", e)
 
     def _frames(self, pending: dict[bytes, tuple[int, bytes]]) -> list[Any]:
         """A checkpoint's new objects go into one pack; big blobs stay loose (objects_format.md, 'Packs')."""
