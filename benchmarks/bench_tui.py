@@ -25,10 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from crewckpt import Store  # noqa: E402
-from crewckpt.tui import app as app_mod  # noqa: E402
-from crewckpt.tui.app import CheckpointBrowser  # noqa: E402
-from crewckpt.tui.model import build_history  # noqa: E402
+from crewckpt import Store
+from crewckpt.tui import app as app_mod
+from crewckpt.tui.app import CheckpointBrowser
+from crewckpt.tui.model import build_history
 
 FORK_LEN = 100
 TRIGGERS = ("task_started", "agent_execution_started", "llm_call_completed", "task_completed")

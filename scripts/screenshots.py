@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from crewckpt import Store  # noqa: E402
-from crewckpt.tui.app import CheckpointBrowser  # noqa: E402
+from crewckpt import Store
+from crewckpt.tui.app import CheckpointBrowser
 
 OUT = ROOT / "docs" / "screenshots"
 SIZE = (160, 44)
@@ -125,7 +125,7 @@ def main() -> None:
         if path is None:
             path = Path(tmp) / ".ckpt"
             proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "demo.py"), "--store", str(path)],
-                                  cwd=tmp, capture_output=True, text=True)
+                                  cwd=tmp, capture_output=True, text=True, check=False)
             if not (path / "store.db").exists():
                 raise SystemExit(f"scripts/demo.py made no store (exit {proc.returncode}): {proc.stderr[-800:]}")
             if proc.returncode:  # its CrewAI-JsonProvider comparison can fail after the store is complete

@@ -24,8 +24,19 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import (Button, Footer, Header, Input, Label, Static, TabbedContent, TabPane, TextArea,
-                             Tree)
+from textual.widget import Widget
+from textual.widgets import (
+    Button,
+    Footer,
+    Header,
+    Input,
+    Label,
+    Static,
+    TabbedContent,
+    TabPane,
+    TextArea,
+    Tree,
+)
 from textual.widgets.tree import TreeNode
 from textual.worker import get_current_worker
 
@@ -429,6 +440,8 @@ class CheckpointBrowser(App[RunPlan | None]):
 
     @on(Tree.NodeExpanded, "#tree")
     def _expanded(self, event: Tree.NodeExpanded[Any]) -> None:
+        if event.node.data is None:
+            return
         kind, key = event.node.data[0], event.node.data[1]
         if kind == "line" and key not in self._window:  # first expansion: the newest page
             self._fill_line(key)
@@ -449,7 +462,7 @@ class CheckpointBrowser(App[RunPlan | None]):
             lo, hi = self._window[li]
             pos = lo - 1 if data[0] == "newer" else hi  # the checkpoint next to the placeholder
             self._fill_line(li, pos)
-            cid = self._node_at(li, pos).data[1]
+            cid = self.history.lines[li].commits[len(self.history.lines[li].commits) - 1 - pos].id
             self.move_cursor(self._commit_nodes[cid])  # may be the placeholder's line: no highlight event
             self._select(cid)
 
@@ -517,7 +530,7 @@ class CheckpointBrowser(App[RunPlan | None]):
             self.call_from_thread(self._show_error, cid, str(exc))
             return
         if not worker.is_cancelled and self.selected == cid:
-            self.call_from_thread(self._show, cid, doc)
+            self.call_from_thread(self._show, cid, doc)  # type: ignore[arg-type]  # awaits the coroutine
 
     def _show_error(self, cid: str, message: str) -> None:
         self._shown = cid
@@ -694,8 +707,8 @@ class CheckpointBrowser(App[RunPlan | None]):
             await body.mount(Static("No kickoff inputs recorded in this checkpoint.", classes="empty"))
             return
         edits = self.edits.get(cid) or Edits()
-        rows = [Static(Text("Kickoff inputs (edit; Fork passes them to kickoff)", style="bold"),
-                       classes="section")]
+        rows: list[Widget] = [Static(Text("Kickoff inputs (edit; Fork passes them to kickoff)", style="bold"),
+                                     classes="section")]
         for i, (key, value) in enumerate(values.items()):
             wid = f"in-{i}"
             self._input_keys[wid] = (key, value)
@@ -923,8 +936,8 @@ class CheckpointBrowser(App[RunPlan | None]):
         for key, text in edits.inputs.items():
             lines.append(Text(f"input {key}: {_clip(details.format_value(values.get(key)), 30)} → "
                               f"{_clip(text, 30)}", style="yellow"))
-        for key, text in sorted(edits.outputs.items()):
-            lines.append(Text(f"task {key[1] + 1} output edited: {_clip(text, 60)}", style="yellow"))
+        for (_, task_index), output in sorted(edits.outputs.items()):
+            lines.append(Text(f"task {task_index + 1} output edited: {_clip(output, 60)}", style="yellow"))
         keep = [r for r in rows if r.status == "completed" and r.key not in rerun and r.key not in edits.outputs]
         again = [r for r in rows if r.key in rerun and r.status != "pending"]
         todo = [r for r in rows if r.status != "completed" and r not in again]

@@ -101,9 +101,9 @@ def build_history(commits: Iterable[CommitInfo], branches: dict[str, str] | None
         if line.fork_point is not None:
             forks_at.setdefault(line.fork_point, []).append(line.index)
     for name, tip in (branches or {}).items():
-        li = line_of.get(tip)
-        if li is not None and lines[li].last.id == tip:
-            lines[li].tip_of.append(name)
+        tip_line = line_of.get(tip)
+        if tip_line is not None and lines[tip_line].last.id == tip:
+            lines[tip_line].tip_of.append(name)
     top = [ln.index for ln in lines if ln.fork_point is None]
     top.sort(key=lambda i: lines[i].last.seq, reverse=True)
     return History(lines, by_id, line_of, forks_at, top, children, pos_of)
