@@ -323,3 +323,15 @@ def test_reopen_keeps_everything(tmp_path: Path) -> None:
     assert s2.read("crewai-id") == {"a": [1, 2, {"b": "c" * 5000}]} and s2.info(c).meta == {"m": 1}
     c2 = s2.commit({"a": 2})
     assert s2.info(c2).parents == (c,)
+
+
+def test_automatic_repack_merges_small_packs_and_keeps_every_commit(tmp_path: Path) -> None:
+    from crewckpt.format import objects as ob
+    s = Store.init(tmp_path / "s")
+    docs = [{"i": i, "events": {f"e{j}": {"text": f"event {j} " * 30} for j in range(i + 2)}} for i in range(48)]
+    ids = [s.commit(d) for d in docs]
+    packs = [m for m in s.backend.iter_objects() if m.kind == ob.PACK]
+    assert len(packs) < 32, len(packs)  # without merging there would be one pack per checkpoint
+    fresh = Store.open(tmp_path / "s")
+    assert all(fresh.read(c) == d for c, d in zip(ids, docs))
+    assert fresh.fsck(full=True).ok
