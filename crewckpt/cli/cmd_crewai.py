@@ -79,7 +79,7 @@ def resume(rev: str, inputs_text: str | None, branch: str | None, as_json: bool)
         raise CkptError(f"cannot restore {rev} ({full[:12]}): {' '.join(str(exc).split())}") from None
     result = _kickoff(entity, inputs)
     output = getattr(result, "raw", result)
-    record = {
+    record: dict[str, Any] = {
         "rev": rev,
         "id": full,
         "entity": type(entity).__name__,
@@ -146,7 +146,7 @@ def list_crewai_path(path: str, branch: str | None, as_json: bool) -> None:
     app = obj()
     with open_source(path) as source:
         records = [r for r in source.records if branch is None or r.branch == branch]
-        rows = []
+        rows: list[tuple[Any, Any, str | None, str | None]] = []  # record, summary, trigger, error
         for record in reversed(_write_order(records, source.kind)):
             try:
                 checkpoint = source.load(record)

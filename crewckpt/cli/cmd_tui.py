@@ -31,6 +31,8 @@ def tui(store_path: str | None) -> None:
     from crewckpt.tui import run
 
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise CkptError("`ckpt tui` needs a terminal (stdin and stdout are not one); for scripts use "
-                        "`ckpt log --graph`, `ckpt show` and `ckpt diff`")
+        raise CkptError(
+            "`ckpt tui` needs a terminal (stdin and stdout are not one); for scripts use "
+            "`ckpt log --graph`, `ckpt show` and `ckpt diff`"
+        )
     run(store_path if store_path is not None else obj().store_path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import traceback
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -55,15 +56,21 @@ class CkptGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(self.commands)  # registration order: the order a user learns them in
 
-    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:  # type: ignore[override]
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
         """Click's main, but usage errors (bad option, missing argument, bad value) are one line too:
         ``ckpt: error: No such option '--x'; see `ckpt log --help```, exit status 2."""
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
-        argv = kwargs.get("args", args[0] if args else None)
-        argv = list(sys.argv[1:] if argv is None else argv)
+            return super().main(args, prog_name, complete_var, False, **extra)
+        argv = list(sys.argv[1:] if args is None else args)
         try:
-            rv = super().main(*args, standalone_mode=False, **kwargs)
+            rv = super().main(args, prog_name, complete_var, False, **extra)
         except click.ClickException as exc:
             _report_click_error(exc, "--json" in argv)
             sys.exit(exc.exit_code)

@@ -278,12 +278,11 @@ def _entities_diff(
             entry["agents"] = [
                 d for d in _agents_diff([a] if a else [], [b] if b else []) if d["op"] != "unchanged"
             ]
-        if a is not None and b is not None:
-            index = new_index if new_index is not None else old_index
+        if a is not None and b is not None and new_index is not None:  # paired: both indexes exist
             _walk(
                 {k: v for k, v in a.items() if k not in _ENTITY_SECTIONS},
                 {k: v for k, v in b.items() if k not in _ENTITY_SECTIONS},
-                ["entities", index],
+                ["entities", new_index],
                 changes,
             )
         out.append(entry)
