@@ -375,3 +375,24 @@ def test_every_tab_on_real_crewai_checkpoints(tmp_path: Path):
 
     drive(s, body)
     s.close()
+
+
+def test_go_to_a_revision(store: Store):
+    ids = store.ids
+
+    async def body(app, pilot):
+        await pilot.press("g", *"main~3", "enter")
+        await settle(pilot)
+        assert app.selected == ids["m1"] and not isinstance(app.screen, app_mod.GoTo)
+        await pilot.press("g", *"nosuchbranch", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, app_mod.GoTo)
+        assert "unknown revision 'nosuchbranch'" in text_of(app.screen, "#goto-error")
+        app.screen.query_one("#goto-rev").value = "alt^"
+        await pilot.press("enter")
+        await settle(pilot)
+        assert app.selected == ids["a3"]
+        await pilot.press("g", "escape")
+        assert app.selected == ids["a3"] and not isinstance(app.screen, app_mod.GoTo)
+
+    drive(store, body)

@@ -85,6 +85,46 @@ class Edits:
         return len(self.inputs) + len(self.outputs)
 
 
+class GoTo(ModalScreen[str | None]):
+    """Ask for a revision (id or prefix, branch, ``main~2``, ``exp@{1}``, ``HEAD``, a CrewAI checkpoint id) and
+    dismiss with the full commit id it names; errors (unknown, ambiguous, pruned) show under the field."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, store: Store, live: set[str]) -> None:
+        super().__init__()
+        self._store, self._live = store, live
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="goto"):
+            yield Label("Go to revision (id, branch, main~2, HEAD, CrewAI checkpoint id)")
+            yield Input(placeholder="main~2", id="goto-rev")
+            yield Static("", id="goto-error")
+
+    def on_mount(self) -> None:
+        self.query_one("#goto-rev", Input).focus()
+
+    @on(Input.Submitted, "#goto-rev")
+    def _submitted(self, event: Input.Submitted) -> None:
+        rev = event.value.strip()
+        try:
+            cid = self._store.resolve(rev) if rev else None
+        except CkptError as exc:
+            self.query_one("#goto-error", Static).update(Text(str(exc), style="bold red"))
+            return
+        if cid is None:
+            return
+        if cid not in self._live:
+            self.query_one("#goto-error", Static).update(Text(
+                f"{cid[:12]} is not in the tree (pruned, or written after the last refresh: press r)",
+                style="bold red"))
+            return
+        self.dismiss(cid)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
 class ConfirmRun(ModalScreen[str | None]):
     """Confirm panel for Fork (with the new branch name, validated) and Resume. Dismisses with the branch
     name (Fork), ``""`` (Resume) or None (cancelled)."""
@@ -181,7 +221,9 @@ class CheckpointBrowser(App[RunPlan | None]):
     .input-row Input { width: 1fr; }
     .input-row Input.edited { border: tall $warning; }
     .empty { color: $text-muted; padding: 1; }
-    ConfirmRun { align: center middle; }
+    ConfirmRun, GoTo { align: center middle; }
+    #goto { width: 84; height: auto; border: thick $accent; background: $surface; padding: 1 2; }
+    #goto-error { height: auto; }
     #confirm { width: 84; height: auto; max-height: 90%; border: thick $accent; background: $surface;
                padding: 1 2; }
     #confirm-body { margin: 1 0; }
@@ -198,6 +240,7 @@ class CheckpointBrowser(App[RunPlan | None]):
         Binding("c", "copy_id", "Copy id"),
         Binding("m", "mark", "Mark for diff"),
         Binding("x", "discard", "Discard edits"),
+        Binding("g", "goto", "Go to"),
         Binding("escape", "focus_tree", "Tree", show=False),
         *[Binding(str(i + 1), f"tab('{t}')", t.title(), show=False) for i, t in enumerate(TABS)],
     ]
@@ -845,6 +888,14 @@ class CheckpointBrowser(App[RunPlan | None]):
         self.notify(f"diff base: {self.marked[:8]} (m again to clear)" if self.marked else "diff base: parent",
                     timeout=2)
 
+    def action_goto(self) -> None:
+        def done(cid: str | None) -> None:
+            if cid is not None:
+                self.reveal(cid)
+                self.query_one("#tree", Tree).focus()
+
+        self.push_screen(GoTo(self.store, set(self.history.by_id)), done)
+
     def action_discard(self) -> None:
         cid = self.selected
         if cid is None or not self.edits.pop(cid, None):
@@ -958,4 +1009,4 @@ def _clip(text: str, width: int) -> str:
     return one if len(one) <= width else one[: width - 1] + "…"
 
 
-__all__ = ["PAGE", "CheckpointBrowser", "ConfirmRun", "Edits"]
+__all__ = ["PAGE", "CheckpointBrowser", "ConfirmRun", "Edits", "GoTo"]
