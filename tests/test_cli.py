@@ -84,9 +84,14 @@ def test_init_then_discovery_from_a_subfolder(tmp_path, monkeypatch):
     assert len(ndjson(ok(ckpt(None, "list", "--json")).stdout)) == 1
 
 
-def test_init_json(tmp_path):
+def test_init_json_and_global_store(tmp_path):
     result = ok(ckpt(None, "init", str(tmp_path / "s"), "--json"))
     assert orjson.loads(result.stdout) == {"path": str(tmp_path / "s")}
+    assert (
+        ok(ckpt(str(tmp_path / "g"), "init")).stdout
+        == f"Initialized empty crewckpt store in {tmp_path / 'g'}\n"
+    )
+    assert (tmp_path / "g").is_dir()
 
 
 def test_store_from_environment(demo, monkeypatch, tmp_path):

@@ -26,10 +26,10 @@ _TAG_STYLE = {
 
 
 @click.command()
-@click.argument("path", required=False, default=".ckpt", metavar="[PATH]")
+@click.argument("path", required=False, metavar="[PATH]")
 @json_option
-def init(path: str, as_json: bool) -> None:
-    """Create an empty store at PATH (default: .ckpt in the working directory).
+def init(path: str | None, as_json: bool) -> None:
+    """Create an empty store at PATH (default: the global --store or $CKPT_STORE, else ./.ckpt).
 
     \b
     Example:
@@ -39,16 +39,15 @@ def init(path: str, as_json: bool) -> None:
     from crewckpt.errors import StoreExists
     from crewckpt.history.store import Store
 
+    path = path or obj().store_path or ".ckpt"
     try:
         store = Store.init(path)
     except StoreExists:
         raise StoreExists(
             f"{path}: a crewckpt store already exists here; use it (ckpt --store {path} ...) or choose another path"
         ) from None
-    where = os.path.abspath(getattr(store, "path", path))
-    close = getattr(store, "close", None)
-    if close:
-        close()
+    where = os.path.abspath(store.path or path)
+    store.close()
     if as_json:
         emit_json({"path": where})
     else:
