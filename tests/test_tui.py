@@ -186,6 +186,14 @@ def test_edit_output_marks_downstream_and_discard(store: Store):
         await settle(pilot)
         assert ids["m4"] not in app.edits and "edited" not in str(app._commit_nodes[ids["m4"]].label)
         assert not app.query_one("#out-0-1", TextArea).text.endswith("EDITED")
+        area = app.query_one("#out-0-1", TextArea)
+        area.focus()
+        await pilot.press("end", "!", "escape", "q")  # unsaved edits: the first q only warns
+        await pilot.pause()
+        assert app.is_running and app.return_value is None
+        await pilot.press("q")
+        await pilot.pause()
+        assert not app.is_running
 
     drive(store, body)
 

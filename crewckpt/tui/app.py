@@ -257,6 +257,7 @@ class CheckpointBrowser(App[RunPlan | None]):
         self._docs: OrderedDict[str, Any] = OrderedDict()
         self._docs_lock = threading.Lock()
         self._stale_noted = False
+        self._quit_armed = False
         self._line_nodes: dict[int, TreeNode[Any]] = {}
         self._commit_nodes: dict[str, TreeNode[Any]] = {}
         self._window: dict[int, tuple[int, int]] = {}  # line -> loaded display positions [lo, hi)
@@ -792,6 +793,7 @@ class CheckpointBrowser(App[RunPlan | None]):
         self._edits_changed()
 
     def _edits_changed(self) -> None:
+        self._quit_armed = False
         cid = self._shown
         if cid is None:
             return
@@ -887,6 +889,16 @@ class CheckpointBrowser(App[RunPlan | None]):
             self._start_diff()
         self.notify(f"diff base: {self.marked[:8]} (m again to clear)" if self.marked else "diff base: parent",
                     timeout=2)
+
+    async def action_quit(self) -> None:
+        """Quit; with unsaved edits, the first q warns and a second q quits."""
+        if self.edits and not self._quit_armed:
+            self._quit_armed = True
+            n = len(self.edits)
+            self.notify(f"edits on {n} checkpoint{'s' if n != 1 else ''} are not forked yet: q again quits and "
+                        "drops them, f forks", severity="warning", timeout=6)
+            return
+        self.exit(None)
 
     def action_goto(self) -> None:
         def done(cid: str | None) -> None:
