@@ -38,6 +38,22 @@ def _row(suite: str, **figures: object) -> tuple[str, str]:
                             for k, v in figures.items())
 
 
+def _atheris(seconds: int) -> tuple[int, int, str] | None:
+    """Run scripts/fuzz_atheris.py for ``seconds``: (runs, crashes, tail of its output), or None without it."""
+    import re
+    import subprocess
+    try:
+        import atheris  # noqa: F401
+    except ImportError:
+        return None
+    if seconds <= 0:
+        return None
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "fuzz_atheris.py"), f"-max_total_time={seconds}",
+                        "-print_final_stats=1"], capture_output=True, text=True, cwd=tempfile.gettempdir())
+    m = re.search(r"stat::number_of_executed_units:\s*(\d+)", r.stderr)
+    return (int(m.group(1)) if m else 0), (0 if r.returncode == 0 else 1), r.stderr[-1500:]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small numbers: a smoke run of about a minute")
@@ -48,11 +64,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--object-trials", type=int, default=400)
     ap.add_argument("--db-trials", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--atheris-seconds", type=int, default=120,
+                    help="coverage-guided fuzzing time (scripts/fuzz_atheris.py; skipped without atheris)")
     ap.add_argument("--json", type=Path, help="also write the figures as JSON here")
     a = ap.parse_args(argv)
     if a.quick:
         a.crash_trials, a.disk_full_trials, a.processes, a.commits = 20, 10, 4, 50
-        a.object_trials, a.db_trials = 40, 20
+        a.object_trials, a.db_trials, a.atheris_seconds = 40, 20, 10
     rows, problems, out = [], [], {}
     with tempfile.TemporaryDirectory(prefix="ckpt-reliability-") as tmp:
         work = Path(tmp)
@@ -93,6 +111,13 @@ def main(argv: list[str] | None = None) -> int:
         problems += [f"corruption: {p}" for p in r.problems]
         out["corruption"] = dataclasses.asdict(r)
 
+    fz = _atheris(a.atheris_seconds)
+    if fz is not None:
+        rows.append(_row("atheris (decoders, revisions, names, JSONB)", runs=fz[0], crashes=fz[1],
+                         seconds=a.atheris_seconds))
+        if fz[1]:
+            problems.append(f"atheris: {fz[2]}")
+        out["atheris"] = {"runs": fz[0], "crashes": fz[1]}
     width = max(len(s) for s, _ in rows)
     print(f"{'suite':<{width}}  figures")
     print(f"{'-' * width}  {'-' * 60}")
