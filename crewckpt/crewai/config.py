@@ -21,6 +21,8 @@ from crewai.state.provider.core import BaseProvider
 from pydantic import Field, SerializeAsAny, field_validator
 
 DEFAULT_LOCATION = "./.ckpt"
+RESTORED_CONTEXT = "crewckpt_restored"
+"""Validation-context key set when a config is rebuilt from a stored checkpoint (no store is prepared)."""
 SIGNAL_EVENTS: frozenset[str] = frozenset({"SIGTERM", "SIGINT", "SIGHUP", "SIGTSTP", "SIGCONT"})
 
 
@@ -104,7 +106,9 @@ class CheckpointConfig(CrewAICheckpointConfig):
 
     Fields (CrewAI's, with crewckpt's defaults):
         location: store folder, default ``./.ckpt`` (relative paths resolve against the working folder
-            at write time, as in CrewAI); the store is created on the first write.
+            at write time, as in CrewAI). A config made in code opens (or creates) the store in a background
+            thread right away, so the run's first checkpoint does not pay for it; failures there are only
+            logged at debug level (the first write reports them).
         on_events: event names that trigger a checkpoint, ``"*"`` for all, and the signals
             ``SIGTERM``, ``SIGINT``, ``SIGHUP``, ``SIGTSTP``, ``SIGCONT`` (crewckpt installs handlers for the
             signals listed, chaining to the previous handler). Default ``["task_completed"]``.
@@ -164,3 +168,7 @@ class CheckpointConfig(CrewAICheckpointConfig):
             from crewckpt.crewai.hooks import install_signal_handlers
 
             install_signal_handlers(self.signals)
+        if self.restore_from is None and not (__context or {}).get(RESTORED_CONTEXT):
+            from crewckpt.crewai.writer import prepare_store
+
+            prepare_store(self.store_path())  # open or create it now, off the run's critical path

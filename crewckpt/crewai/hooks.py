@@ -56,7 +56,13 @@ from crewai.state import checkpoint_listener
 from crewai.state.checkpoint_config import CheckpointConfig as CrewAICheckpointConfig
 from crewai.state.runtime import RuntimeState
 
-from crewckpt.crewai.config import SIGNAL_EVENTS, CheckpointConfig, CrewckptProvider, split_location
+from crewckpt.crewai.config import (
+    RESTORED_CONTEXT,
+    SIGNAL_EVENTS,
+    CheckpointConfig,
+    CrewckptProvider,
+    split_location,
+)
 from crewckpt.crewai.snapshot import IdWeakMap, builder_for
 from crewckpt.crewai.writer import EMIT_LOCK, open_store, write_checkpoint
 
@@ -162,7 +168,7 @@ def inject_configs(value: Any) -> Any:
                 if (k == "checkpoint" and isinstance(child, dict)
                         and isinstance(child.get("provider"), dict)
                         and child["provider"].get("provider_type") == "crewckpt"):
-                    v[k] = CheckpointConfig.model_validate(child)
+                    v[k] = CheckpointConfig.model_validate(child, context={RESTORED_CONTEXT: True})
                 elif isinstance(child, (dict, list)):
                     stack.append(child)
         elif isinstance(v, list):

@@ -78,6 +78,21 @@ def open_store(path: str | os.PathLike[str], *, create: bool = False) -> Store:
     return store
 
 
+def prepare_store(path: str | os.PathLike[str]) -> None:
+    """Open or create the store at ``path`` in a daemon thread (no-op when a handle is cached)."""
+    key = os.path.abspath(os.fspath(path))
+    if key in _stores:
+        return
+
+    def run() -> None:
+        try:
+            open_store(key, create=True)
+        except Exception:  # noqa: BLE001 - the first real write reports the problem
+            logger.debug("crewckpt: preparing the store at %s failed", key, exc_info=True)
+
+    threading.Thread(target=run, name="crewckpt-prepare-store", daemon=True).start()
+
+
 def _open_or_init(key: str, create: bool) -> Store:
     from crewckpt import Store
     from crewckpt.errors import StoreNotFound
