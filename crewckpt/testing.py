@@ -46,11 +46,11 @@ def set_offline_env(env: dict[str, str] | os._Environ[str] | None = None) -> Non
 
 set_offline_env()  # importing crewckpt.testing before crewai is the cheapest way to stay offline
 
-from crewai.agents.agent_builder.base_agent import _LLM_TYPE_REGISTRY
-from crewai.events.event_bus import crewai_event_bus
-from crewai.events.types.llm_events import LLMCallType
-from crewai.llms.base_llm import BaseLLM, llm_call_context
-from pydantic import Field, PrivateAttr, model_validator
+from crewai.agents.agent_builder.base_agent import _LLM_TYPE_REGISTRY, BaseAgent  # noqa: E402
+from crewai.events.event_bus import crewai_event_bus  # noqa: E402
+from crewai.events.types.llm_events import LLMCallType  # noqa: E402
+from crewai.llms.base_llm import BaseLLM, llm_call_context  # noqa: E402
+from pydantic import Field, PrivateAttr, model_validator  # noqa: E402
 
 SCRIPTED_LLM_TYPE = "crewckpt_scripted"
 """The ``llm_type`` a ScriptedLLM serializes with; restore looks it up in ``_LLM_TYPE_REGISTRY``."""
@@ -232,8 +232,11 @@ def research_crew(n_tasks: int = 6, *, llm: BaseLLM | None = None, checkpoint: A
     if n_tasks < 1:
         raise ValueError(f"n_tasks must be >= 1, got {n_tasks}")
     llm = llm if llm is not None else ScriptedLLM()
-    agents = [Agent(role=role, goal=f"Do the {role.lower()}'s part well", backstory=f"An able {role.lower()}.",
-                    llm=llm) for role in roles]
+    agents: list[BaseAgent] = [
+        Agent(role=role, goal=f"Do the {role.lower()}'s part well", backstory=f"An able {role.lower()}.",
+              llm=llm)
+        for role in roles
+    ]
     tasks = [
         Task(name=f"task{k}", description=f"Step {k} about {{topic}}: do part {k}.",
              expected_output=f"A short paragraph for step {k}.", agent=agents[(k - 1) % len(agents)])

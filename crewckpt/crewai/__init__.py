@@ -44,7 +44,7 @@ def _store_path(store: Any) -> str:
     return os.fspath(path)
 
 
-def restore(rev: str = "HEAD", *, store: Any = None, cls: type | None = None, fork: bool | str = False,
+def restore(rev: str = "HEAD", *, store: Any = None, cls: Any = None, fork: bool | str = False,
             **kwargs: Any) -> Any:
     """Restore the entity a checkpoint records, ready to resume with ``kickoff()``.
 

@@ -63,7 +63,7 @@ from crewckpt.crewai.config import (
     CrewckptProvider,
     split_location,
 )
-from crewckpt.crewai.snapshot import IdWeakMap, builder_for
+from crewckpt.crewai.snapshot import IdWeakMap, existing_builder
 from crewckpt.crewai.writer import EMIT_LOCK, open_store, write_checkpoint
 
 logger = logging.getLogger("crewckpt.crewai")
@@ -106,7 +106,7 @@ def _prepare_event(self: CrewAIEventsBus, source: Any, event: Any) -> None:
         state = self._runtime_state
         if state is None:
             return
-        builder = builder_for(state, create=False)
+        builder = existing_builder(state)
         if builder is not None:
             builder.mark(event)
         if is_replaying():
@@ -186,7 +186,8 @@ def load_state(cls: type[RuntimeState], doc: Any, **kwargs: Any) -> RuntimeState
 def restore_state(cls: type[RuntimeState], config: Any, path: str, rev: str, **kwargs: Any) -> RuntimeState:
     """CrewAI's ``RuntimeState.from_checkpoint`` for a crewckpt store (same events, same lineage fields)."""
     location = f"{os.path.abspath(path)}#{rev}"
-    crewai_event_bus.emit(config, CheckpointRestoreStartedEvent(location=location, provider="CrewckptProvider"))
+    crewai_event_bus.emit(config, CheckpointRestoreStartedEvent(location=location,
+                                                                provider="CrewckptProvider"))
     start = time.perf_counter()
     try:
         store = open_store(path)

@@ -269,7 +269,7 @@ def plain(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 class IdWeakMap:
-    """Map from an object (by identity, for unhashable pydantic models) to a value, dropped with the object."""
+    """Object (by identity: pydantic models are unhashable) -> value; an entry goes with its object."""
 
     def __init__(self) -> None:
         self._d: dict[int, tuple[weakref.ref[Any], Any]] = {}
@@ -283,21 +283,31 @@ class IdWeakMap:
 
     def set(self, obj: Any, value: Any) -> None:
         key = id(obj)
+
+        def forget(_ref: weakref.ref[Any]) -> None:
+            self._d.pop(key, None)
+
         with self._lock:
-            self._d[key] = (weakref.ref(obj, lambda _r, k=key: self._d.pop(k, None)), value)
+            self._d[key] = (weakref.ref(obj, forget), value)
 
 
 _builders = IdWeakMap()
 _builders_lock = threading.Lock()
 
 
-def builder_for(state: RuntimeState, *, create: bool = True) -> SnapshotBuilder | None:
-    """The SnapshotBuilder kept for ``state`` (created on first use when ``create``)."""
-    builder = _builders.get(state)
-    if builder is None and create:
+def builder_for(state: RuntimeState) -> SnapshotBuilder:
+    """The SnapshotBuilder kept for ``state`` (created on first use)."""
+    builder: SnapshotBuilder | None = _builders.get(state)
+    if builder is None:
         with _builders_lock:
             builder = _builders.get(state)
             if builder is None:
                 builder = SnapshotBuilder()
                 _builders.set(state, builder)
+    return builder
+
+
+def existing_builder(state: RuntimeState) -> SnapshotBuilder | None:
+    """The SnapshotBuilder of ``state`` if one was made (events before the first checkpoint need none)."""
+    builder: SnapshotBuilder | None = _builders.get(state)
     return builder

@@ -258,18 +258,18 @@ def write_checkpoint(state: RuntimeState, cfg: CheckpointConfig, event: Any = No
                                             parent_id=parent_id, checkpoint_id=commit_id,
                                             duration_ms=duration_ms, **context))
         if cfg.max_checkpoints is not None:
-            _prune(store, cfg, target, parent_id, trigger, context)
+            _prune(store, cfg, cfg.max_checkpoints, target, parent_id, trigger, context)
         return commit_id
 
 
-def _prune(store: Store, cfg: CheckpointConfig, branch: str, parent_id: str | None, trigger: str | None,
-           context: dict[str, Any]) -> None:
+def _prune(store: Store, cfg: CheckpointConfig, keep: int, branch: str, parent_id: str | None,
+           trigger: str | None, context: dict[str, Any]) -> None:
     try:
-        removed = store.prune(branch, keep=cfg.max_checkpoints)
+        removed = store.prune(branch, keep=keep)
     except Exception as exc:
         logger.warning("crewckpt: prune of branch %s in %s failed: %s", branch, cfg.location, exc)
         return
     _emit(cfg, CheckpointPrunedEvent(location=str(cfg.store_path()), provider=PROVIDER_NAME,
                                      trigger=trigger, branch=branch, parent_id=parent_id,
-                                     removed_count=len(removed), max_checkpoints=cfg.max_checkpoints,
+                                     removed_count=len(removed), max_checkpoints=keep,
                                      **context))
