@@ -218,16 +218,25 @@ def list_(path: str | None, branch: str | None, as_json: bool) -> None:
     bwidth = min(24, max(len(c.branch or "-") for c in commits))
     twidth = min(26, max(len(c.trigger or "manual") for c in commits))
     styles = ("dim", "yellow", "cyan", None, None)
-    rows = (
-        (
-            local_time(c.time_ns) + "  ",
-            shorts[c.id] + "  ",
-            f"{c.branch or '-':<{bwidth}}  ",
-            f"{c.trigger or 'manual':<{twidth}}  ",
-            entity_summary(c.summary),
+    # Many commits share a second, a branch, a trigger and a summary: format each distinct value once.
+    seconds: dict[int, str] = {}
+    branches: dict[str, str] = {}
+    triggers: dict[str | None, str] = {}
+    summaries: dict[object, str] = {}
+
+    def row(c: Any) -> tuple[str, str, str, str, str]:
+        second = c.time_ns // 1_000_000_000
+        when = seconds.get(second) or seconds.setdefault(second, local_time(c.time_ns) + "  ")
+        branch = branches.get(c.branch) or branches.setdefault(c.branch, f"{c.branch or '-':<{bwidth}}  ")
+        trigger = triggers.get(c.trigger) or triggers.setdefault(
+            c.trigger, f"{c.trigger or 'manual':<{twidth}}  "
         )
-        for c in commits
-    )
+        s = c.summary
+        key = (s.entities, s.tasks_done, s.tasks_total)
+        what = summaries.get(key) or summaries.setdefault(key, entity_summary(s))
+        return when, shorts[c.id] + "  ", branch, trigger, what
+
+    rows = (row(c) for c in commits)
     if not app.color:  # one write: 10,000 lines cost milliseconds, not a call each
         sys.stdout.write("".join("".join(row) + "\n" for row in rows))
         return
