@@ -208,7 +208,7 @@ class CheckpointBrowser(App[RunPlan | None]):
     #tree { width: 56%; border: round $primary-darken-2; }
     #tree:focus-within { border: round $accent; }
     #detail { width: 1fr; }
-    #status { height: 1; padding: 0 1; color: $text-muted; }
+    #status { height: 1; width: 1fr; padding: 0 1; color: $text-muted; }
     .pane { padding: 0 1; }
     .section { margin: 1 0 0 0; text-style: bold; }
     .task-label { margin: 1 0 0 0; }
@@ -526,12 +526,12 @@ class CheckpointBrowser(App[RunPlan | None]):
     def _set_status(self, text: str | None = None) -> None:
         status = self.query_one("#status", Static)
         if text is not None:
-            status.update(text)
+            status.update(text, layout=False)  # one fixed line: no screen reflow per key
             return
         cid = self.selected
         out = Text()
         if cid is None:
-            status.update(out)
+            status.update(out, layout=False)
             return
         c = self.history.by_id[cid]
         out.append(cid[:12], style="bold yellow")
@@ -542,7 +542,7 @@ class CheckpointBrowser(App[RunPlan | None]):
         edits = self.edits.get(cid)
         if edits:
             out.append(f"  ✎ {edits.count()} edit(s) · f fork · x discard", style="bold yellow")
-        status.update(out)
+        status.update(out, layout=False)
 
     def _cached(self, cid: str) -> Any | None:
         with self._docs_lock:  # the detail and diff workers read in threads
