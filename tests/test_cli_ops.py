@@ -360,3 +360,15 @@ def test_reflog_lists_the_positions_branch_at_n_names(demo):
     assert len(lines) == 2 and lines[0].startswith(demo.main[-1][:8] + " main@{0}: commit: task_completed")
     missing = ckpt(demo.path, "reflog", "nope")
     assert missing.exit_code == 1 and "no branch named 'nope'; branches: alt, main" in missing.stderr
+
+
+def test_list_or_info_of_a_store_folder(demo, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CKPT_STORE", raising=False)
+    records = ndjson(ok(ckpt(None, "list", demo.path, "--json")).stdout)  # the store itself, not CrewAI files
+    assert len(records) == 6 and records[0]["id"] == demo.alt[-1]
+    info = ckpt(None, "info", demo.path)
+    assert (
+        info.exit_code == 2
+        and f"is a crewckpt store, not a checkpoint: ckpt --store {demo.path} info" in info.stderr
+    )

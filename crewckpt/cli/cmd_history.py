@@ -195,12 +195,14 @@ def list_(path: str | None, branch: str | None, as_json: bool) -> None:
       ckpt list ./.checkpoints          # CrewAI JsonProvider folder
       ckpt list cp.db --json            # CrewAI SqliteProvider database
     """
-    if path is not None:
+    app = obj()
+    if path is not None and _is_store_folder(path):
+        app.store_path = path  # `ckpt list .ckpt`: that store
+    elif path is not None:
         from crewckpt.cli.cmd_crewai import list_crewai_path
 
         list_crewai_path(path, branch, as_json)
         return
-    app = obj()
     store = app.store()
     commits = store.list(branch)  # write order (seq): reversed, newest first
     if branch is not None and not commits and branch not in store.branches():
@@ -257,6 +259,8 @@ def info(rev: str, as_json: bool) -> None:
       ckpt info main~2
       ckpt info ./.checkpoints/main/20261129T234223_1e1c9b77_p-none.json
     """
+    if _is_store_folder(rev):
+        raise UsageProblem(f"{rev} is a crewckpt store, not a checkpoint: ckpt --store {rev} info [REV]")
     if _is_crewai_path(rev):
         from crewckpt.cli.cmd_crewai import info_crewai_path
 
@@ -307,6 +311,13 @@ def _entities_text(entities: list[dict[str, Any]]) -> str:
         kind = kinds.pop() if len(kinds) == 1 else "entit"
         text += f" (+{len(unnamed)} unnamed {kind}{'s' if kind != 'entit' else 'ies'})"
     return text
+
+
+def _is_store_folder(path: str) -> bool:
+    """A crewckpt store folder (it holds the SQLite backend's database)."""
+    from crewckpt.backends.sqlite import DB_NAME
+
+    return os.path.isfile(os.path.join(path, DB_NAME))
 
 
 def _is_crewai_path(arg: str) -> bool:
