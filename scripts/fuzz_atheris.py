@@ -23,12 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 with atheris.instrument_imports():
     from crewckpt.backends.base import StoredObject
+    from crewckpt.backends.memory import MemoryBackend
     from crewckpt.errors import BadRefName, DecodeError, IntegrityError, MissingObject, UnknownRevision
     from crewckpt.format import objects as ob
     from crewckpt.format.frame import Codec, parse_packed
     from crewckpt.history import refnames, revisions
     from crewckpt.history.objectdb import ObjectDB
-    from crewckpt.backends.memory import MemoryBackend
     from crewckpt.views.jsonb import JsonbError, jsonb_to_value
 
 CODEC = Codec()

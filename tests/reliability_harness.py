@@ -37,8 +37,8 @@ ROOT = HERE.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from crewckpt.errors import CkptError, UnknownRevision  # noqa: E402
-from crewckpt.history.store import Store  # noqa: E402
+from crewckpt.errors import CkptError, UnknownRevision
+from crewckpt.history.store import Store
 
 PY = sys.executable
 STORE_FILES = {"store.db", "store.db-wal", "store.db-shm", "gc.lock"}
@@ -53,7 +53,7 @@ def fixtures_root() -> Path:
         sys.path.insert(0, str(HERE))
         from crewai_fixtures import ensure  # type: ignore[import-not-found]
         return Path(ensure())
-    except Exception:
+    except Exception:  # noqa: BLE001 - no vendored archive: use the shared copy
         return Path("/work/shared/fixtures/crewai-1.15.30")
     finally:
         if sys.path and sys.path[0] == str(HERE):
@@ -470,7 +470,8 @@ def disk_full_run(work: Path, trials: int, seed: int = 4) -> DiskFullFigures:
     fig = DiskFullFigures(method="tmpfs")
     mnt = work / "mnt"
     mnt.mkdir(parents=True, exist_ok=True)
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)], capture_output=True).returncode:
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)], capture_output=True,
+                      check=False).returncode:
         fig.method = "unavailable (needs root for a tmpfs)"
         return fig
     fixtures = copy_fixtures(work / "fixtures")

@@ -114,9 +114,9 @@ def test_branch_verbs_with_hostile_names_touch_nothing_outside(tmp_path_factory:
     s.commit({"x": 1})
     outside = _tree(root) - {str(p.relative_to(root)) for p in store_path.rglob("*")} - {"store"}
     for name in names:
-        for op in (lambda: s.commit({"n": name}, branch=name), lambda: s.create_branch(name, "main"),
-                   lambda: s.rename_branch("main", name), lambda: s.delete_branch(name),
-                   lambda: s.list(name), lambda: s.prune(name, keep=1)):
+        for op in (lambda n=name: s.commit({"n": n}, branch=n), lambda n=name: s.create_branch(n, "main"),
+                   lambda n=name: s.rename_branch("main", n), lambda n=name: s.delete_branch(n),
+                   lambda n=name: s.list(n), lambda n=name: s.prune(n, keep=1)):
             try:
                 op()
             except (BadRefName, UnknownRevision, BranchExists) as e:
@@ -160,7 +160,7 @@ def test_hostile_crewai_branches_and_ids_never_escape_the_export_folder(tmp_path
         except CkptError as e:
             assert "\n" not in str(e)
     created = _tree(tmp_path) - before
-    stray = [p for p in created if not (p.startswith("out/deep") or p == "out" or p.startswith("s/"))]
+    stray = [p for p in created if not (p.startswith(("out/deep", "s/")) or p == "out")]
     assert stray == []
     json_files = list((out / "json").rglob("*.json"))
     assert json_files and all((out / "json") in p.resolve().parents for p in json_files)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from reliability_harness import fixtures_root
+
 from crewckpt.errors import CkptError
 from crewckpt.history.store import Store
 from crewckpt.views import layout

@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 from reliability_harness import concurrency_run, doc_hash, make_doc
+
 from crewckpt.history.gc import GcBusy
 from crewckpt.history.store import Store
 

@@ -8,14 +8,23 @@ or raises a non-crewckpt exception. Expectations come from an independent decode
 from __future__ import annotations
 
 import random
+import shutil
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
+from corruption_harness import (
+    CorruptionFigures,
+    build_store,
+    corruption_run,
+    damaged_after,
+    db_trial,
+    frontier,
+    object_trial,
+    snapshot,
+)
 
-from corruption_harness import (CorruptionFigures, build_store, corruption_run, damaged_after, db_trial,
-                                frontier, object_trial, snapshot)
 from crewckpt.errors import CkptError, IntegrityError
 from crewckpt.format import objects as ob
 from crewckpt.history.store import Store
@@ -82,8 +91,7 @@ def test_damaging_one_object_of_each_kind(base: tuple[Path, dict, Any, bool], tm
 
 def test_emptied_frame_is_reported_not_crashing(base: tuple[Path, dict, Any, bool], tmp_path: Path) -> None:
     """A zero-length frame (a lost write) once crashed iter_objects (substr of an empty blob is NULL)."""
-    path, docs, snap, _ = base
-    import shutil
+    path, _docs, snap, _ = base
     shutil.copytree(path, tmp_path / "t")
     victim = next(c for c in snap.live)
     _set_frame(tmp_path / "t", victim, b"")
@@ -99,8 +107,7 @@ def test_emptied_frame_is_reported_not_crashing(base: tuple[Path, dict, Any, boo
 def test_packed_frame_naming_a_missing_pack_reads_as_integrity_error(base: tuple[Path, dict, Any, bool],
                                                                       tmp_path: Path) -> None:
     """A flipped bit in a packed frame's pack key used to surface as MissingObject of a made-up id."""
-    path, docs, snap, _ = base
-    import shutil
+    path, _docs, snap, _ = base
     shutil.copytree(path, tmp_path / "t")
     member = next(o for o, f in snap.frames.items() if f[0] == 3 and snap.kinds[o] == ob.TREE)
     f = snap.frames[member]
@@ -115,8 +122,7 @@ def test_packed_frame_naming_a_missing_pack_reads_as_integrity_error(base: tuple
 
 def test_gc_on_a_damaged_store_deletes_nothing_a_live_commit_needs(base: tuple[Path, dict, Any, bool],
                                                                    tmp_path: Path) -> None:
-    path, docs, snap, _ = base
-    import shutil
+    path, _docs, snap, _ = base
     shutil.copytree(path, tmp_path / "t")
     tree = next(o for o in snap.kinds if snap.kinds[o] == ob.TREE and snap.frames[o][0] != 3)  \
         if any(snap.kinds[o] == ob.TREE and snap.frames[o][0] != 3 for o in snap.kinds) else \

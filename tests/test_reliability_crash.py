@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from reliability_harness import STORE_FILES, AckLog, copy_fixtures, crash_run, doc_hash, make_doc, verify
+
 from crewckpt.backends.base import StoreWriteError
 from crewckpt.errors import CkptError
 from crewckpt.history.store import Store
@@ -50,7 +50,8 @@ def _files(store: Path) -> set[str]:
 def small_fs(path: Path, size: str) -> Iterator[Path]:
     """A tmpfs of ``size`` mounted at ``path`` (root only); skips the test where mounting is impossible."""
     path.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True,
+                       check=False)
     if r.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
     try:
@@ -138,7 +139,7 @@ def test_file_size_limit_write_error_is_one_line(tmp_path: Path) -> None:
         except CkptError as e:
             print(type(e).__name__, "|", e)
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     line = out.stdout.strip()
     assert line.startswith("StoreWriteError |") and "\n" not in line, line
@@ -157,7 +158,8 @@ def _as_nobody(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         if os.geteuid() == 0:
             os.setgid(65534); os.setuid(65534)
     """) + textwrap.dedent(code)
-    return subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=60, cwd=cwd)
+    return subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=60, cwd=cwd,
+                          check=False)
 
 
 @pytest.fixture

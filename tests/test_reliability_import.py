@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from reliability_harness import copy_fixtures
+
 from crewckpt.history.store import Store
 from crewckpt.views.transfer import import_checkpoints
 

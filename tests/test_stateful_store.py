@@ -20,9 +20,9 @@ from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, precondition, rule
-
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, precondition, rule
 from reliability_harness import doc_hash
+
 from crewckpt.errors import BranchExists, UnknownRevision
 from crewckpt.history.store import Store
 
