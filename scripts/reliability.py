@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--disk-full-trials", type=int, default=100)
     ap.add_argument("--processes", type=int, default=8)
     ap.add_argument("--commits", type=int, default=500, help="commits per concurrent process")
+    ap.add_argument("--concurrency-runs", type=int, default=5, help="independent concurrency runs (races are rare)")
     ap.add_argument("--object-trials", type=int, default=400)
     ap.add_argument("--db-trials", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1)
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="also write the figures as JSON here")
     a = ap.parse_args(argv)
     if a.quick:
-        a.crash_trials, a.disk_full_trials, a.processes, a.commits = 20, 10, 4, 50
+        a.crash_trials, a.disk_full_trials, a.processes, a.commits, a.concurrency_runs = 20, 10, 4, 50, 2
         a.object_trials, a.db_trials, a.atheris_seconds = 40, 20, 10
     rows, problems, out = [], [], {}
     with tempfile.TemporaryDirectory(prefix="ckpt-reliability-") as tmp:
@@ -92,13 +93,17 @@ def main(argv: list[str] | None = None) -> int:
         problems += [f"disk full: {p}" for p in d.problems]
         out["disk_full"] = dataclasses.asdict(d)
 
-        (work / "conc").mkdir()
-        k = concurrency_run(work / "conc", a.processes, a.commits)
-        rows.append(_row(f"concurrency ({a.processes} processes x {a.commits} commits, prune+gc running)",
-                         commits_acknowledged=k.acknowledged, restorable=k.restorable, pruned_by_design=k.pruned,
-                         lost=k.lost, process_errors=k.errors, gc_rounds=k.maint_rounds, seconds=round(k.seconds)))
-        problems += [f"concurrency: {p}" for p in k.problems]
-        out["concurrency"] = dataclasses.asdict(k)
+        runs = []
+        for i in range(a.concurrency_runs):
+            (work / f"conc{i}").mkdir()
+            runs.append(concurrency_run(work / f"conc{i}", a.processes, a.commits))
+        rows.append(_row(f"concurrency ({a.concurrency_runs} runs of {a.processes} processes x {a.commits} commits, "
+                         f"prune+gc running)", commits_acknowledged=sum(k.acknowledged for k in runs),
+                         restorable=sum(k.restorable for k in runs), pruned_by_design=sum(k.pruned for k in runs),
+                         lost=sum(k.lost for k in runs), process_errors=sum(k.errors for k in runs),
+                         gc_rounds=sum(k.maint_rounds for k in runs), seconds=round(sum(k.seconds for k in runs))))
+        problems += [f"concurrency: {p}" for k in runs for p in k.problems]
+        out["concurrency"] = [dataclasses.asdict(k) for k in runs]
 
         t0 = time.monotonic()
         (work / "corr").mkdir()
