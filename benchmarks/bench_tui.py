@@ -8,7 +8,8 @@ leaving from a checkpoint of main), then measures, in one process:
   - app start until the newest checkpoint is shown (lazy: PAGE nodes per line) against an eager tree that
     adds every checkpoint node up front (PAGE = everything, all lines expanded),
   - snapshot reads during start (must be 1: the highlighted checkpoint; the tree never decodes snapshots),
-  - cursor-key latency (Pilot press until idle; the highlighted checkpoint's Overview shown), revealing the
+  - cursor-key latency (Pilot press until idle; the highlighted checkpoint's Overview shown), a held key
+    (30 cursor moves 10 ms apart: snapshot reads must stay ~1, the cursor never rests), revealing the
     oldest checkpoint of main (pages loaded on the way), refresh; floors: a 1-checkpoint store and a bare
     50-node Textual Tree (machine load shows in every figure: compare rows of one run).
 """
@@ -109,6 +110,17 @@ async def measure_app(store: Store, page: int, eager: bool) -> dict[str, float]:
         out["detail_ms_median"] = statistics.median(shown) * 1000
         await app.workers.wait_for_complete()
         out["reads_after_30_keys"] = reads
+        before = reads
+        b0 = time.perf_counter()
+        tree = app.query_one("#tree")
+        for _ in range(30):  # a held arrow key: 30 moves faster than the cursor rests (Pilot waits per key)
+            tree.action_cursor_down()
+            await asyncio.sleep(0.01)
+        await pilot.pause()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        out["held_key_30_moves_s"] = time.perf_counter() - b0
+        out["reads_while_held"] = reads - before
         main_line = app.history.line_of[app.history.lines[0].commits[0].id]
         oldest = app.history.lines[main_line].commits[0].id
         r0 = time.perf_counter()
@@ -184,7 +196,8 @@ def main() -> None:
         for key, fmt in (("start_s", "{:.2f} s"), ("nodes", "{:.0f}"), ("reads_at_start", "{:.0f}"),
                          ("key_ms_median", "{:.1f} ms"), ("key_ms_max", "{:.1f} ms"),
                          ("detail_ms_median", "{:.1f} ms"),
-                         ("reads_after_30_keys", "{:.0f}"), ("reveal_oldest_s", "{:.2f} s"),
+                         ("reads_after_30_keys", "{:.0f}"), ("held_key_30_moves_s", "{:.2f} s"),
+                         ("reads_while_held", "{:.0f}"), ("reveal_oldest_s", "{:.2f} s"),
                          ("nodes_after_reveal", "{:.0f}"), ("refresh_s", "{:.2f} s")):
             print(f"{key:24}{fmt.format(lazy[key]):>18}{fmt.format(eager[key]):>20}")
         print(f"start, eager / lazy: {eager['start_s'] / lazy['start_s']:.1f}x")
