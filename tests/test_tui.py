@@ -404,3 +404,20 @@ def test_go_to_a_revision(store: Store):
         assert app.selected == ids["a3"] and not isinstance(app.screen, app_mod.GoTo)
 
     drive(store, body)
+
+
+def test_rapid_cursor_moves_decode_only_where_the_cursor_rests(store: Store, monkeypatch):
+    reads = []
+    real = store.read
+    monkeypatch.setattr(store, "read", lambda rev: reads.append(rev) or real(rev))
+
+    async def body(app, pilot):
+        reads.clear()
+        tree = app.query_one("#tree", Tree)
+        for _ in range(4):  # a held key: no pause between moves
+            tree.action_cursor_down()
+        await settle(pilot)
+        assert app.selected == store.ids["m0"] and reads == [store.ids["m0"]]
+        assert store.ids["m0"] in text_of(app, "#overview-body")
+
+    drive(store, body)
