@@ -69,3 +69,30 @@ class RefConflict(CkptError):
 
 class BranchExists(CkptError):
     """A branch of that name already exists."""
+
+
+INSTALL_HINT = "pip install 'crewckpt[crewai]'"
+"""How to get the optional CrewAI runtime (the ``crewai`` extra)."""
+
+
+class CrewAIMissing(CkptError):
+    """An action needs the crewai package (the ``crewai`` extra) and it is not installed."""
+
+
+def crewai_available() -> bool:
+    """True when ``import crewai`` can work (checked without importing it: that takes ~2 s)."""
+    import importlib.util
+    try:
+        return importlib.util.find_spec("crewai") is not None
+    except (ImportError, ValueError):  # ValueError: sys.modules["crewai"] is None (import blocked)
+        return False
+
+
+def require_crewai(action: str) -> None:
+    """Raise :class:`CrewAIMissing` (one line with the install command) unless crewai is installed.
+
+    Args:
+        action: what needs it, as the user named it (e.g. "`ckpt resume`", "Fork").
+    """
+    if not crewai_available():
+        raise CrewAIMissing(f"{action} needs CrewAI, which is not installed; install it with: {INSTALL_HINT}")

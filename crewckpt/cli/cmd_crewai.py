@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 import click
@@ -10,25 +9,14 @@ import orjson
 
 from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_option, obj
 from crewckpt.cli.fmt import entity_summary, summary_fields_of
-from crewckpt.errors import CkptError
+from crewckpt.errors import INSTALL_HINT, CkptError, CrewAIMissing  # noqa: F401  (re-exported)
+from crewckpt.errors import require_crewai as _require
 
-INSTALL_HINT = "pip install 'crewckpt[crewai]'"
-
-
-class CrewAIMissing(CkptError):
-    """A verb needs the crewai package (the `crewai` extra) and it is not installed."""
 
 
 def require_crewai(verb: str) -> None:
     """Raise CrewAIMissing (one line with the install command) unless `crewai` can be imported."""
-    try:
-        spec = importlib.util.find_spec("crewai")
-    except (ImportError, ValueError):  # ValueError: sys.modules["crewai"] is None (import blocked)
-        spec = None
-    if spec is None:
-        raise CrewAIMissing(
-            f"`ckpt {verb}` needs CrewAI, which is not installed; install it with: {INSTALL_HINT}"
-        )
+    _require(f"`ckpt {verb}`")
 
 
 @click.command()

@@ -15,7 +15,7 @@ is ~30x slower: ../shared/notes/store-anchors.md); zstandard objects are not thr
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import zstandard
 
@@ -121,11 +121,11 @@ class Codec:
             raise DecodeError(f"bad zstd data: {e}") from None
 
 
-def train_dictionary(samples: list[bytes], size: int = 64 * 1024) -> bytes:
+def train_dictionary(samples: Sequence[bytes], size: int = 64 * 1024) -> bytes:
     """Train a zstd dictionary (the body of a DICT object) from sample bodies. Raises DecodeError if zstd
     cannot train on them (too few or too small samples)."""
     try:
-        return zstandard.train_dictionary(size, samples).as_bytes()
+        return zstandard.train_dictionary(size, list[bytes | bytearray | memoryview](samples)).as_bytes()
     except zstandard.ZstdError as e:
         raise DecodeError(f"cannot train a zstd dictionary: {e}") from None
 

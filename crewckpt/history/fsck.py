@@ -6,6 +6,7 @@ Reports exactly the broken objects (missing or corrupt) and the live commits tha
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from crewckpt.errors import IntegrityError, MissingObject
@@ -108,7 +109,7 @@ def _why(e: Exception) -> str:
     return "missing" if isinstance(e, MissingObject) else str(e)
 
 
-def _affected(commits: dict[bytes, object], children: dict[bytes, list[bytes]],
+def _affected(commits: Mapping[bytes, object], children: dict[bytes, list[bytes]],
               broken: dict[bytes, str]) -> dict[str, list[str]]:
     """Live commit -> broken objects under it; memoized post-order over the object graph (no recursion)."""
     if not broken:

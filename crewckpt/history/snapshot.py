@@ -183,7 +183,7 @@ class Splitter:
         for cache, k, v in self._staged:
             if isinstance(k, Frozen):
                 k._rep, k._token = v, self._token
-            else:
+            elif cache is not None:
                 cache.put(k, v)
         self._staged.clear()
         self._local.clear()

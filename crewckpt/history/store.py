@@ -7,6 +7,7 @@ finds it from an explicit path, ``$CKPT_STORE``, or by walking up from the worki
 
 from __future__ import annotations
 
+import builtins  # Store.list shadows the builtin inside the class body
 import logging
 import os
 import threading
@@ -370,7 +371,7 @@ class Store:
         """``run (lineage) id -> its last commit id``."""
         return {k[len(refnames.RUNS):]: v.hex() for k, v in self.backend.refs(refnames.RUNS).items()}
 
-    def reflog(self, branch: str) -> list[ReflogEntry]:
+    def reflog(self, branch: str) -> builtins.list[ReflogEntry]:
         """A branch's reflog, oldest first."""
         return self.backend.reflog(refnames.branch_ref(branch))
 
@@ -443,7 +444,7 @@ class Store:
     # -- retention and maintenance ----------------------------------------------------------------------------
 
     def prune(self, branch: str, *, keep: int | None = None, older_than_ns: int | None = None,
-              dry_run: bool = False) -> list[str]:
+              dry_run: bool = False) -> builtins.list[str]:
         """Remove old commits of one branch from the live set; returns the removed ids (oldest first).
 
         A commit goes when it is outside the ``keep`` newest by sequence number (a future-dated commit does
@@ -496,14 +497,14 @@ class Store:
         """Import a CrewAI JSON folder or file, or a CrewAI SQLite database (JSONB or text rows), as commits
         with their CrewAI ids as aliases; deterministic and idempotent. See :mod:`crewckpt.views.importer`."""
         from crewckpt.views.importer import import_crewai
-        return import_crewai(self, path, branch_prefix=branch_prefix, branch=branch, progress=progress)
+        return import_crewai(self, Path(path), branch_prefix=branch_prefix, branch=branch, progress=progress)
 
     def export_crewai(self, dest: str | os.PathLike[str], fmt: str = "json", *, revs: Sequence[str] | None = None,
                       branch: str | None = None, strip_prefix: str | None = None) -> ExportReport:
         """Write commits in CrewAI's own layout (``fmt`` "json" folder or "sqlite" database) so CrewAI reads
         them. See :mod:`crewckpt.views.exporter`."""
         from crewckpt.views.exporter import export_crewai
-        return export_crewai(self, dest, fmt, revs=revs, branch=branch, strip_prefix=strip_prefix)
+        return export_crewai(self, Path(dest), fmt, revs=revs, branch=branch, strip_prefix=strip_prefix)
 
     def stats(self) -> dict[str, Any]:
         """Store figures: ``objects`` (count), ``body_bytes`` (uncompressed bodies, packs not counted twice),
@@ -533,7 +534,7 @@ class Store:
         ids = [m.oid for m in self.backend.iter_objects() if m.kind == ob.TREE][:samples]
         if len(ids) < 100:
             return None
-        bodies = [body for _, (_, body) in self.objects.get_many(ids).items()]
+        bodies = [b for _, (_, b) in self.objects.get_many(ids).items()]
         try:
             data = train_dictionary(bodies)
         except CkptError:
