@@ -68,7 +68,12 @@ def test_tree_navigation_and_fork_nesting(store: Store):
         assert "alt" in str(alt_node.label) and "2 checkpoints" in str(alt_node.label)
         label = str(app._commit_nodes[ids["m4"]].label)
         assert ids["m4"][:8] in label and "task_completed" in label and "4/4" in label and "(main)" in label
-        assert "ago" in label
+        assert "ago" in label and "20m ago" in str(app._commit_nodes[ids["m0"]].label)
+        app.now_ns = NOW + 3 * 3600 * 10**9
+        app._relabel_all()  # what the poll timer does every RELABEL_S
+        assert "3h ago" in str(app._commit_nodes[ids["m0"]].label)
+        assert "3h ago" in str(alt_node.label)
+        app.now_ns = NOW
         seen = []
         for _ in range(3):
             await pilot.press("down")
@@ -306,12 +311,24 @@ def test_empty_store_and_non_crewai_json(tmp_path: Path):
     drive(s, empty)
     cid = s.commit({"hello": [1, 2, 3]}, trigger=None)
 
+    notes = []
+
     async def plain(app, pilot):
         assert app.selected == cid and "Not a CrewAI checkpoint" in text_of(app, "#overview-body")
         await pilot.press("2")
         assert "No tasks" in text_of(app, "#tasks-body Static")
+        app.notify = lambda message, **kw: notes.append(message)
+        app_mod.crewai_available = lambda: True
+        try:
+            await pilot.press("f")
+        finally:
+            app_mod.crewai_available = crewai_available
+        assert not isinstance(app.screen, ConfirmRun)
+
+    from crewckpt.tui.runner import crewai_available
 
     drive(s, plain)
+    assert notes == ["Fork: this checkpoint holds no CrewAI crew, flow or agent to run"]
     s.close()
 
 

@@ -46,7 +46,7 @@ from crewckpt.history import diff_render
 from crewckpt.history.commits import CommitInfo
 from crewckpt.history.store import Store
 from crewckpt.tui import details
-from crewckpt.tui.model import History, build_history, line_title, progress_bar, relative_time
+from crewckpt.tui.model import History, build_history, entity_kind, line_title, progress_bar, relative_time
 from crewckpt.tui.runner import INSTALL_HINT, RunPlan, crewai_available
 
 PAGE = 100
@@ -58,6 +58,9 @@ DOC_CACHE = 8
 SETTLE_S = 0.04
 """Seconds the cursor must rest on a checkpoint before its document is read (holding an arrow key scrolls
 without decoding every checkpoint it passes)."""
+
+RELABEL_S = 60.0
+"""Seconds between redraws of the tree's relative times."""
 
 POLL_S = 2.0
 """Seconds between checks of the store's branch refs (to say that new checkpoints arrived)."""
@@ -258,6 +261,7 @@ class CheckpointBrowser(App[RunPlan | None]):
         self._docs_lock = threading.Lock()
         self._stale_noted = False
         self._quit_armed = False
+        self._labelled_at = time.monotonic()
         self._line_nodes: dict[int, TreeNode[Any]] = {}
         self._commit_nodes: dict[str, TreeNode[Any]] = {}
         self._window: dict[int, tuple[int, int]] = {}  # line -> loaded display positions [lo, hi)
@@ -306,7 +310,10 @@ class CheckpointBrowser(App[RunPlan | None]):
 
     def _poll(self) -> None:
         """Say (once) when the store has moved on since the tree was built; r rebuilds it. The tree is not
-        rebuilt by itself: it would move under the cursor while you read."""
+        rebuilt by itself: it would move under the cursor while you read. Relative times are redrawn every
+        :data:`RELABEL_S`."""
+        if time.monotonic() - self._labelled_at >= RELABEL_S:
+            self._relabel_all()
         if self._stale_noted:
             return
         try:
@@ -509,6 +516,14 @@ class CheckpointBrowser(App[RunPlan | None]):
             cid = self.history.lines[li].commits[len(self.history.lines[li].commits) - 1 - pos].id
             self.move_cursor(self._commit_nodes[cid])  # may be the placeholder's line: no highlight event
             self._select(cid)
+
+    def _relabel_all(self) -> None:
+        """Redraw every loaded node's label (relative times move on)."""
+        self._labelled_at = time.monotonic()
+        for li, node in self._line_nodes.items():
+            node.set_label(self._line_label(li))
+        for cid in self._commit_nodes:
+            self._relabel(cid)
 
     def _relabel(self, cid: str | None) -> None:
         if cid is not None and cid in self._commit_nodes and cid in self.history.by_id:
@@ -928,8 +943,13 @@ class CheckpointBrowser(App[RunPlan | None]):
                         "Browsing and diffing work without it.", title=f"{action} unavailable",
                         severity="error", timeout=10)
             return False
-        if self._cached(self.selected) is None:
+        doc = self._cached(self.selected)
+        if doc is None:
             self.notify("still reading this checkpoint; try again", severity="warning")
+            return False
+        if entity_kind(doc) is None:
+            self.notify(f"{action}: this checkpoint holds no CrewAI crew, flow or agent to run",
+                        severity="error", timeout=6)
             return False
         return True
 
