@@ -213,3 +213,31 @@ def test_deleting_the_store_between_runs_starts_a_new_one():
     shutil.rmtree(".ckpt")
     research_crew(2, checkpoint=CheckpointConfig()).kickoff(inputs={"topic": "otters"})
     assert [c.summary.tasks_done for c in Store.open(".ckpt").list()] == [1, 2]
+
+
+@pytest.mark.parametrize("view", [".checkpoints", "view.db"])
+def test_live_view_is_readable_by_crewai_itself(view):
+    from crewai.state.checkpoint_config import CheckpointConfig as CrewAIConfig
+
+    from crewckpt.crewai import flush_views
+
+    research_crew(3, checkpoint=CheckpointConfig(view=view)).kickoff(inputs={"topic": "otters"})
+    assert flush_views(timeout=30)
+    store = Store.open(".ckpt")
+    commits = store.list()
+    assert len(commits) == 3
+    if view.endswith(".db"):
+        import sqlite3
+
+        with sqlite3.connect(view) as db:
+            rows = db.execute("SELECT id, parent_id, branch FROM checkpoints ORDER BY rowid").fetchall()
+        assert len(rows) == 3 and [r[2] for r in rows] == ["main"] * 3
+        assert rows[1][1] == rows[0][0]
+        target = f"{view}#{rows[1][0]}"
+    else:
+        files = sorted(Path(view, "main").glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
+        assert len(files) == 3
+        target = str(files[1])
+    crew = Crew.from_checkpoint(CrewAIConfig(restore_from=target))  # CrewAI's own restore, no crewckpt
+    assert sum(t.output is not None for t in crew.tasks) == 2
+    assert "otters" in crew.tasks[1].output.raw

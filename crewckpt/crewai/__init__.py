@@ -24,7 +24,7 @@ from typing import Any
 from crewckpt.crewai.config import DEFAULT_LOCATION, CheckpointConfig, CrewckptProvider
 from crewckpt.crewai.hooks import install
 from crewckpt.crewai.snapshot import UnserializableFieldWarning
-from crewckpt.crewai.writer import EMIT_LOCK, open_store, write_checkpoint
+from crewckpt.crewai.writer import EMIT_LOCK, flush_views, open_store, write_checkpoint
 
 install()
 
@@ -141,6 +141,7 @@ __all__ = [
     "acheckpoint",
     "checkpoint",
     "entity_class",
+    "flush_views",
     "install",
     "restore",
 ]

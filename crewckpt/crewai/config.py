@@ -117,6 +117,10 @@ class CheckpointConfig(CrewAICheckpointConfig):
         restore_from: a revision (``"3fa2c1"``, ``"main"``, ``"main~2"``, ``"exp@{1}"``, ``"latest"``) in the
             store at ``location``, or ``"<store path>#<rev>"``. Used by ``from_checkpoint``/``fork`` and
             ``kickoff(from_checkpoint=...)``.
+        view: also publish every checkpoint to a CrewAI JSON folder or SQLite database (a live view that
+            CrewAI's own tools read), written incrementally by a background thread; a view that cannot be
+            written is logged and never slows or fails the run. ``view_format``: ``"json"``/``"sqlite"``
+            (default: SQLite for ``.db``/``.sqlite``/``.sqlite3``, else JSON). See :func:`flush_views`.
 
     Semantics follow CrewAI's docs: ``checkpoint=None`` inherits from the parent (task -> agent -> crew),
     ``True`` uses CrewAI's defaults, ``False`` opts out and stops inheritance, a config overrides.
@@ -125,6 +129,15 @@ class CheckpointConfig(CrewAICheckpointConfig):
     location: str = Field(default=DEFAULT_LOCATION, description="crewckpt store folder.")
     provider: SerializeAsAny[BaseProvider] = Field(  # type: ignore[assignment]
         default_factory=CrewckptProvider, description="Always a CrewckptProvider."
+    )
+
+    view: str | None = Field(
+        default=None,
+        description="Also publish each checkpoint to this CrewAI location (a live view): a JSON folder, or "
+        "an SQLite database when it ends in .db/.sqlite/.sqlite3 or view_format is 'sqlite'.",
+    )
+    view_format: Literal["json", "sqlite"] | None = Field(
+        default=None, description="Format of `view`; None infers it from the suffix."
     )
 
     @field_validator("provider", mode="before")
@@ -157,6 +170,14 @@ class CheckpointConfig(CrewAICheckpointConfig):
     def triggers(self, event_type: str) -> bool:
         """True when an event of this type triggers a checkpoint (``"*"`` matches every event)."""
         return self.trigger_all or event_type in self.on_events
+
+    def view_target(self) -> tuple[str, str] | None:
+        """``(absolute view path, "json" | "sqlite")`` of the live view, or None without one."""
+        if not self.view:
+            return None
+        fmt = self.view_format or (
+            "sqlite" if Path(self.view).suffix.lower() in (".db", ".sqlite", ".sqlite3") else "json")
+        return os.path.abspath(self.view), fmt
 
     def store_path(self) -> Path:
         """Absolute store folder for ``location`` (a ``"path#rev"`` location gives its path part)."""

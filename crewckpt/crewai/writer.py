@@ -16,6 +16,7 @@ run stays there, leaving the old continuation where it was.
 
 from __future__ import annotations
 
+import atexit
 import contextvars
 import logging
 import os
@@ -259,7 +260,39 @@ def write_checkpoint(state: RuntimeState, cfg: CheckpointConfig, event: Any = No
                                             duration_ms=duration_ms, **context))
         if cfg.max_checkpoints is not None:
             _prune(store, cfg, cfg.max_checkpoints, target, parent_id, trigger, context)
+        view = cfg.view_target()
+        if view is not None:
+            _live_view(location, *view).publish(commit_id)
         return commit_id
+
+
+_views: dict[tuple[str, str, str], Any] = {}
+_views_lock = threading.Lock()
+
+
+def _live_view(store_path: str, dest: str, fmt: str) -> Any:
+    """The LiveViewExporter publishing ``store_path``'s commits to ``dest`` (one per triple, kept)."""
+    key = (store_path, dest, fmt)
+    exporter = _views.get(key)
+    if exporter is None:
+        with _views_lock:
+            exporter = _views.get(key)
+            if exporter is None:
+                from crewckpt.views.exporter import LiveViewExporter
+
+                exporter = _views[key] = LiveViewExporter(store_path, dest, fmt)
+    return exporter
+
+
+def flush_views(timeout: float | None = 10.0) -> bool:
+    """Wait until every live view has written what was published to it; False on timeout. Also runs at
+    interpreter exit (timeout 10 s) so views are complete when a script ends."""
+    with _views_lock:
+        exporters = list(_views.values())
+    return all([e.flush(timeout) for e in exporters])
+
+
+atexit.register(flush_views)
 
 
 def _prune(store: Store, cfg: CheckpointConfig, keep: int, branch: str, parent_id: str | None,
