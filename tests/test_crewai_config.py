@@ -75,6 +75,8 @@ def test_defaults_and_validation():
         CheckpointConfig(on_events=["no_such_event"])
     assert CheckpointConfig(on_events=["SIGTERM", "task_started"]).signals == {"SIGTERM"}
     assert CheckpointConfig(on_events=["*"]).triggers("anything")
+    with pytest.raises(ValidationError, match="max_checkpoints must be at least 1"):
+        CheckpointConfig(max_checkpoints=0)
 
 
 def test_inheritance_override_and_opt_out():

@@ -113,7 +113,7 @@ class CheckpointConfig(CrewAICheckpointConfig):
             ``SIGTERM``, ``SIGINT``, ``SIGHUP``, ``SIGTSTP``, ``SIGCONT`` (crewckpt installs handlers for the
             signals listed, chaining to the previous handler). Default ``["task_completed"]``.
         provider: always a :class:`CrewckptProvider`.
-        max_checkpoints: after each write keep only the newest N checkpoints of the branch written.
+        max_checkpoints: after each write keep only the newest N (>= 1) checkpoints of the branch written.
         restore_from: a revision (``"3fa2c1"``, ``"main"``, ``"main~2"``, ``"exp@{1}"``, ``"latest"``) in the
             store at ``location``, or ``"<store path>#<rev>"``. Used by ``from_checkpoint``/``fork`` and
             ``kickoff(from_checkpoint=...)``.
@@ -152,6 +152,16 @@ class CheckpointConfig(CrewAICheckpointConfig):
             f"crewckpt.crewai.CheckpointConfig writes to a crewckpt store, not {kind!r}; "
             "use crewai.CheckpointConfig for CrewAI's JSON/SQLite providers"
         )
+
+    @field_validator("max_checkpoints")
+    @classmethod
+    def _keep_at_least_one(cls, value: int | None) -> int | None:
+        if value is not None and value < 1:
+            raise ValueError(
+                f"max_checkpoints must be at least 1 (got {value}): a branch keeps its newest checkpoint; "
+                "use checkpoint=False to turn checkpointing off"
+            )
+        return value
 
     @field_validator("location", mode="before")
     @classmethod
