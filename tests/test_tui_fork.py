@@ -126,3 +126,15 @@ def test_resume_from_the_browser_runs_the_remaining_tasks_in_the_terminal(crewai
     assert printed[0] == f"Resuming Crew from {crashed[:12]}"
     assert printed[-1].startswith(f"Done: latest checkpoint {head[:12]} on branch main.")
     assert any("task3" in line and "otters" in line for line in printed)  # the crew's final output
+
+
+def test_task_edits_refuse_tasks_without_output(crewai_offline):  # noqa: F811
+    from crewckpt.crewai.edits import apply_task_edits
+
+    crew = research_crew(2)
+    with pytest.raises(ValueError, match="task 1 of crew .* has no output to edit"):
+        apply_task_edits([crew], {(0, 0): "text"})
+    with pytest.raises(ValueError, match="entity 3 of the checkpoint is not a crew with tasks"):
+        apply_task_edits([crew], {(3, 0): "text"})
+    with pytest.raises(ValueError, match="task 5 of crew"):
+        apply_task_edits([crew], {(0, 4): "text"})
