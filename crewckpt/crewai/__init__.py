@@ -12,6 +12,9 @@ Restore and fork by hash or ref through CrewAI's own entry points::
     Crew.fork(CheckpointConfig(restore_from="main~4"), branch="exp")
     restore("main", store=".ckpt")            # -> the Crew / Flow / Agent the checkpoint records
 
+Manual checkpoints from event handlers: :func:`checkpoint` / :func:`acheckpoint`. Live CrewAI views of the
+store: ``CheckpointConfig(view="./.checkpoints")`` and :func:`flush_views`. Guide: docs/crewai.md.
+
 Importing this module installs crewckpt's hooks into CrewAI (see :mod:`crewckpt.crewai.hooks`).
 """
 
