@@ -9,9 +9,8 @@ import orjson
 
 from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_option, obj
 from crewckpt.cli.fmt import entity_summary, summary_fields_of
-from crewckpt.errors import INSTALL_HINT, CkptError, CrewAIMissing  # noqa: F401  (re-exported)
+from crewckpt.errors import INSTALL_HINT, CkptError, CrewAIMissing
 from crewckpt.errors import require_crewai as _require
-
 
 
 def require_crewai(verb: str) -> None:
@@ -113,14 +112,9 @@ def parse_inputs(text: str | None) -> dict[str, Any] | None:
 
 
 def _kickoff(entity: Any, inputs: dict[str, Any] | None) -> Any:
-    """Run a restored Crew/Flow (kickoff(inputs=...)) or Agent (kickoff() continues its messages)."""
-    kickoff = getattr(entity, "kickoff", None)
-    if kickoff is None:
-        raise CkptError(f"restored object {type(entity).__name__} cannot be run: it has no kickoff()")
-    kind = type(entity).__name__
-    if inputs is not None and kind not in ("Agent", "LiteAgent"):
-        return kickoff(inputs=inputs)
-    return kickoff()
+    """Run a restored Crew/Flow/Agent (crewckpt.crewai.run.kickoff_restored, shared with the TUI)."""
+    from crewckpt.crewai.run import kickoff_restored
+    return kickoff_restored(entity, inputs)
 
 
 # -- CrewAI locations (JSON folder, JSON file, SQLite db) ---------------------------------------------------

@@ -8,20 +8,10 @@ the usual way (docs/tui.md, 'Where runs happen'). ``crewai`` is imported only he
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from collections.abc import Callable
 from typing import Any
 
-from crewckpt.errors import CkptError
-
-INSTALL_HINT = "pip install 'crewckpt[crewai]'"
-
-AGENT_RESUME_MESSAGE = "Resume execution."
-"""What a restored standalone Agent is kicked off with (CrewAI's own TUI sends the same)."""
-
-
-class CrewAIMissing(CkptError):
-    """Resume and Fork need the crewai package (the ``crewai`` extra) and it is not installed."""
+from crewckpt.errors import INSTALL_HINT, CrewAIMissing, crewai_available, require_crewai
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,27 +39,13 @@ class RunOutcome:
     rerun: list[tuple[int, int]]
 
 
-def crewai_available() -> bool:
-    """True when ``import crewai`` can work (checked without importing it)."""
-    try:
-        return importlib.util.find_spec("crewai") is not None
-    except (ImportError, ValueError):  # ValueError: sys.modules["crewai"] is None (import blocked)
-        return False
-
-
-def require_crewai(action: str) -> None:
-    """Raise :class:`CrewAIMissing` with the install command unless crewai is installed."""
-    if not crewai_available():
-        raise CrewAIMissing(f"{action} needs CrewAI, which is not installed; install it with: {INSTALL_HINT}")
-
-
 def execute(plan: RunPlan, store_path: str, echo: Callable[[str], None] = print) -> RunOutcome:
     """Restore ``plan.rev`` from the store at ``store_path`` and run it to the end in this process.
 
     Fork: :func:`crewckpt.crewai.edits.fork_with_edits` (edited outputs invalidate later tasks; the edited
     state becomes the new branch's first checkpoint), then ``kickoff(inputs=plan.inputs)``. Resume: CrewAI's
     ``from_checkpoint`` on the checkpoint's branch and ``kickoff()``. A standalone Agent is kicked off with
-    :data:`AGENT_RESUME_MESSAGE` (its recorded conversation continues; inputs do not apply).
+    :data:`crewckpt.crewai.run.AGENT_RESUME_MESSAGE` (its recorded conversation continues; inputs do not apply).
 
     Raises:
         CrewAIMissing, and whatever restore or the run raises (UnknownRevision, BranchExists, ValueError...).
@@ -107,14 +83,8 @@ def execute(plan: RunPlan, store_path: str, echo: Callable[[str], None] = print)
 
 
 def _kickoff(entity: Any, inputs: dict[str, Any] | None) -> Any:
-    kickoff = getattr(entity, "kickoff", None)
-    if kickoff is None:
-        raise CkptError(f"restored object {type(entity).__name__} cannot be run: it has no kickoff()")
-    if type(entity).__name__ in ("Agent", "LiteAgent"):
-        return kickoff(messages=AGENT_RESUME_MESSAGE)  # Agent.kickoff requires messages (crewai 1.15)
-    if inputs is not None:
-        return kickoff(inputs=inputs)
-    return kickoff()
+    from crewckpt.crewai.run import kickoff_restored
+    return kickoff_restored(entity, inputs)
 
 
 def _preview(text: str, width: int = 70) -> str:
