@@ -111,6 +111,10 @@ class TestBackendContract:
             t.meta_set("k", "v")
         assert backend.alias_get("20261129T234227_0d859366") == b"c" * 32
         assert backend.meta_get("k") == "v" and backend.meta_get("nope") is None
+        with backend.transaction() as t:
+            t.alias_set("other", b"e" * 32)
+            assert t.alias_forget([b"c" * 32, b"x" * 32]) == 1
+        assert backend.alias_get("20261129T234227_0d859366") is None and backend.alias_get("other") == b"e" * 32
 
     def test_delete_respects_touched_and_reframe_keeps_id(self, backend: Backend) -> None:
         with backend.transaction() as t:

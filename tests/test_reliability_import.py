@@ -25,7 +25,7 @@ def test_reimport_before_gc_finds_pruned_commits_present(tmp_path: Path) -> None
         assert s.fsck(full=True).ok
 
 
-@pytest.mark.xfail(strict=True, reason="alias rows outlive gc'd commits (Bugs for the lead #1)")
+
 def test_reimport_after_prune_and_gc_restores_the_checkpoints(tmp_path: Path) -> None:
     src = copy_fixtures(tmp_path / "fx") / "flow_dict_star"
     with Store.init(tmp_path / "s") as s:

@@ -219,6 +219,10 @@ class Txn(Reader):
         """Name a commit by a foreign id (first writer wins; setting an existing alias is a no-op)."""
 
     @abc.abstractmethod
+    def alias_forget(self, cids: Iterable[bytes]) -> int:
+        """Drop every alias naming one of ``cids`` (gc collected those commits); returns how many went."""
+
+    @abc.abstractmethod
     def counter_next(self, name: str) -> int:
         """Increment and return a named counter (starts at 1; never decreases, survives branch deletion)."""
 

@@ -151,6 +151,13 @@ class MemoryTxn(_MemReader, Txn):
     def alias_set(self, alias: str, cid: bytes) -> None:
         self._s.aliases.setdefault(alias, cid)
 
+    def alias_forget(self, cids: Iterable[bytes]) -> int:
+        gone = set(cids)
+        drop = [a for a, c in self._s.aliases.items() if c in gone]
+        for a in drop:
+            del self._s.aliases[a]
+        return len(drop)
+
     def counter_next(self, name: str) -> int:
         self._s.counters[name] = self._s.counters.get(name, 0) + 1
         return self._s.counters[name]

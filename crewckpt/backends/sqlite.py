@@ -218,6 +218,12 @@ class SqliteTxn(_SqlReader, Txn):
     def alias_set(self, alias: str, cid: bytes) -> None:
         self._b._conn.execute("INSERT OR IGNORE INTO aliases(alias, id) VALUES (?,?)", (alias, cid))
 
+    def alias_forget(self, cids: Iterable[bytes]) -> int:
+        n = 0
+        for b in _batches(list(cids)):
+            n += self._b._conn.execute(f"DELETE FROM aliases WHERE id IN ({','.join('?' * len(b))})", b).rowcount
+        return n
+
     def counter_next(self, name: str) -> int:
         c = self._b._conn
         key = "counter:" + name

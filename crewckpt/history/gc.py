@@ -226,8 +226,11 @@ def gc(store: Store, *, dry_run: bool = False, grace_ns: int = 0, progress: Prog
         repack(store, live, metas, progress)
         deleted = 0
         for i in range(0, len(dead), DELETE_BATCH):
+            batch = dead[i:i + DELETE_BATCH]
             with b.transaction() as txn:
-                deleted += txn.delete_objects(dead[i:i + DELETE_BATCH], cutoff)
+                deleted += txn.delete_objects(batch, cutoff)
+                # a collected commit's foreign ids must not resolve to nothing (re-import makes them anew)
+                txn.alias_forget([o for o in batch if metas[o].kind == ob.COMMIT and not txn.has_many([o])])
             if progress:
                 progress("sweep", min(i + DELETE_BATCH, len(dead)), len(dead))
         packs_before = {o for o, m in metas.items() if m.kind == ob.PACK}

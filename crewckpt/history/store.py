@@ -210,7 +210,9 @@ class Store:
     def lookup_alias(self, alias: str) -> str | None:
         """The 64-hex commit id a foreign id (CrewAI checkpoint id) names, or None. No revision parsing."""
         a = self.backend.alias_get(alias)
-        return a.hex() if a else None
+        if a is None or (self.backend.index_get(a) is None and not self.backend.has_many([a])):
+            return None  # the commit was collected (gc also drops such aliases)
+        return a.hex()
 
     @property
     def _default_run(self) -> str:
@@ -563,6 +565,14 @@ def find_store(path: str | os.PathLike[str] | None = None) -> Path:
     Raises:
         StoreNotFound: with the path tried and the fix.
     """
+    try:
+        return _find_store(path)
+    except OSError as e:  # e.g. a folder the user may not enter
+        raise StoreNotFound(f"{e.filename or path}: cannot look for a store there ({e.strerror}); check the "
+                            f"permissions or pass --store") from None
+
+
+def _find_store(path: str | os.PathLike[str] | None) -> Path:
     explicit = path if path is not None else os.environ.get(ENV_VAR) or None
     if explicit is not None:
         p = Path(explicit)
