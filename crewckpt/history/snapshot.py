@@ -37,6 +37,11 @@ MAX_INLINE_DEPTH = 64
 STR_CDC_MIN = 16 * 1024
 CHUNK_ENTRIES = 64
 LEAF_BYTES = 16384
+SEPARATE_KEYS = frozenset({"agent", "agent_executor", "output", "memory"})
+"""CrewAI shape hints: containers under these keys are their own trees even when small. A crew's every task
+embeds its agent, and the agent's executor changes on every event: inline, each change would rewrite every
+task; as links, the tasks stay put. Task outputs and memory also become separately addressable (diff)."""
+SEPARATE_MIN = 256  # bytes: tinier containers stay inline anyway (a link costs 35)
 _MASK = CHUNK_ENTRIES // 2 - 1
 _FORCE_CUT = 8 * CHUNK_ENTRIES
 CACHE_BYTES = 96 * 1024 * 1024
@@ -128,12 +133,13 @@ class Frozen:
 
 
 class _Frame:
-    __slots__ = ("is_dict", "keys", "vals", "i", "out", "key", "height", "frozen", "skip")
+    __slots__ = ("is_dict", "keys", "vals", "i", "out", "key", "height", "frozen", "skip", "own")
 
     def __init__(self, v: dict[str, Any] | list[Any] | tuple[Any, ...], key: bytes | None,
                  frozen: Frozen | None = None) -> None:
         self.frozen = frozen
         self.skip = 0  # levels below this one that skip cache keys (msgpack refused this one as too deep)
+        self.own = False  # stored as its own tree whatever its size (a SEPARATE_KEYS member)
         self.is_dict = isinstance(v, dict)
         if self.is_dict:
             for k in v:  # type: ignore[union-attr]
@@ -227,7 +233,7 @@ class Splitter:
         stack: list[_Frame] = []
         result: list[tuple[bytes, int]] = []
 
-        def enter(v: Any, keyed: bool = True) -> tuple[bytes, int] | object:
+        def enter(v: Any, keyed: bool = True, own: bool = False) -> tuple[bytes, int] | object:
             if isinstance(v, (*_SCALARS, int)):
                 return self._scalar(v), 0
             if isinstance(v, str):
@@ -260,6 +266,7 @@ class Splitter:
                         return hit
                 frame = _Frame(v, key)
                 frame.skip = skip
+                frame.own = own
                 stack.append(frame)
                 return _PENDING
             raise TypeError(f"value of type {type(v).__name__} is not JSON")
@@ -270,7 +277,7 @@ class Splitter:
         while stack:
             f = stack[-1]
             if f.i < len(f.vals):
-                r = enter(f.vals[f.i])
+                r = enter(f.vals[f.i], True, f.is_dict and f.keys[f.i] in SEPARATE_KEYS)
                 if r is _PENDING:
                     continue
                 f.out.append(r[0])  # type: ignore[index]
@@ -325,7 +332,7 @@ class Splitter:
             payload = _arr_hdr(n) + b"".join(f.out)
             form = ob.ARRAY
         height = f.height + 1
-        if len(payload) + 2 > INLINE_MAX or height > MAX_INLINE_DEPTH:
+        if len(payload) + 2 > INLINE_MAX or height > MAX_INLINE_DEPTH or (f.own and len(payload) > SEPARATE_MIN):
             return _ext(ob.EXT_TREE, self._put(ob.TREE, _tree_body(form, payload))), 0
         return payload, height
 
