@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
                          f"prune+gc running)", commits_acknowledged=sum(k.acknowledged for k in runs),
                          restorable=sum(k.restorable for k in runs), pruned_by_design=sum(k.pruned for k in runs),
                          lost=sum(k.lost for k in runs), process_errors=sum(k.errors for k in runs),
-                         gc_rounds=sum(k.maint_rounds for k in runs), seconds=round(sum(k.seconds for k in runs))))
+                         gc_rounds=sum(k.maint_rounds for k in runs), gc_busy=sum(k.gc_busy for k in runs),
+                         seconds=round(sum(k.seconds for k in runs))))
         problems += [f"concurrency: {p}" for k in runs for p in k.problems]
         out["concurrency"] = [dataclasses.asdict(k) for k in runs]
 
