@@ -54,6 +54,8 @@ def main() -> None:
             s.commit(d, alias=f.stem.split("_p-")[0], trigger=d.get("trigger"))
             times.append(time.perf_counter() - t)
         before = s.stats()["file_bytes"]
+        wal = Path(tmp, ".ckpt", "store.db-wal")
+        wal_bytes = wal.stat().st_size if wal.exists() else 0
         t = time.perf_counter()
         s.gc()
         gc_s = time.perf_counter() - t
@@ -63,7 +65,8 @@ def main() -> None:
         ms = [x * 1000 for x in times]
         print(f"fixture               {args.fixture}: {len(files)} checkpoints")
         print(f"CrewAI JSON files     {json_bytes:>12,} bytes")
-        print(f"crewckpt before gc    {before:>12,} bytes  ({json_bytes / before:.1f}x smaller)")
+        print(f"crewckpt before gc    {before:>12,} bytes  ({json_bytes / before:.1f}x smaller; of which WAL "
+              f"{wal_bytes:,}, checkpointed into the db every ~1 MiB)")
         print(f"crewckpt after gc     {after:>12,} bytes  ({json_bytes / after:.1f}x smaller)  gc {gc_s:.2f} s")
         print(f"objects               {st['objects']:>12,}  (logical {st['logical_bytes']:,} bytes)")
         print(f"commit ms             median {statistics.median(ms):.2f}  max {max(ms):.2f}  "
