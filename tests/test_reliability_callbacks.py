@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from reliability_harness import fixtures_root
+
 from crewckpt.history.store import Store
 from crewckpt.views.transfer import import_checkpoints
 
@@ -34,7 +34,7 @@ def test_imported_callback_is_not_resolved_without_opt_in(tmp_path: Path, monkey
     monkeypatch.chdir(tmp_path)
     src = tmp_path / "src"
     shutil.copytree(fixtures_root() / "crew_default" / ".checkpoints", src)
-    victim = sorted((src / "main").glob("*.json"))[-1]
+    victim = max((src / "main").glob("*.json"))
     doc = json.loads(victim.read_text())
     doc["entities"][0]["tasks"][0]["callback"] = target
     victim.write_text(json.dumps(doc))
