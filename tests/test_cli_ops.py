@@ -121,6 +121,8 @@ def test_resume_calls_restore_and_kickoff(demo, monkeypatch):
 
     # The integration's restore is tested with real CrewAI in its own tests; here only the CLI's part.
     monkeypatch.setitem(sys.modules, "crewckpt.crewai", types.SimpleNamespace(restore=restore))
+    monkeypatch.setitem(sys.modules, "crewckpt.crewai.run", types.SimpleNamespace(
+        kickoff_restored=lambda entity, inputs: entity.kickoff(inputs=inputs)))
     record = orjson.loads(
         ok(ckpt(demo.path, "resume", "main~1", "--inputs", '{"topic": "x"}', "--json")).stdout
     )
