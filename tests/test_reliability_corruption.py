@@ -162,3 +162,24 @@ def test_database_file_damage_never_returns_wrong_data(tmp_path: Path) -> None:
         db_trial(path, tmp_path / "t", docs, rng, fig)
     _no_problems(fig)
     assert fig.db_detected > 0
+
+
+def test_damaged_schema_text_is_a_corrupt_store_not_a_unicode_error(tmp_path: Path) -> None:
+    """A flipped byte in sqlite_master made SQLite's own error message invalid UTF-8: Store.open raised a raw
+    UnicodeDecodeError (found by the long db-file run of scripts/reliability.py)."""
+    from crewckpt.errors import CorruptStore
+    base = tmp_path / "base"
+    build_store(base, seed=4, gc=False)
+    data = (base / "store.db").read_bytes()
+    start, end = data.index(b"CREATE TABLE"), data.rindex(b"CREATE ")
+    t = tmp_path / "t"
+    shutil.copytree(base, t)
+    for off in range(start, end, 5):  # every 5th byte of the schema text
+        d = bytearray(data)
+        d[off] ^= 0xFF
+        (t / "store.db").write_bytes(bytes(d))
+        try:
+            with Store.open(t) as s:
+                s.fsck(full=True)
+        except CkptError as e:
+            assert isinstance(e, CorruptStore) and "\n" not in str(e)

@@ -283,6 +283,9 @@ class SqliteBackend(_SqlReader, Backend):
             except sqlite3.DatabaseError as e:
                 raise CorruptStore(f"{self.path}: not a readable crewckpt database ({e}); restore it from a "
                                    f"backup or re-import") from None
+            except UnicodeDecodeError:  # a damaged schema makes even SQLite's error message invalid UTF-8
+                raise CorruptStore(f"{self.path}: not a readable crewckpt database (damaged schema); restore "
+                                   f"it from a backup or re-import") from None
 
     @classmethod
     def create(cls, folder: str | os.PathLike[str], meta: dict[str, str] | None = None) -> SqliteBackend:
@@ -346,8 +349,10 @@ class SqliteBackend(_SqlReader, Backend):
                 delay = min(delay * 2, 0.05)
             except sqlite3.DatabaseError as e:
                 raise CorruptStore(f"{self.path}: {e}; run `ckpt fsck`") from None
+            except UnicodeDecodeError:  # a damaged page turned a TEXT value (or SQLite's message) into bad UTF-8
+                raise CorruptStore(f"{self.path}: damaged text in the database; run `ckpt fsck`") from None
 
-    def _error(self, e: sqlite3.Error) -> Exception:
+    def _error(self, e: sqlite3.Error | UnicodeDecodeError) -> Exception:
         """A crewckpt error for an SQLite failure that waiting cannot cure (one line, with the fix)."""
         msg = str(e)
         if isinstance(e, sqlite3.OperationalError) and "full" in msg:
@@ -380,7 +385,7 @@ class SqliteBackend(_SqlReader, Backend):
             self._retry(lambda: self._conn.execute("BEGIN IMMEDIATE"))
             try:
                 yield SqliteTxn(self)
-            except sqlite3.Error as e:  # a statement inside the transaction (e.g. disk full while inserting)
+            except (sqlite3.Error, UnicodeDecodeError) as e:  # a statement inside the transaction (disk full...)
                 self._rollback()
                 raise self._error(e) from None
             except BaseException:
