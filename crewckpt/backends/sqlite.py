@@ -16,9 +16,17 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-
-from crewckpt.backends.base import (HEAD_BYTES, Backend, IndexRow, ObjectMeta, ReflogEntry, StoreBusy,
-                                    StoredObject, StoreWriteError, Txn)
+from crewckpt.backends.base import (
+    HEAD_BYTES,
+    Backend,
+    IndexRow,
+    ObjectMeta,
+    ReflogEntry,
+    StoreBusy,
+    StoredObject,
+    StoreWriteError,
+    Txn,
+)
 from crewckpt.errors import CorruptStore, RefConflict
 
 DB_NAME = "store.db"
