@@ -36,6 +36,7 @@ class IntegrityError(CkptError):
 
     def __init__(self, oid: str, why: str) -> None:
         self.oid = oid
+        self.why = why
         super().__init__(f"object {oid} is corrupt: {why}; run `ckpt fsck --full` to list affected commits")
 
 

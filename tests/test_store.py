@@ -20,7 +20,7 @@ from crewckpt.history.commits import PrunedCommit
 from crewckpt.history.snapshot import Frozen
 
 json_scalars = (st.none() | st.booleans() | st.integers(min_value=-(2**80), max_value=2**80)
-                | st.floats(allow_nan=False) | st.text())
+                | st.floats(allow_nan=False, allow_infinity=False) | st.text())
 json_values = st.recursive(
     json_scalars,
     lambda kids: st.lists(kids, max_size=80) | st.dictionaries(st.text(max_size=8), kids, max_size=80),
@@ -78,6 +78,9 @@ def test_not_json_is_a_type_error_and_writes_nothing(store: Store) -> None:
     for bad in ({"a": b"bytes"}, {"a": {1, 2}}, {1: "int key"}, {"a": object()}):
         with pytest.raises(TypeError):
             store.commit(bad)
+    for bad in ({"f": float("nan")}, [1, float("inf")], {"x": {"deep": [float("-inf")]}}):
+        with pytest.raises(ValueError, match="not a JSON number"):
+            store.commit(bad)
     assert store.list() == [] and store.branches() == {}
 
 
@@ -133,7 +136,7 @@ def test_two_runs_on_main_stay_reachable(store: Store) -> None:
 
 @pytest.mark.parametrize("name", ["", "../x", "/abs", "a//b", "a..b", "-x", "x.lock", "x/", "a b", "a\x00b",
                                   "a~1", "a^", "a:b", "a?", "a*", "a[", "a\\b", "@", "HEAD", "latest", "x@{1}",
-                                  ".hidden", "a/.b", "end.", "x" * 201, "tab\t"])
+                                  ".hidden", "a/.b", "end.", "x" * 201, "tab\t", "refs/heads/main", "refs"])
 def test_bad_branch_names_fail_before_writing(store: Store, name: str) -> None:
     with pytest.raises(BadRefName) as e:
         store.commit({"a": 1}, branch=name)
@@ -166,7 +169,13 @@ def test_revisions(store: Store) -> None:
     for bad in ("nope", "main~9", "exp^3", "main@{9}", "main~x", "", "~1", "abc", "zzzz", "a" * 2000):
         with pytest.raises(UnknownRevision) as e:
             r(bad)
-        assert "\n" not in str(e.value)
+        assert "\n" not in str(e.value) and len(str(e.value)) < 300
+    with pytest.raises(UnknownRevision, match="at least 4 hex"):
+        r(ids[0][:3])
+    with pytest.raises(UnknownRevision, match="only 4 ancestor"):
+        r("main~9")
+    with pytest.raises(UnknownRevision, match="is a tree, not a commit"):
+        r(store.info(ids[0]).tree)
 
 
 def test_ambiguous_prefix_lists_candidates() -> None:

@@ -63,7 +63,7 @@ def resume(rev: str, inputs_text: str | None, branch: str | None, as_json: bool)
     try:
         entity = restore(full, store=store, fork=branch) if branch else restore(full, store=store)
     except ValueError as exc:
-        raise CkptError(f"cannot restore {rev} ({full[:12]}): {' '.join(str(exc).split())}") from None
+        raise CkptError(f"cannot restore {rev} ({full[:12]}): {_one_line(exc)}") from None
     result = _kickoff(entity, inputs)
     output = getattr(result, "raw", result)
     record: dict[str, Any] = {
@@ -109,6 +109,12 @@ def parse_inputs(text: str | None) -> dict[str, Any] | None:
     if not isinstance(value, dict):
         raise UsageProblem('--inputs must be a JSON object like \'{"topic": "otters"}\'')
     return value
+
+
+def _one_line(exc: BaseException, limit: int = 240) -> str:
+    """An exception as one short line (pydantic's can run to thousands of characters); --debug shows all."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 1] + "… (run with --debug for the whole error)"
 
 
 def _kickoff(entity: Any, inputs: dict[str, Any] | None) -> Any:
@@ -321,6 +327,10 @@ def import_(path: str, branch_prefix: str | None, branch: str | None, as_json: b
             store, path, branch_prefix=branch_prefix, branch=branch, progress=update
         )
     _print_transfer(app, report, as_json)
+    if not report.imported and not report.present:
+        why = "every checkpoint found was skipped" if report.problems else "no CrewAI checkpoint found there"
+        raise CkptError(f"nothing imported from {path}: {why}; give a CrewAI checkpoint folder, JSON file or "
+                        f"SQLite database")
 
 
 @click.command()
@@ -374,6 +384,7 @@ def export(
     store = app.store()
     for branch in branches:
         store.resolve(branch)  # unknown branch: a one-line error before anything is written
+    _check_destination(dest, fmt)
     with app.progress(f"export {dest}") as update:
         report = transfer.export_checkpoints(
             store,
@@ -385,6 +396,22 @@ def export(
             progress=update,
         )
     _print_transfer(app, report, as_json)
+
+
+def _check_destination(dest: str, fmt: str) -> None:
+    """One-line errors for destinations that cannot work, before anything is written."""
+    from pathlib import Path
+
+    p = Path(dest)
+    for parent in (p, *p.parents):
+        if parent.exists():
+            if parent != p and not parent.is_dir():
+                raise CkptError(f"--to {dest}: {parent} is a file, not a folder; choose a path in a folder")
+            break
+    if fmt == "json" and p.exists() and not p.is_dir():
+        raise CkptError(f"--to {dest}: is a file; a JSON export needs a folder (or use --format sqlite)")
+    if fmt == "sqlite" and p.is_dir():
+        raise CkptError(f"--to {dest}: is a folder; an SQLite export needs a database file path")
 
 
 def _print_transfer(app: Any, report: Any, as_json: bool) -> None:

@@ -80,7 +80,10 @@ def prune(keep: int | None, older_than: str | None, branch: str | None, dry_run:
 @click.option("--dry-run", "-n", "dry_run", is_flag=True, help="Count what would be freed; delete nothing.")
 @json_option
 def gc(dry_run: bool, as_json: bool) -> None:
-    """Delete objects no live commit, branch or reflog reaches (after a grace period).
+    """Delete objects no live checkpoint or ref reaches, repack the rest, shrink the file.
+
+    Live means: not pruned (`ckpt prune`), or the tip of a branch or run. Reflog entries do not keep a
+    pruned checkpoint: after gc, `BRANCH@{N}` naming one says it was pruned and collected.
 
     \b
     Example:
@@ -98,8 +101,8 @@ def gc(dry_run: bool, as_json: bool) -> None:
         return
     verb = "would delete" if dry_run else "deleted"
     app.line(
-        f"gc: {verb} {record['deleted_objects']} object(s), {human_bytes(record['deleted_bytes'])}; "
-        f"{record['live_objects']} live; store {human_bytes(record['bytes_before'])} -> "
+        f"gc: {verb} {record['deleted_objects']} object(s) ({human_bytes(record['deleted_bytes'])} uncompressed); "
+        f"{record['live_objects']} live; store on disk {human_bytes(record['bytes_before'])} -> "
         f"{human_bytes(record['bytes_after'])} in {record['seconds']} s"
     )
 
@@ -139,6 +142,10 @@ def fsck(full: bool, as_json: bool) -> None:
     else:
         for problem in problems:
             app.line(f"problem: {problem}", "red")
+        for cid, oids in list(report.affected.items())[:20]:
+            app.line(f"damaged checkpoint: {cid[:12]} needs {len(oids)} broken object(s)", "red")
+        if len(report.affected) > 20:
+            app.line(f"... and {len(report.affected) - 20} more damaged checkpoint(s) (--json lists all)", "red")
         verdict = (
             "ok" if report.ok else f"{len(problems)} problem(s); affected commits: {len(report.affected)}"
         )

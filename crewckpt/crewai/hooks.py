@@ -366,4 +366,8 @@ def install() -> None:
         RuntimeState.afrom_checkpoint = classmethod(_afrom_checkpoint)  # type: ignore[assignment]
         RuntimeState.fork = _fork  # type: ignore[method-assign]
         Flow.from_checkpoint = classmethod(_flow_from_checkpoint)  # type: ignore[assignment]
+        # checkpoints written with crewckpt.testing.ScriptedLLM (the demo, tests) restore in any process,
+        # e.g. `ckpt resume`, not only where crewckpt.testing was imported; CrewAI imports the class lazily
+        from crewai.agents.agent_builder.base_agent import _LLM_TYPE_REGISTRY
+        _LLM_TYPE_REGISTRY.setdefault("crewckpt_scripted", "crewckpt.testing.ScriptedLLM")
         _installed = True

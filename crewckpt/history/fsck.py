@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from crewckpt.errors import IntegrityError, MissingObject
+from crewckpt.errors import CorruptStore, IntegrityError, MissingObject
 from crewckpt.format import objects as ob
 from crewckpt.history.commits import to_row
 from crewckpt.history.snapshot import links_in
@@ -39,7 +39,17 @@ class FsckReport:
 def fsck(store: Store, *, full: bool = False, progress: Progress | None = None) -> FsckReport:
     """Check ``store``. Quick: walk every live commit's graph, decoding and re-hashing each tree and commit and
     checking blobs exist. Full: also re-hash every blob and every unreachable object, and compare each index
-    row with its commit object."""
+    row with its commit object. A database file too damaged to read is one problem in the report (with the
+    way out), not an exception."""
+    try:
+        return _fsck(store, full, progress)
+    except CorruptStore as e:
+        return FsckReport({}, {}, 0, [
+            f"the database file itself is damaged ({e}); restore store.db from a backup, or salvage what SQLite "
+            f"can still read: `sqlite3 store.db .recover | sqlite3 recovered.db`, then `ckpt fsck --full` on it"])
+
+
+def _fsck(store: Store, full: bool, progress: Progress | None) -> FsckReport:
     b = store.backend
     broken: dict[bytes, str] = {}
     problems: list[str] = []
@@ -82,7 +92,7 @@ def fsck(store: Store, *, full: bool = False, progress: Progress | None = None) 
                 broken[o] = _why(e) if isinstance(e, IntegrityError) else f"its pack {e.oid} is missing"
                 kids = []
             except Exception as e:  # a tree body that does not decode
-                broken[o] = f"object {o.hex()} is corrupt: {e}"
+                broken[o] = f"does not decode: {e}"
                 kids = []
             children[o] = kids
             level.extend(kids)
@@ -106,7 +116,10 @@ def fsck(store: Store, *, full: bool = False, progress: Progress | None = None) 
 
 
 def _why(e: Exception) -> str:
-    return "missing" if isinstance(e, MissingObject) else str(e)
+    """The reason alone (the errors' own advice to run fsck would be circular here)."""
+    if isinstance(e, MissingObject):
+        return "missing"
+    return e.why if isinstance(e, IntegrityError) else str(e)
 
 
 def _affected(commits: Mapping[bytes, object], children: dict[bytes, list[bytes]],

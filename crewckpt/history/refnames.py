@@ -34,7 +34,8 @@ def check_branch(name: object) -> str:
     n = unicodedata.normalize("NFC", name)
     why = _problem(n)
     if why:
-        raise BadRefName(f"bad branch name {name!r}: {why}; use letters, digits, '-', '_', '.' and '/'")
+        shown = repr(name) if len(name) <= 60 else repr(name[:57]) + "..."
+        raise BadRefName(f"bad branch name {shown}: {why}; use letters, digits, '-', '_', '.' and '/'")
     return n
 
 
@@ -45,6 +46,8 @@ def _problem(n: str) -> str | None:
         return f"longer than {MAX_LEN} characters"
     if n in RESERVED:
         return "reserved word"
+    if n == "refs" or n.startswith("refs/"):
+        return "starts with 'refs/' (a branch is named without it)"
     m = _FORBIDDEN.search(n)
     if m:
         return f"contains {m.group()!r}"

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import math
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -204,6 +205,7 @@ class Splitter:
 
         Raises:
             TypeError: a value is not JSON (e.g. bytes, a set, a non-string key).
+            ValueError: a float is NaN or infinite (not JSON).
         """
         self._put = put
         self._staged.clear()
@@ -219,6 +221,8 @@ class Splitter:
     # -- walking -------------------------------------------------------------------------------------------
 
     def _scalar(self, v: Any) -> bytes:
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"{v!r} is not a JSON number (JSON has no NaN or Infinity; CrewAI writes null)")
         return msgpack.packb(ob.pack_int(v) if isinstance(v, int) and not isinstance(v, bool) else v)
 
     def _key(self, k: str) -> bytes:

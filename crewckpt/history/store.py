@@ -149,6 +149,7 @@ class Store:
             alias: a foreign id for this commit (a CrewAI checkpoint id).
         Raises:
             BadRefName: bad branch or run id. UnknownRevision: a parent does not resolve. TypeError: not JSON.
+            ValueError: NaN or Infinity (JSON has neither).
             StoreBusy: the store stayed locked. CkptError subclasses for damaged stores.
         """
         ref = refnames.branch_ref(branch)
@@ -288,14 +289,19 @@ class Store:
         """
         r = revisions.parse(rev)
         cid = self._base(r)
+        walked = 0
         for parent_no, count in r.steps:
             for _ in range(count):
                 if parent_no == 0:
                     break
                 ps = self._parents(cid)
                 if len(ps) < parent_no:
+                    if not ps:
+                        raise UnknownRevision(f"revision {rev!r} goes past the first checkpoint: {r.base} has only "
+                                              f"{walked} ancestor(s) that way")
                     raise UnknownRevision(f"revision {rev!r}: commit {cid.hex()[:12]} has {len(ps)} parent(s)")
                 cid = ps[parent_no - 1]
+                walked += 1
         if self.backend.index_get(cid) is None and not self.backend.has_many([cid]):
             raise UnknownRevision(f"revision {rev!r}: commit {cid.hex()[:12]} was pruned and collected")
         return cid.hex()
@@ -316,8 +322,14 @@ class Store:
             return last
         if len(b) == 64 and revisions.is_hex(b):
             cid = bytes.fromhex(b)
-            if self.backend.index_get(cid) or self.backend.has_many([cid]):
+            if self.backend.index_get(cid):
                 return cid
+            got = self.backend.get(cid)
+            if got is not None and got.kind == ob.COMMIT:
+                return cid
+            if got is not None:
+                kind = ob.KIND_NAMES.get(got.kind, b"object").decode()
+                raise UnknownRevision(f"{b[:12]} is a {kind}, not a commit; give a checkpoint's id")
         if b.startswith("refs/"):
             t = self.backend.get_ref(b)
             if t:
@@ -337,8 +349,10 @@ class Store:
                 lines = "; ".join(f"{c.hex()[:12]} ({self._info(c).time:%Y-%m-%d %H:%M:%S} on "
                                   f"{self._info(c).branch})" for c in cands[:10])
                 raise AmbiguousRevision(f"short id {b!r} is ambiguous: {lines}; give more characters")
-        raise UnknownRevision(f"unknown revision {r.text!r}: not a commit id, branch or checkpoint id; "
-                              f"see `ckpt list`")
+        hint = ("; short ids need at least 4 hex digits" if len(b) < revisions.MIN_PREFIX
+                and all(c in "0123456789abcdefABCDEF" for c in b) else "; see `ckpt list`")
+        shown = r.text if len(r.text) <= 80 else r.text[:77] + "..."
+        raise UnknownRevision(f"unknown revision {shown!r}: not a commit id, branch or checkpoint id{hint}")
 
     # -- history ---------------------------------------------------------------------------------------------
 
@@ -522,6 +536,8 @@ class Store:
             d = per.setdefault(r.branch, {"commits": 0, "logical_bytes": 0})
             d["commits"] += 1
             d["logical_bytes"] += s.logical_bytes
+        for name in self.branches():  # branches made from existing commits own none of their own yet
+            per.setdefault(name, {"commits": 0, "logical_bytes": 0})
         logical = sum(d["logical_bytes"] for d in per.values())
         return {"objects": n, "body_bytes": body, "stored_bytes": stored, "commits": len(rows),
                 "logical_bytes": logical, "dedup_ratio": logical / body if body else 0.0,
@@ -582,6 +598,8 @@ def _find_store(path: str | os.PathLike[str] | None) -> Path:
             return p / DEFAULT_DIR
         if not p.exists():
             raise StoreNotFound(f"{p}: no such folder; create a store with `ckpt init {p}`")
+        if not p.is_dir():
+            raise StoreNotFound(f"{p}: is a file, not a store folder; pass the folder that holds {DB_NAME}")
         raise StoreNotFound(f"{p}: not a crewckpt store (no {DB_NAME}); create one with `ckpt init {p}`")
     here = Path.cwd().resolve()
     for d in (here, *here.parents):

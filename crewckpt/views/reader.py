@@ -73,7 +73,9 @@ class Problem:
 
     def __str__(self) -> str:
         who = self.checkpoint_id or self.source
-        return f"{self.kind}: {who}: {self.reason}"
+        if not who.isprintable():  # ids come from hostile files too: keep the report one line per problem
+            who = repr(who)
+        return f"{self.kind}: {who}: {' '.join(self.reason.split())}"
 
 
 def detect_kind(path: str | Path) -> SourceKind:
@@ -116,6 +118,9 @@ class CrewaiSource:
         value, text = self._load(record)
         if not isinstance(value, dict):
             raise DamagedCheckpoint(f"data is a JSON {type(value).__name__}, not an object")
+        why = _not_runtime_state(value)
+        if why:
+            raise DamagedCheckpoint(f"not a CrewAI checkpoint: {why}")
         return Checkpoint(record, value, text)
 
     def checkpoints(self) -> Iterator[Checkpoint]:
@@ -137,6 +142,18 @@ class CrewaiSource:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _not_runtime_state(value: dict[str, Any]) -> str | None:
+    """Why ``value`` cannot be CrewAI's RuntimeState (its ``entities`` list of typed entities and its
+    ``event_record`` object), or None."""
+    ents = value.get("entities")
+    if not isinstance(ents, list) or not all(isinstance(e, dict) and isinstance(e.get("entity_type"), str)
+                                              for e in ents):
+        return "'entities' must be a list of objects with an 'entity_type'"
+    if "event_record" in value and not isinstance(value["event_record"], dict):
+        return "'event_record' must be an object"
+    return None
 
 
 def _parse_text(text: str) -> Any:
