@@ -87,7 +87,7 @@ def test_second_gc_is_refused_not_blocked(tmp_path: Path) -> None:
         assert got
         other = Store.open(tmp_path / "s")
         try:
-            other.gc()
+            other.gc(wait_s=0)
             raise AssertionError("expected GcBusy")
         except GcBusy as e:
             assert "\n" not in str(e)
@@ -112,7 +112,7 @@ def test_gc_killed_while_holding_its_lock_does_not_block_the_next_gc(tmp_path: P
     assert p.stdout is not None and p.stdout.readline().strip() == "held"
     with Store.open(store_path) as s:
         try:
-            s.gc()
+            s.gc(wait_s=0.5)
             raise AssertionError("gc ran while another process held the lock")
         except GcBusy:
             pass

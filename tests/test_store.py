@@ -344,3 +344,25 @@ def test_automatic_repack_merges_small_packs_and_keeps_every_commit(tmp_path: Pa
     fresh = Store.open(tmp_path / "s")
     assert all(fresh.read(c) == d for c, d in zip(ids, docs))
     assert fresh.fsck(full=True).ok
+
+
+def test_gc_waits_for_a_short_lock_holder(tmp_path: Path) -> None:
+    import threading
+    import time
+    s = Store.init(tmp_path / "s")
+    s.commit({"a": 1})
+    held = threading.Event()
+
+    def hold() -> None:
+        with s.backend.gc_lock() as got:
+            assert got
+            held.set()
+            time.sleep(0.5)  # like a writer's automatic repack
+
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait()
+    other = Store.open(tmp_path / "s")
+    report = other.gc(wait_s=10)  # waits instead of failing with GcBusy
+    t.join()
+    assert report.live_objects > 0 and other.fsck().ok

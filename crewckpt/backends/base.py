@@ -239,9 +239,9 @@ class Backend(Reader):
         """Exclusive, atomic write scope (contract points 2 and 3)."""
 
     @abc.abstractmethod
-    def gc_lock(self) -> contextlib.AbstractContextManager[bool]:
-        """Non-blocking lock held for a whole gc run; yields False when another gc holds it. Dies with its
-        process (no stale lock files)."""
+    def gc_lock(self, wait_s: float = 0.0) -> contextlib.AbstractContextManager[bool]:
+        """Lock held for a whole gc or repack; waits up to ``wait_s`` seconds, then yields False when another
+        holder still has it. Dies with its process (no stale lock files)."""
 
     @abc.abstractmethod
     def reclaim(self, compact: bool = False) -> None:

@@ -186,8 +186,8 @@ class MemoryBackend(_MemReader, Backend):
             self._s = work
 
     @contextlib.contextmanager
-    def gc_lock(self) -> Iterator[bool]:
-        got = self._gc.acquire(blocking=False)
+    def gc_lock(self, wait_s: float = 0.0) -> Iterator[bool]:
+        got = self._gc.acquire(timeout=wait_s) if wait_s > 0 else self._gc.acquire(blocking=False)
         try:
             yield got
         finally:

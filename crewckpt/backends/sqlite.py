@@ -406,11 +406,11 @@ class SqliteBackend(_SqlReader, Backend):
                 raise
 
     @contextlib.contextmanager
-    def gc_lock(self) -> Iterator[bool]:
+    def gc_lock(self, wait_s: float = 0.0) -> Iterator[bool]:
         import filelock  # only gc needs it
         if self.read_only:
             raise StoreWriteError(f"{self.folder}: the store is read-only; gc cannot run")
-        lock = filelock.FileLock(str(self.folder / "gc.lock"), timeout=0)
+        lock = filelock.FileLock(str(self.folder / "gc.lock"), timeout=wait_s)
         try:
             lock.acquire()
         except filelock.Timeout:

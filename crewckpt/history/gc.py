@@ -32,6 +32,7 @@ DELETE_BATCH = 500
 LOOSE_MIN = 1 << 20  # bytes; bodies over this stay loose (same rule as commits)
 REPACK_BELOW = 16 << 20  # bytes: gc merges packs smaller than this (one full pack until then, like git gc)
 PACK_MAX = 16 << 20  # bytes of bodies per new pack
+GC_WAIT_S = 30.0  # seconds gc waits for the lock (another gc, or a writer's automatic repack)
 AUTO_PACKS = 32  # small packs that make a commit merge them (git's gc.autoPackLimit is 50)
 AUTO_SMALL = 1 << 20  # bytes: what auto_repack counts as a small (per-checkpoint) pack
 COMPACT_BELOW = 256 << 20  # bytes: smaller stores are rewritten densely (VACUUM, well under a second)
@@ -190,20 +191,23 @@ def auto_repack(store: Store, min_packs: int = AUTO_PACKS) -> int:
     return moved
 
 
-def gc(store: Store, *, dry_run: bool = False, grace_ns: int = 0, progress: Progress | None = None) -> GcReport:
+def gc(store: Store, *, dry_run: bool = False, grace_ns: int = 0, progress: Progress | None = None,
+       wait_s: float = GC_WAIT_S) -> GcReport:
     """Collect unreachable objects of ``store`` and repack the live ones (module docstring has the safety
     argument).
 
     Args:
         dry_run: report what would go, change nothing (the epoch is not bumped either).
         grace_ns: also keep objects touched within this many ns before gc started.
+        wait_s: how long to wait for the gc lock (another gc, or a writer's automatic repack).
     Raises:
-        GcBusy: another gc is running.
+        GcBusy: the lock stayed taken for ``wait_s`` seconds.
     """
     b = store.backend
-    with b.gc_lock() as got:
+    with b.gc_lock(wait_s=wait_s) as got:  # a writer's automatic repack holds it for well under a second
         if not got:
-            raise GcBusy("another gc is running on this store; wait for it to finish")
+            raise GcBusy(f"another gc is running on this store (its lock stayed taken for {wait_s:.0f} s); wait "
+                         f"for it to finish")
         before = store.stats()["file_bytes"]
         # the cutoff is read *before* the epoch bump: a writer that puts objects after the bump either saw the
         # old epoch (its transaction committed before the bump, so mark sees its commit) or stamps them with

@@ -490,17 +490,19 @@ class Store:
                     txn.set_ref_if_equals(name, target, None)
         return [r.id.hex() for r in gone]
 
-    def gc(self, *, dry_run: bool = False, grace_s: float = 0.0, progress: Progress | None = None) -> GcReport:
+    def gc(self, *, dry_run: bool = False, grace_s: float = 0.0, progress: Progress | None = None,
+           wait_s: float = 30.0) -> GcReport:
         """Delete objects no live commit or ref reaches, repack the rest, give the space back.
 
         Args:
             dry_run: only report. grace_s: also keep objects touched in the last ``grace_s`` seconds.
             progress: ``(phase, done, total or None)`` callback.
+            wait_s: seconds to wait for the gc lock (another gc, or a writer's automatic repack).
         Raises:
-            GcBusy: another gc holds the lock. See :func:`crewckpt.history.gc.gc` for the safety argument.
+            GcBusy: the gc lock stayed taken for ``wait_s`` seconds. See :func:`crewckpt.history.gc.gc` for the safety argument.
         """
         from crewckpt.history.gc import gc
-        return gc(self, dry_run=dry_run, grace_ns=int(grace_s * 1e9), progress=progress)
+        return gc(self, dry_run=dry_run, grace_ns=int(grace_s * 1e9), progress=progress, wait_s=wait_s)
 
     def fsck(self, full: bool = False, progress: Progress | None = None) -> FsckReport:
         """Check the store (quick: live commits' graphs; full: every object re-hashed). Never raises for damage:
