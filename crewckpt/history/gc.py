@@ -33,8 +33,6 @@ LOOSE_MIN = 1 << 20  # bytes; bodies over this stay loose (same rule as commits)
 REPACK_BELOW = 16 << 20  # bytes: gc merges packs smaller than this (one full pack until then, like git gc)
 PACK_MAX = 16 << 20  # bytes of bodies per new pack
 GC_WAIT_S = 30.0  # seconds gc waits for the lock (another gc, or a writer's automatic repack)
-AUTO_PACKS = 32  # small packs that make a commit merge them (git's gc.autoPackLimit is 50)
-AUTO_SMALL = 1 << 20  # bytes: what auto_repack counts as a small (per-checkpoint) pack
 COMPACT_BELOW = 256 << 20  # bytes: smaller stores are rewritten densely (VACUUM, well under a second)
 
 
@@ -175,20 +173,18 @@ def drop_unreferenced_packs(store: Store, touched_before_ns: int) -> int:
         return txn.delete_objects(packs, touched_before_ns)
 
 
-def auto_repack(store: Store, min_packs: int = AUTO_PACKS) -> int:
-    """Merge small packs once there are ``min_packs`` of them (git's gc.autoPackLimit idea): every member of a
-    small pack, live or not, moves into bigger packs compressed together; nothing else is deleted, so no
-    marking is needed. Skipped while a gc runs. Returns how many objects moved."""
-    metas = list(store.backend.iter_objects())
-    small = {m.oid[:PACK_KEY] for m in metas if m.kind == ob.PACK and m.size < AUTO_SMALL}
-    if len(small) < min_packs:
-        return 0
+def merge_packs(store: Store, packs: list[tuple[bytes, list[bytes]]]) -> bool:
+    """Merge packs this writer wrote, given as ``(pack id, member ids)``, into bigger packs compressed together
+    (git's gc.autoPackLimit idea), then delete them. Needs no scan: only the writer's own rows name its packs
+    (a member that already existed kept its older frame). Skipped, returning False, while a gc holds the
+    lock; the caller keeps its list and tries again later."""
     with store.backend.gc_lock() as got:
         if not got:
-            return 0
-        moved = write_packs(store, [m.oid for m in metas if m.kind != ob.PACK and _pack_of(m.head) in small])
-        drop_unreferenced_packs(store, time.time_ns())
-    return moved
+            return False
+        write_packs(store, [o for _, members in packs for o in members])
+        with store.backend.transaction() as txn:
+            txn.delete_objects([p for p, _ in packs], time.time_ns() + 1)
+    return True
 
 
 def gc(store: Store, *, dry_run: bool = False, grace_ns: int = 0, progress: Progress | None = None,

@@ -41,7 +41,7 @@ _log = logging.getLogger("crewckpt")
 DEFAULT_DIR = ".ckpt"
 ENV_VAR = "CKPT_STORE"
 _EPOCH = "gc_epoch"
-AUTO_REPACK_EVERY = 16  # commits between checks for too many small packs
+AUTO_PACKS = 32  # per-checkpoint packs a writer merges into one (git's gc.autoPackLimit is 50)
 LOOSE_MIN = 1 << 20  # bytes: bodies larger than this are stored loose, not packed
 
 
@@ -59,7 +59,8 @@ class Store:
         self._known: set[bytes] = set()
         self._epoch = backend.meta_get(_EPOCH) or "0"
         self._wlock = threading.Lock()
-        self._since_repack = 0
+        self._my_packs: builtins.list[tuple[bytes, builtins.list[bytes]]] = []  # merged every AUTO_PACKS
+        self._last_pack: tuple[bytes, builtins.list[bytes]] | None = None
         self._check_version()
         dict_id = backend.meta_get("dictionary")
         if dict_id:
@@ -185,18 +186,20 @@ class Store:
                 if len(self._known) > 2_000_000:
                     self._known.clear()
                 self._known.update(pending)
-                self._since_repack += 1
-                if self._since_repack >= AUTO_REPACK_EVERY:
-                    self._since_repack = 0
-                    self._auto_repack()
+                if self._last_pack is not None:
+                    self._my_packs.append(self._last_pack)
+                    if len(self._my_packs) >= AUTO_PACKS:
+                        self._auto_repack()
                 return cid.hex()
         raise AssertionError("unreachable: the second attempt re-puts everything and cannot race gc")
 
     def _auto_repack(self) -> None:
-        """Merge the small per-checkpoint packs now and then (best effort: a failure only logs)."""
-        from crewckpt.history.gc import auto_repack
+        """Merge this writer's per-checkpoint packs every AUTO_PACKS checkpoints (best effort: a failure only
+        logs; a running gc postpones it)."""
+        from crewckpt.history.gc import merge_packs
         try:
-            auto_repack(self)
+            if merge_packs(self, self._my_packs):
+                self._my_packs = []
         except CkptError as e:
             _log.warning("crewckpt: automatic repack skipped: %s", e)
 
@@ -204,9 +207,12 @@ class Store:
         """A checkpoint's new objects go into one pack; big blobs stay loose (objects_format.md, 'Packs')."""
         small = [(o, k, b) for o, (k, b) in pending.items() if len(b) <= LOOSE_MIN]
         big = [self.objects.frame(k, b) for o, (k, b) in pending.items() if len(b) > LOOSE_MIN]
+        self._last_pack = None
         if len(small) < 2:
             return big + [self.objects.frame(k, b) for _, k, b in small]
-        return big + self.objects.pack(small)
+        packed = self.objects.pack(small)
+        self._last_pack = (packed[0].oid, [o for o, _, _ in small])
+        return big + packed
 
     def lookup_alias(self, alias: str) -> str | None:
         """The 64-hex commit id a foreign id (CrewAI checkpoint id) names, or None. No revision parsing."""
