@@ -157,13 +157,7 @@ class ObjectDB:
                     out[o] = t
         todo = [o for o in want if o not in out]
         if todo:
-            got = self.get_many(todo, reader)
-            for o in todo:
-                if o not in got:
-                    raise MissingObject(o.hex())
-                kind, body = got[o]
-                if kind != ob.TREE:
-                    raise IntegrityError(o.hex(), f"expected a tree, found kind {kind}")
+            for o, body in self._bodies(todo, ob.TREE, reader).items():
                 try:
                     out[o] = ob.decode_tree(body)
                 except DecodeError as e:
@@ -187,15 +181,18 @@ class ObjectDB:
 
     def blobs(self, oids: Iterable[bytes], reader: Reader | None = None) -> dict[bytes, bytes]:
         """Verified blob bodies. Raises MissingObject / IntegrityError."""
-        want = list(dict.fromkeys(oids))
+        return self._bodies(list(dict.fromkeys(oids)), ob.BLOB, reader)
+
+    def _bodies(self, want: list[bytes], kind: int, reader: Reader | None) -> dict[bytes, bytes]:
+        """Verified bodies of ``want``, every one present and of ``kind`` (else MissingObject/IntegrityError)."""
         got = self.get_many(want, reader)
         out = {}
         for o in want:
             if o not in got:
                 raise MissingObject(o.hex())
-            kind, body = got[o]
-            if kind != ob.BLOB:
-                raise IntegrityError(o.hex(), f"expected a blob, found kind {kind}")
+            k, body = got[o]
+            if k != kind:
+                raise IntegrityError(o.hex(), f"expected a {ob.KIND_NAMES[kind].decode()}, found kind {k}")
             out[o] = body
         return out
 
