@@ -8,8 +8,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from crewckpt.errors import (AmbiguousRevision, BadRefName, CkptError, FormatVersionError, IntegrityError,
-                             RefConflict, StoreNotFound, UnknownRevision)
+from crewckpt.errors import (
+    AmbiguousRevision,
+    BadRefName,
+    CkptError,
+    FormatVersionError,
+    IntegrityError,
+    RefConflict,
+    StoreNotFound,
+    UnknownRevision,
+)
 
 if TYPE_CHECKING:
     from crewckpt.history.commits import CommitInfo, PrunedCommit
@@ -19,8 +27,20 @@ if TYPE_CHECKING:
 _LAZY = {"Store": "crewckpt.history.store", "Frozen": "crewckpt.history.snapshot",
          "CommitInfo": "crewckpt.history.commits", "PrunedCommit": "crewckpt.history.commits"}
 
-__all__ = ["Store", "Frozen", "CommitInfo", "PrunedCommit", "CkptError", "StoreNotFound", "FormatVersionError",
-           "IntegrityError", "UnknownRevision", "AmbiguousRevision", "BadRefName", "RefConflict"]
+__all__ = [
+    "AmbiguousRevision",
+    "BadRefName",
+    "CkptError",
+    "CommitInfo",
+    "FormatVersionError",
+    "Frozen",
+    "IntegrityError",
+    "PrunedCommit",
+    "RefConflict",
+    "Store",
+    "StoreNotFound",
+    "UnknownRevision",
+]
 __version__ = "0.1.0"
 
 

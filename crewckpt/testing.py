@@ -46,11 +46,11 @@ def set_offline_env(env: dict[str, str] | os._Environ[str] | None = None) -> Non
 
 set_offline_env()  # importing crewckpt.testing before crewai is the cheapest way to stay offline
 
-from crewai.agents.agent_builder.base_agent import _LLM_TYPE_REGISTRY, BaseAgent  # noqa: E402
-from crewai.events.event_bus import crewai_event_bus  # noqa: E402
-from crewai.events.types.llm_events import LLMCallType  # noqa: E402
-from crewai.llms.base_llm import BaseLLM, llm_call_context  # noqa: E402
-from pydantic import Field, PrivateAttr, model_validator  # noqa: E402
+from crewai.agents.agent_builder.base_agent import _LLM_TYPE_REGISTRY, BaseAgent
+from crewai.events.event_bus import crewai_event_bus
+from crewai.events.types.llm_events import LLMCallType
+from crewai.llms.base_llm import BaseLLM, llm_call_context
+from pydantic import Field, PrivateAttr, model_validator
 
 SCRIPTED_LLM_TYPE = "crewckpt_scripted"
 """The ``llm_type`` a ScriptedLLM serializes with; restore looks it up in ``_LLM_TYPE_REGISTRY``."""

@@ -290,7 +290,7 @@ def reflog(branch: str, limit: int | None, as_json: bool) -> None:
 
         names = ", ".join(store.branches()) or "none yet"
         raise UnknownRevision(f"no branch named {branch!r}; branches: {names}")
-    entries = [e for e in store.reflog(branch) if e.new is not None]
+    entries = [(e, e.new) for e in store.reflog(branch) if e.new is not None]
     entries.reverse()  # newest first: entry N is BRANCH@{N}
     if limit is not None:
         entries = entries[:limit]
@@ -298,19 +298,19 @@ def reflog(branch: str, limit: int | None, as_json: bool) -> None:
         emit_ndjson(
             {
                 "selector": f"{branch}@{{{n}}}",
-                "id": e.new.hex(),
+                "id": new.hex(),
                 "old": e.old.hex() if e.old else None,
                 "time_ns": e.time_ns,
                 "message": e.message,
             }
-            for n, e in enumerate(entries)
+            for n, (e, new) in enumerate(entries)
         )
         return
-    shorts = short_ids(e.new.hex() for e in entries)
-    for n, e in enumerate(entries):
+    shorts = short_ids(new.hex() for _, new in entries)
+    for n, (e, new) in enumerate(entries):
         app.styled(
             [
-                (shorts[e.new.hex()] + " ", "yellow"),
+                (shorts[new.hex()] + " ", "yellow"),
                 (f"{branch}@{{{n}}}: ", "bold"),
                 (e.message + "  ", None),
                 (local_time(e.time_ns), "dim"),

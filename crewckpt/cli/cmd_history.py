@@ -242,8 +242,8 @@ def list_(path: str | None, branch: str | None, as_json: bool) -> None:
     if not app.color:  # one write: 10,000 lines cost milliseconds, not a call each
         sys.stdout.write("".join("".join(row) + "\n" for row in rows))
         return
-    for row in rows:
-        app.styled(zip(row, styles))
+    for cells in rows:
+        app.styled(zip(cells, styles))
 
 
 @click.command()

@@ -88,7 +88,7 @@ def prepare_store(path: str | os.PathLike[str]) -> None:
     def run() -> None:
         try:
             open_store(key, create=True)
-        except Exception:  # noqa: BLE001 - the first real write reports the problem
+        except Exception:
             logger.debug("crewckpt: preparing the store at %s failed", key, exc_info=True)
 
     threading.Thread(target=run, name="crewckpt-prepare-store", daemon=True).start()
@@ -123,7 +123,7 @@ def _db_identity(key: str) -> tuple[int, int] | None:
 def _close(store: Store) -> None:
     try:
         store.close()
-    except Exception:  # noqa: BLE001 - closing a stale handle is best-effort
+    except Exception:
         logger.debug("crewckpt: closing a stale store handle failed", exc_info=True)
 
 

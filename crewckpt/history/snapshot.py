@@ -121,7 +121,7 @@ class Frozen:
         json_bytes: its compact JSON encoding, if the caller has it (saves dumping it to size the commit).
     """
 
-    __slots__ = ("value", "json_bytes", "_rep", "_token")
+    __slots__ = ("_rep", "_token", "json_bytes", "value")
 
     def __init__(self, value: Any, json_bytes: bytes | None = None) -> None:
         self.value = value
@@ -134,7 +134,7 @@ class Frozen:
 
 
 class _Frame:
-    __slots__ = ("is_dict", "keys", "vals", "i", "out", "key", "height", "frozen", "skip", "own")
+    __slots__ = ("frozen", "height", "i", "is_dict", "key", "keys", "out", "own", "skip", "vals")
 
     def __init__(self, v: dict[str, Any] | list[Any] | tuple[Any, ...], key: bytes | None,
                  frozen: Frozen | None = None) -> None:

@@ -19,11 +19,19 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from crewckpt.backends.base import Backend, ReflogEntry, Txn
+from crewckpt.backends.base import Backend, ReflogEntry
 from crewckpt.backends.memory import MemoryBackend
 from crewckpt.backends.sqlite import DB_NAME, SqliteBackend
-from crewckpt.errors import (AmbiguousRevision, BranchExists, CkptError, FormatVersionError, MissingObject,
-                             StoreExists, StoreNotFound, UnknownRevision)
+from crewckpt.errors import (
+    AmbiguousRevision,
+    BranchExists,
+    CkptError,
+    FormatVersionError,
+    MissingObject,
+    StoreExists,
+    StoreNotFound,
+    UnknownRevision,
+)
 from crewckpt.format import objects as ob
 from crewckpt.history import refnames, revisions
 from crewckpt.history.commits import CommitInfo, PrunedCommit, from_commit, from_row, to_row
