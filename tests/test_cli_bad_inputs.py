@@ -95,3 +95,11 @@ def test_stats_lists_branches_made_from_existing_commits(demo: DemoStore) -> Non
     record = orjson.loads(ok(ckpt(demo.path, "stats", "--json")).stdout)
     text = orjson.dumps(record).decode()
     assert "made-later" in text
+
+
+def test_graph_marks_where_pruned_history_ends(demo: DemoStore) -> None:
+    ok(ckpt(demo.path, "prune", "--keep", "2", "--branch", "main"))
+    out = ok(ckpt(demo.path, "log", "--graph", "--all", "--oneline")).stdout
+    assert "~ (pruned: history continues no further)" in out
+    full = ok(ckpt(demo.path, "log", "--graph", "--all", "--oneline", "-n", "3")).stdout
+    assert "pruned" not in full  # a cut made by -n is not pruning

@@ -88,10 +88,21 @@ def log(
     tips = _tips_by_id(store)
     shorts = short_ids([c.id for c in commits] + [p for c in commits for p in getattr(c, "parents", [])])
     rows: Iterable[Any]
+    cut: set[str] = set()  # with --all, commits whose parents were all pruned (their line ends here)
     if graph:
         from crewckpt.cli.graph import graph_rows
 
-        rows = graph_rows((c.id, list(getattr(c, "parents", []))) for c in commits)
+        shown = {c.id for c in commits}
+        layout = []
+        for c in commits:
+            parents = list(getattr(c, "parents", []))
+            if all_ and limit is None:  # every live commit is listed: a missing parent was pruned
+                kept = [p for p in parents if p in shown]
+                if parents and not kept:
+                    cut.add(c.id)
+                parents = kept
+            layout.append((c.id, parents))
+        rows = graph_rows(layout)
     else:
         rows = (None for _ in commits)
     for commit, row in zip(commits, rows):
@@ -101,6 +112,8 @@ def log(
                 app.line(line, "red")
             prefix = row.row + " "
         _print_log_entry(app, commit, shorts, tips.get(commit.id, []), commit.id == head, prefix, oneline)
+        if commit.id in cut:
+            app.styled([(prefix.replace("*", "~"), "red"), ("(pruned: history continues no further)", "dim")])
 
 
 def _log_commits(store: Any, rev: str, all_: bool, limit: int | None) -> list[Any]:
