@@ -264,6 +264,8 @@ class SqliteBackend(_SqlReader, Backend):
             raise CorruptStore(f"{self.path}: database file is missing; the store is damaged")
         _check_not_truncated(self.path)
         self.read_only = not (os.access(self.path, os.W_OK) and os.access(self.folder, os.W_OK))
+        if not self.read_only:  # an init killed between publishing store.db and cleaning up left its temp file
+            _remove_dead_inits(self.folder)
         # as_uri() percent-encodes: a raw '?' or '#' in the folder name would end the path early and make
         # SQLite open (and create) a different file outside the store
         uri = self.path.resolve().as_uri()
