@@ -85,7 +85,7 @@ def log(
     if as_json:
         emit_ndjson(_log_record(c) for c in commits)
         return
-    tips = _tips_by_id(store)
+    tips = _tips_by_id(store, commits)
     shorts = short_ids([c.id for c in commits] + [p for c in commits for p in getattr(c, "parents", [])])
     rows: Iterable[Any]
     cut: set[str] = set()  # with --all, commits whose parents were all pruned (their line ends here)
@@ -184,10 +184,20 @@ def _kb(n: int) -> str:
     return human_bytes(n)
 
 
-def _tips_by_id(store: Any) -> dict[str, list[str]]:
+def _tips_by_id(store: Any, commits: list[Any] | None = None) -> dict[str, list[str]]:
+    """commit id -> branch names whose tip it is. With ``commits`` (the ones a log shows), a run's last
+    commit that no branch names and no shown commit continues also gets its run ref
+    (``refs/runs/<run id>``): an earlier run on a branch that a later, fresh run moved on."""
+    from crewckpt.history.refnames import RUNS
+
     tips: dict[str, list[str]] = {}
     for name, tip in sorted(store.branches().items()):
         tips.setdefault(tip, []).append(name)
+    if commits is not None:
+        continued = {p for c in commits for p in getattr(c, "parents", ())}
+        for run, tip in sorted(store.runs().items()):
+            if tip not in tips and tip not in continued:
+                tips[tip] = [RUNS + run]
     return tips
 
 
