@@ -382,6 +382,9 @@ def export(
         fmt = "sqlite" if dest.endswith((".db", ".sqlite", ".sqlite3")) else "json"
     app = obj()
     store = app.store()
+    from crewckpt.history.refnames import check_branch
+
+    branches = tuple(check_branch(b) for b in branches)  # BadRefName (exit 2) before anything is resolved
     for branch in branches:
         store.resolve(branch)  # unknown branch: a one-line error before anything is written
     _check_destination(dest, fmt)
