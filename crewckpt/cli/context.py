@@ -156,7 +156,7 @@ def paint(text: str, style: str | None) -> str:
     Control characters in ``text`` (escape sequences from a checkpoint's data) are shown as ``\\x1b``
     so they cannot restyle or move the terminal.
     """
-    text = safe_text(text)  # also C1, bidi and zero-width characters (crewckpt.cli.fmt)
+    text = safe_text(text, tabs=True)  # also C1, bidi and zero-width characters (crewckpt.cli.fmt)
     code = _SGR.get(style) if style and text else None
     return f"\x1b[{code}m{text}\x1b[0m" if code else text
 

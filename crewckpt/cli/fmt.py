@@ -146,13 +146,14 @@ def _escape_match(m: re.Match[str]) -> str:
     return _escape_char(t[0]) + t[1:]  # one character, or an SGR sequence whose ESC alone is active
 
 
-def safe_text(text: object, *, multiline: bool = False) -> str:
+def safe_text(text: object, *, multiline: bool = False, tabs: bool | None = None) -> str:
     """``text`` with every terminal-active or invisible character shown escaped (``\\x1b``, ``\\u202e``; the
     rule above). ``multiline``: keep newlines and tabs (a document's text); else they are escaped too (a
-    name, a trigger, a one-line field). Cheap when there is nothing to escape."""
+    name, a trigger, a one-line field). ``tabs``: keep tabs (default: as ``multiline``). Cheap when there is
+    nothing to escape."""
     s = text if isinstance(text, str) else str(text)
     pattern = _UNSAFE_MULTILINE if multiline else _UNSAFE
-    if "\t" in s and not multiline:
+    if "\t" in s and not (multiline if tabs is None else tabs):
         s = s.replace("\t", "\\t")  # outside the character class: the multiline pattern keeps tabs
     return pattern.sub(_escape_match, s) if pattern.search(s) else s
 

@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from crewckpt.cli.context import AppContext, UsageProblem
+from crewckpt.cli.fmt import safe_text
 
 EPILOG = """\b
 Examples:
@@ -68,7 +69,9 @@ class CkptGroup(click.Group):
         """Click's main, but usage errors (bad option, missing argument, bad value) are one line too:
         ``ckpt: error: No such option '--x'; see `ckpt log --help```, exit status 2."""
         argv = list(sys.argv[1:] if args is None else args)
-        with terminal_guard(json_output="--json" in argv):
+        # --json and a redirected --raw are exact bytes (docs/cli-json.md; `ckpt show --raw > cp.json`)
+        exact = "--json" in argv or ("--raw" in argv and not sys.stdout.isatty())
+        with terminal_guard(json_output=exact):
             if not standalone_mode:
                 return super().main(args, prog_name, complete_var, False, **extra)
             self._standalone(args, prog_name, complete_var, argv, **extra)
@@ -109,7 +112,7 @@ class CkptGroup(click.Group):
                 payload = {"error": {"type": type(exc).__name__, "message": message, "exit_code": code}}
                 click.echo(orjson.dumps(payload).decode(), err=True)
             else:
-                click.echo(f"ckpt: error: {message}", err=True)
+                click.echo(f"ckpt: error: {safe_text(message)}", err=True)
             ctx.exit(code)
         finally:
             app = ctx.find_object(AppContext)
@@ -148,7 +151,7 @@ def _report_click_error(exc: click.ClickException, json_asked: bool) -> None:
         payload = {"error": {"type": type(exc).__name__, "message": message, "exit_code": exc.exit_code}}
         click.echo(orjson.dumps(payload).decode(), err=True)
     else:
-        click.echo(f"ckpt: error: {message}", err=True)
+        click.echo(f"ckpt: error: {safe_text(message)}", err=True)
 
 
 def describe_error(exc: BaseException) -> tuple[int, str]:
