@@ -117,10 +117,21 @@ def log(
 
 
 def _log_commits(store: Any, rev: str, all_: bool, limit: int | None) -> list[Any]:
+    """The commits `log` shows. Following parents, a pruned commit ends the history with one marker line,
+    whether gc has collected it yet or not (a pruned commit is no longer a checkpoint `show` or `list`
+    know by its short id), so `log` says the same before and after `ckpt gc`."""
     if all_:
         commits = sorted(store.list(), key=lambda c: c.seq, reverse=True)
         return commits[:limit] if limit is not None else commits
-    return list(store.log(rev, limit=limit))
+    from crewckpt.history.commits import PrunedCommit
+
+    out: list[Any] = []
+    for c in store.log(rev, limit=limit):
+        if not c.live:
+            out.append(PrunedCommit(c.id))
+            break
+        out.append(c)
+    return out
 
 
 def _log_record(commit: Any) -> dict[str, Any]:

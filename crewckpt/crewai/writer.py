@@ -249,17 +249,18 @@ def write_checkpoint(state: RuntimeState, cfg: CheckpointConfig, event: Any = No
             _prune(store, cfg, cfg.max_checkpoints, target, parent_id, trigger, context)
         view = cfg.view_target()
         if view is not None:
-            _live_view(location, *view).publish(commit_id)
+            _live_view(location, *view, max_checkpoints=cfg.max_checkpoints).publish(commit_id)
         return commit_id
 
 
-_views: dict[tuple[str, str, str], Any] = {}
+_views: dict[tuple[str, str, str, int | None], Any] = {}
 _views_lock = threading.Lock()
 
 
-def _live_view(store_path: str, dest: str, fmt: str) -> Any:
-    """The LiveViewExporter publishing ``store_path``'s commits to ``dest`` (one per triple, kept)."""
-    key = (store_path, dest, fmt)
+def _live_view(store_path: str, dest: str, fmt: str, *, max_checkpoints: int | None = None) -> Any:
+    """The LiveViewExporter publishing ``store_path``'s commits to ``dest``, pruning each branch of the
+    view to ``max_checkpoints`` as CrewAI's providers do (one exporter per combination, kept)."""
+    key = (store_path, dest, fmt, max_checkpoints)
     exporter = _views.get(key)
     if exporter is None:
         with _views_lock:
@@ -267,7 +268,8 @@ def _live_view(store_path: str, dest: str, fmt: str) -> Any:
             if exporter is None:
                 from crewckpt.views.exporter import LiveViewExporter
 
-                exporter = _views[key] = LiveViewExporter(store_path, dest, fmt)
+                exporter = _views[key] = LiveViewExporter(store_path, dest, fmt,
+                                                          max_checkpoints=max_checkpoints)
     return exporter
 
 
