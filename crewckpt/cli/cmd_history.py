@@ -11,7 +11,7 @@ import click
 import orjson
 
 from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_option, obj, paged, try_resolve
-from crewckpt.cli.fmt import commit_json, entity_summary, local_time, short_ids, summary_fields
+from crewckpt.cli.fmt import commit_json, entity_summary, local_time, safe_text, short_ids, summary_fields
 from crewckpt.errors import UnknownRevision
 
 _TAG_STYLE = {
@@ -407,7 +407,7 @@ def show(rev: str, json_path: str | None, raw: bool, as_json: bool) -> None:
         sys.stdout.write(_crewai_text(value, full) + ("\n" if sys.stdout.isatty() else ""))
         return
     if isinstance(value, str) and json_path:
-        click.echo(value)
+        click.echo(safe_text(value, multiline=True))
         return
     text = orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
     if app.color and len(text) < 200_000:  # rich's highlighter is slow beyond that: plain is better

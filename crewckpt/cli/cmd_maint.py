@@ -46,6 +46,10 @@ def prune(keep: int | None, older_than: str | None, branch: str | None, dry_run:
             older_than_ns = parse_duration_ns(older_than)
         except ValueError as exc:
             raise UsageProblem(str(exc)) from None
+    if branch:
+        from crewckpt.history.refnames import check_branch
+
+        branch = check_branch(branch)  # BadRefName (exit 2) before the store is even opened
     app = obj()
     store = app.store()
     branches = [branch] if branch else sorted(store.branches())
