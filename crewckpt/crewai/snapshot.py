@@ -247,7 +247,11 @@ class SnapshotBuilder:
                         self._drop_bad_callbacks(v, s, seen)
 
     def warn(self, field: str, value: Any, error: BaseException | None) -> None:
-        """Warn once per field per run that ``field`` was stored as null."""
+        """Warn once per field per run that ``field`` was stored as null.
+
+        One warning only (a :class:`UnserializableFieldWarning`, not also a log record: Python's last-resort
+        log handler would print the same line twice); logged at debug level for log files.
+        """
         if field in self.warned:
             return
         self.warned.add(field)
@@ -256,7 +260,7 @@ class SnapshotBuilder:
             f"crewckpt: {field} holds a {type(value).__name__} that cannot be stored in a checkpoint{why}; "
             "stored as null (use a module-level function or a JSON-serializable value)"
         )
-        logger.warning(message)
+        logger.debug(message)
         warnings.warn(message, UnserializableFieldWarning, stacklevel=2)
 
 
