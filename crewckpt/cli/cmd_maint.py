@@ -136,6 +136,7 @@ def fsck(full: bool, as_json: bool) -> None:
         "ok": report.ok,
         "full": full,
         "checked": report.checked,
+        "other_checked": report.other_checked,
         "broken": report.broken,
         "affected": report.affected,
         "problems": list(report.problems),
@@ -153,8 +154,9 @@ def fsck(full: bool, as_json: bool) -> None:
         verdict = (
             "ok" if report.ok else f"{len(problems)} problem(s); affected commits: {len(report.affected)}"
         )
+        other = f" (+ {report.other_checked} outside them)" if full else ""
         app.line(
-            f"fsck{' --full' if full else ''}: checked {report.checked} objects "
+            f"fsck{' --full' if full else ''}: checked {report.checked} objects of live checkpoints{other} "
             f"in {record['seconds']} s: {verdict}",
             "green" if report.ok else "red",
         )
@@ -181,7 +183,7 @@ def stats(as_json: bool) -> None:
 
     \b
     Example:
-      ckpt stats --json | jq .ratio
+      ckpt stats --json | jq .total_ratio
     """
     app = obj()
     record = _report_dict(obj().store().stats())

@@ -280,10 +280,11 @@ def paged(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _note_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    """``--json`` after the verb, or the global ``ckpt --json VERB`` (already noted in the AppContext)."""
     app = ctx.find_object(AppContext)
     if app is not None and value:
         app.json = True
-    return value
+    return value or (app is not None and app.json)
 
 
 json_option = click.option(

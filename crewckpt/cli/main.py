@@ -195,15 +195,19 @@ def _is_ckpt_error(exc: BaseException) -> bool:
 )
 @click.option("--debug", is_flag=True, help="Show the full traceback on errors.")
 @click.option("--no-pager", "no_pager", is_flag=True, help="Do not page long output on a terminal.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Machine-readable output (same as COMMAND --json; docs/cli-json.md)."
+)
 @click.version_option(package_name="crewckpt", prog_name="ckpt")
 @click.pass_context
-def cli(ctx: click.Context, store_path: str | None, debug: bool, no_pager: bool) -> None:
+def cli(ctx: click.Context, store_path: str | None, debug: bool, no_pager: bool, as_json: bool) -> None:
     """crewckpt: git for CrewAI checkpoints.
 
     Immutable, deduplicated, compressed checkpoints of crews, flows and agents, with branches, log,
     diff, fork and resume. Run `ckpt COMMAND --help` for each command's options and examples.
     """
     ctx.obj = AppContext(store_path, debug, pager=not no_pager)
+    ctx.obj.json = as_json
     if ctx.invoked_subcommand is None and not launch_tui(ctx):
         click.echo(ctx.get_help())
 

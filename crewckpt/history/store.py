@@ -86,8 +86,12 @@ class Store:
     # -- opening ---------------------------------------------------------------------------------------------
 
     @classmethod
-    def init(cls, path: str | os.PathLike[str] = DEFAULT_DIR) -> Store:
+    def init(cls, path: str | os.PathLike[str] = DEFAULT_DIR, *, private: bool = True) -> Store:
         """Create a store folder and open it.
+
+        ``private`` (default): a folder created here is 0700 and the store's files 0600, since checkpoints
+        hold prompts, outputs and inputs; ``private=False`` honours the umask instead (a shared store).
+        An existing folder keeps its permissions.
 
         Raises:
             StoreExists: ``path`` already holds a store. CkptError: ``path`` is a file or not writable.
@@ -98,9 +102,10 @@ class Store:
         if p.exists() and not p.is_dir():
             raise CkptError(f"{p}: exists and is not a folder; choose another path")
         try:
-            p.mkdir(parents=True, exist_ok=True)
+            p.mkdir(parents=True, exist_ok=True, mode=0o700 if private else 0o777)
             # created complete (format version included) and published atomically: see SqliteBackend.create
-            backend = SqliteBackend.create(p, {"format_version": str(ob.FORMAT_VERSION), _EPOCH: "0"})
+            backend = SqliteBackend.create(p, {"format_version": str(ob.FORMAT_VERSION), _EPOCH: "0"},
+                                           mode=0o600 if private else 0o666)
         except FileExistsError:
             raise StoreExists(f"{p}: a crewckpt store already exists here; open it with "
                               f"Store.open({str(p)!r})") from None
