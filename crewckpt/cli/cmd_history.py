@@ -27,9 +27,13 @@ _TAG_STYLE = {
 
 @click.command()
 @click.argument("path", required=False, metavar="[PATH]")
+@click.option("--shared", is_flag=True,
+              help="Honour the umask (e.g. group-readable) instead of making the store private (0700/0600).")
 @json_option
-def init(path: str | None, as_json: bool) -> None:
+def init(path: str | None, shared: bool, as_json: bool) -> None:
     """Create an empty store at PATH (default: the global --store or $CKPT_STORE, else ./.ckpt).
+
+    The new folder and its files are private to you (0700/0600) unless --shared.
 
     \b
     Example:
@@ -41,7 +45,7 @@ def init(path: str | None, as_json: bool) -> None:
 
     path = path or obj().store_path or ".ckpt"
     try:
-        store = Store.init(path)
+        store = Store.init(path, private=not shared)
     except StoreExists:
         raise StoreExists(
             f"{path}: a crewckpt store already exists here; use it (ckpt --store {path} ...) or choose another path"

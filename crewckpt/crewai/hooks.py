@@ -57,7 +57,7 @@ from crewai.state import checkpoint_listener
 from crewai.state.checkpoint_config import CheckpointConfig as CrewAICheckpointConfig
 from crewai.state.runtime import RuntimeState
 
-from crewckpt.crewai import gate
+from crewckpt.crewai import gate, secrets
 from crewckpt.crewai.config import (
     RESTORED_CONTEXT,
     SIGNAL_EVENTS,
@@ -183,6 +183,7 @@ def load_state(cls: type[RuntimeState], doc: Any, **kwargs: Any) -> RuntimeState
     if not isinstance(doc, dict) or "entities" not in doc:
         raise ValueError("not a CrewAI checkpoint: the document has no 'entities'")
     gate.check(doc)  # before validation: CrewAI resolves some code-naming fields unguarded
+    secrets.prepare_restore(doc)  # redacted keys are rebuilt by CrewAI from the environment
     return cls.model_validate(inject_configs(doc), **kwargs)
 
 
