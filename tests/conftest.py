@@ -3,12 +3,36 @@
 from __future__ import annotations
 
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
 from crewai_fixtures import FIXTURES
 
 _SECONDS_PER_FILE: dict[str, float] = {}
+
+SLOW: tuple[str, ...] = (
+    # Marked `slow` here, in one place: the default run leaves them out (pyproject addopts) and `.ci/run` runs
+    # them next with `pytest -m slow`. Each takes 10-80 s on 2 busy cores; a node id, or one with its [param].
+    "tests/test_crewai_demo.py::test_demo_crashes_resumes_forks_and_compares_and_reruns",  # 2 demo processes
+    "tests/test_crewai_crew.py::test_star_crew_writes_38_checkpoints_in_one_chain_over_20_runs",
+    "tests/test_store.py::test_log_follows_10000_commits_and_marks_pruned_parents",
+    "tests/test_stateful_store.py::test_store_matches_model",
+    "tests/test_store_procs.py::test_four_processes_500_transactions_each_lose_nothing",
+    "tests/test_store_procs.py::test_gc_while_two_processes_write_reused_objects",
+    "tests/test_reliability_corruption.py::test_database_file_damage_never_returns_wrong_data",
+    "tests/test_reliability_corruption.py::test_damaged_schema_text_is_a_corrupt_store_not_a_unicode_error",
+    "tests/test_reliability_crash.py::test_sigkill_at_random_points_loses_no_acknowledged_commit",
+    "tests/test_fuzz_names.py::test_branch_verbs_with_hostile_names_touch_nothing_outside",
+    "tests/test_fuzz_names.py::test_importing_a_hostile_json_folder_reports_problems_instead_of_raising",
+    "tests/test_fuzz_format.py::test_reading_a_hostile_graph_gives_json_or_a_store_error",
+    "tests/test_fuzz_views.py::test_importing_any_sqlite_checkpoint_table_reports_instead_of_raising",
+    "tests/test_tui.py::test_every_tab_on_real_crewai_checkpoints",
+    "tests/test_tui_fork.py::test_fork_with_edited_output_and_input_reruns_only_downstream_tasks",
+    "tests/test_views_roundtrip.py::test_commit_ids_survive_json_and_sqlite_round_trips[crew_json_star_n6]",
+    "tests/test_views_roundtrip.py::test_export_reproduces_every_fixture_exactly[crew_json_star_n6]",
+    "tests/test_views_roundtrip.py::test_import_keeps_lineage_branches_aliases_and_is_idempotent[crew_json_star_n6]",
+)
 
 
 @pytest.fixture
@@ -17,6 +41,22 @@ def fixtures_copy(tmp_path: Path) -> Path:
     dst = tmp_path / "fixtures"
     shutil.copytree(FIXTURES, dst)
     return dst
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the :data:`SLOW` tests; warn about entries that name no test of a file that was collected (a
+    renamed test would silently move back into the default run)."""
+    matched: set[str] = set()
+    for item in items:
+        for entry in SLOW:
+            if item.nodeid == entry or item.nodeid.startswith(entry + "[") or item.nodeid.startswith(entry + "::"):
+                item.add_marker(pytest.mark.slow)
+                matched.add(entry)
+    collected = {item.nodeid.split("::")[0] for item in items}
+    for entry in SLOW:
+        if entry not in matched and entry.split("::")[0] in collected:
+            warnings.warn(pytest.PytestConfigWarning(f"conftest SLOW names no test: {entry}"), stacklevel=1)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -60,14 +61,18 @@ def test_demo_crashes_resumes_forks_and_compares_and_reruns(tmp_path: Path) -> N
     assert len(rerun) == len(first_ids) and not first_ids & {c.id for c in rerun}  # afresh, not appended
 
 
-def test_demo_leaves_a_store_it_did_not_write_alone(tmp_path: Path) -> None:
+def test_demo_leaves_a_store_it_did_not_write_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = importlib.util.spec_from_file_location("crewckpt_demo", ROOT / "scripts" / "demo.py")
+    assert spec is not None and spec.loader is not None
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)  # in this process: the refusal comes before any crew runs
     mine = Store.init(tmp_path / ".ckpt")
     cid = mine.commit({"step": 1})
     mine.close()
     before = sorted((p.name, p.read_bytes()) for p in (tmp_path / ".ckpt").iterdir() if p.is_file())
-    done = run_demo(tmp_path)
-    assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.strip().splitlines() == [
+    assert demo.main(["--store", str(tmp_path / ".ckpt")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines() == [
         (f"demo: {tmp_path / '.ckpt'} exists and was not written by this demo; run with --reset to replace it "
          "or --store DIR to use another folder")]
     assert sorted((p.name, p.read_bytes()) for p in (tmp_path / ".ckpt").iterdir() if p.is_file()) == before
