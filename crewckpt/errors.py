@@ -97,3 +97,8 @@ def require_crewai(action: str) -> None:
     """
     if not crewai_available():
         raise CrewAIMissing(f"{action} needs CrewAI, which is not installed; install it with: {INSTALL_HINT}")
+
+
+class DocumentTooLarge(CkptError, ValueError):
+    """A document is bigger or deeper than a stated limit: refused at commit (nesting deeper than
+    ``MAX_DEPTH``) or at read (more bytes or values than the read limits; raise them to read it anyway)."""

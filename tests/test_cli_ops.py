@@ -313,7 +313,7 @@ GC_KEYS = {
     "dry_run",
     "seconds",
 }
-FSCK_KEYS = {"ok", "full", "checked", "broken", "affected", "problems", "seconds"}
+FSCK_KEYS = {"ok", "full", "checked", "other_checked", "broken", "affected", "problems", "seconds"}
 STATS_KEYS = {"objects", "commits", "logical_bytes", "body_bytes", "stored_bytes", "file_bytes", "dedup_ratio",
               "compression_ratio", "total_ratio", "branches"}  # fmt: skip
 CREWAI_RECORD_KEYS = {"checkpoint_id", "parent_id", "branch", "created_at", "trigger", "source", "kind", "size",
@@ -358,8 +358,11 @@ def test_reflog_lists_the_positions_branch_at_n_names(demo):
     assert records[-1]["message"].startswith("branch: created") and records[0]["old"] == demo.alt[0]
     for record in records:
         assert ok(ckpt(demo.path, "rev-parse", record["selector"])).stdout.strip() == record["id"]
-    lines = ok(ckpt(demo.path, "reflog", "-n", "2")).stdout.splitlines()  # BRANCH defaults to main
-    assert len(lines) == 2 and lines[0].startswith(demo.main[-1][:8] + " main@{0}: commit: task_completed")
+    # BRANCH defaults to the branch of the latest checkpoint (where `ckpt resume` goes on): alt
+    lines = ok(ckpt(demo.path, "reflog", "-n", "2")).stdout.splitlines()
+    assert len(lines) == 2 and lines[0].startswith(demo.alt[-1][:8] + " alt@{0}: commit: task_completed")
+    main = ok(ckpt(demo.path, "reflog", "main", "-n", "1")).stdout
+    assert main.startswith(demo.main[-1][:8] + " main@{0}: commit: task_completed")
     missing = ckpt(demo.path, "reflog", "nope")
     assert missing.exit_code == 1 and "no branch named 'nope'; branches: alt, main" in missing.stderr
 

@@ -47,3 +47,38 @@ def test_imported_callback_is_not_resolved_without_opt_in(tmp_path: Path, monkey
     with pytest.raises(ValueError, match="CREWAI_DESERIALIZE_CALLBACKS"):
         restore(cid, store=tmp_path / ".ckpt")
     assert SENTINEL == []
+
+
+UNSAVEABLE_SCRIPT = """
+import sys
+from crewai import Agent, Crew, Task
+from crewckpt.crewai import CheckpointConfig
+from crewckpt.testing import ScriptedLLM
+agent = Agent(role="r", goal="g", backstory="b", llm=ScriptedLLM())
+tasks = [Task(description="d", expected_output="e", agent=agent, callback=lambda out: None)]
+crew = Crew(agents=[agent], tasks=tasks, checkpoint=CheckpointConfig(location=sys.argv[1], on_events=["*"]))
+crew.kickoff()
+"""
+
+
+def test_one_warning_per_unsaveable_callback(tmp_path: Path) -> None:
+    """Issue 11 item 8: a fresh interpreter (default warning filters, no logging set up) prints one line
+    about a lambda task callback, not CrewAI's construction warning plus crewckpt's log record plus its
+    warning."""
+    import os
+    import subprocess
+    import sys
+
+    from crewckpt.testing import OFFLINE_ENV
+
+    env = {**os.environ, **OFFLINE_ENV, "HOME": str(tmp_path)}
+    env.pop("PYTHONWARNINGS", None)
+    proc = subprocess.run([sys.executable, "-c", UNSAVEABLE_SCRIPT, str(tmp_path / ".ckpt")], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    about = [line for line in proc.stderr.splitlines() if "callback" in line.lower() and "Warning" in line
+             or line.startswith("crewckpt:")]
+    assert len(about) == 1, proc.stderr
+    assert "UnserializableFieldWarning" in about[0] and "Task.callback" in about[0]
+    doc = Store.open(tmp_path / ".ckpt").read("HEAD")
+    assert doc["entities"][0]["tasks"][0]["callback"] is None

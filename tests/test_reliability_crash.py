@@ -190,7 +190,7 @@ def open_dir() -> Iterator[Path]:
 def test_read_only_store_reads_and_refuses_writes_in_one_line(open_dir: Path) -> None:
     tmp_path = open_dir
     store_path = tmp_path / "s"
-    with Store.init(store_path) as s:
+    with Store.init(store_path, private=False) as s:  # another user reads it: a shared store
         cid = s.commit({"a": 1})
         s.commit({"a": 2}, branch="b")
     if os.geteuid() != 0:

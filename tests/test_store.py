@@ -63,15 +63,41 @@ def test_round_trip_edge_cases(store: Store, doc: Any) -> None:
     assert same(store.read(store.commit(doc)), doc)
 
 
-def test_nesting_deeper_than_the_recursion_limit(store: Store) -> None:
-    depth = sys.getrecursionlimit() * 3
-    doc: Any = "leaf"
+def _nested(depth: int, leaf: Any = "leaf") -> Any:
+    doc: Any = leaf
     for i in range(depth):
         doc = [doc] if i % 2 else {"k": doc}
-    back = store.read(store.commit(doc))
-    for i in reversed(range(depth)):
+    return doc
+
+
+def test_nesting_up_to_the_limit_round_trips(store: Store) -> None:
+    from crewckpt.history.limits import MAX_DEPTH
+    back = store.read(store.commit(_nested(MAX_DEPTH, 2**70)))
+    for i in reversed(range(MAX_DEPTH)):
         back = back[0] if i % 2 else back["k"]
-    assert back == "leaf"
+    assert back == 2**70
+
+
+@pytest.mark.parametrize("depth", [256, sys.getrecursionlimit() * 3])
+def test_nesting_deeper_than_the_limit_is_refused_at_commit(store: Store, depth: int) -> None:
+    from crewckpt.errors import DocumentTooLarge
+    with pytest.raises(DocumentTooLarge, match="deeper than 255 levels"):
+        store.commit(_nested(depth))
+    with pytest.raises(DocumentTooLarge):  # big ints make orjson refuse first: the walk checks depth too
+        store.commit(_nested(depth, 2**70))
+    assert store.list() == []
+
+
+def test_a_document_that_contains_itself_fails_at_once(store: Store) -> None:
+    d: dict[str, Any] = {"a": 1}
+    d["self"] = d
+    with pytest.raises(ValueError, match=r"contains itself \(circular reference at \$\.self\)"):
+        store.commit(d)
+    lst: list[Any] = [1]
+    lst.append({"x": lst})
+    with pytest.raises(ValueError, match=r"circular reference at \$\[1\]\.x"):
+        store.commit(lst)
+    assert store.list() == []
 
 
 def test_not_json_is_a_type_error_and_writes_nothing(store: Store) -> None:

@@ -298,8 +298,12 @@ class SqliteBackend(_SqlReader, Backend):
                                    f"it from a backup or re-import") from None
 
     @classmethod
-    def create(cls, folder: str | os.PathLike[str], meta: dict[str, str] | None = None) -> SqliteBackend:
+    def create(cls, folder: str | os.PathLike[str], meta: dict[str, str] | None = None, *,
+               mode: int = 0o600) -> SqliteBackend:
         """Create ``store.db`` (schema and ``meta`` rows) in an existing folder and open it.
+
+        ``mode``: permissions of ``store.db`` (the process umask still applies); SQLite gives its ``-wal`` and
+        ``-shm`` files the database's permissions. Default: private to the user.
 
         The database is built under a temporary name and published with a hard link, which never replaces an
         existing file: a process killed while creating leaves no half-made ``store.db``, and of several
@@ -318,6 +322,7 @@ class SqliteBackend(_SqlReader, Backend):
         rows = "".join(f"INSERT INTO meta(key, value) VALUES ({_sql_text(k)}, {_sql_text(v)});"
                        for k, v in (meta or {}).items())
         try:
+            os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, mode))  # SQLite would use 0644
             conn = sqlite3.connect(tmp, isolation_level=None)
             try:
                 conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
@@ -412,7 +417,11 @@ class SqliteBackend(_SqlReader, Backend):
         import filelock  # only gc needs it
         if self.read_only:
             raise StoreWriteError(f"{self.folder}: the store is read-only; gc cannot run")
-        lock = filelock.FileLock(str(self.folder / "gc.lock"), timeout=wait_s)
+        try:  # the lock file is as private as the database
+            mode = os.stat(self.folder / DB_NAME).st_mode & 0o666
+        except OSError:
+            mode = 0o600
+        lock = filelock.FileLock(str(self.folder / "gc.lock"), timeout=wait_s, mode=mode)
         try:
             lock.acquire()
         except filelock.Timeout:

@@ -64,11 +64,22 @@ def branch(
     _list_branches(store, as_json)
 
 
+def current_branch(store: Store) -> str | None:
+    """The branch the next checkpoint goes to: the branch of HEAD (the latest checkpoint written), which
+    `ckpt resume` without REV continues, when HEAD is still that branch's tip; else None (empty store,
+    branch deleted or moved elsewhere)."""
+    head = try_resolve(store, "HEAD")  # None in an empty store
+    if head is None:
+        return None
+    name = store.info(head).branch
+    return name if store.branches().get(name) == head else None
+
+
 def _list_branches(store: Store, as_json: bool) -> None:
-    """Every branch with its tip; ``*`` marks the branch whose tip is HEAD (the latest commit)."""
+    """Every branch with its tip; ``*`` marks :func:`current_branch` (at most one)."""
     app = obj()
     branches = store.branches()
-    head = try_resolve(store, "HEAD")  # None in an empty store
+    current = current_branch(store)
     infos = {name: store.info(tip) for name, tip in branches.items()}
     if as_json:
         emit_ndjson(
@@ -77,7 +88,7 @@ def _list_branches(store: Store, as_json: bool) -> None:
                 "tip": tip,
                 "time_ns": infos[name].time_ns,
                 "summary": infos[name].to_json()["summary"],
-                "head": tip == head,
+                "head": name == current,
             }
             for name, tip in sorted(branches.items())
         )
@@ -88,11 +99,11 @@ def _list_branches(store: Store, as_json: bool) -> None:
     shorts = short_ids(branches.values())
     width = max(len(n) for n in branches)
     for name, tip in sorted(branches.items()):
-        mark = "*" if tip == head else " "
+        mark = "*" if name == current else " "
         app.styled(
             [
                 (f"{mark} ", "green"),
-                (name.ljust(width) + "  ", "green" if tip == head else "cyan"),
+                (name.ljust(width) + "  ", "green" if name == current else "cyan"),
                 (shorts[tip] + "  ", "yellow"),
                 (local_time(infos[name].time_ns) + "  ", "dim"),
                 (entity_summary(summary_fields(infos[name])), None),
@@ -268,12 +279,14 @@ def _task_label(doc: object, key: tuple[int, int]) -> str:
 
 
 @click.command()
-@click.argument("branch", default="main")
+@click.argument("branch", required=False)
 @click.option("-n", "--max-count", "limit", type=click.IntRange(min=0), help="Show at most N entries.")
 @json_option
 @paged
-def reflog(branch: str, limit: int | None, as_json: bool) -> None:
+def reflog(branch: str | None, limit: int | None, as_json: bool) -> None:
     """Where branch BRANCH has pointed, newest first: the positions `BRANCH@{N}` names.
+
+    BRANCH defaults to the branch `ckpt branch` marks with `*` (where the next checkpoint goes), else main.
 
     Each commit, fork, reset or rename that moved the branch is one entry; deleting a branch deletes its
     reflog.
@@ -285,6 +298,8 @@ def reflog(branch: str, limit: int | None, as_json: bool) -> None:
     """
     app = obj()
     store = app.store()
+    if branch is None:
+        branch = current_branch(store) or "main"
     if branch not in store.branches():
         from crewckpt.errors import UnknownRevision
 

@@ -8,7 +8,7 @@ import click
 import orjson
 
 from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_option, obj
-from crewckpt.cli.fmt import entity_summary, summary_fields_of
+from crewckpt.cli.fmt import entity_summary, safe_text, summary_fields_of
 from crewckpt.errors import INSTALL_HINT, CkptError, CrewAIMissing
 from crewckpt.errors import require_crewai as _require
 
@@ -168,7 +168,7 @@ def list_crewai_path(path: str, branch: str | None, as_json: bool) -> None:
                 f"no CrewAI checkpoints in {path}" + (f" on branch {branch}" if branch else ""), err=True
             )
     for problem in problems:
-        click.echo(f"ckpt: warning: {problem}", err=True)
+        click.echo(f"ckpt: warning: {safe_text(problem)}", err=True)
 
 
 def info_crewai_path(path: str, as_json: bool) -> None:
@@ -223,7 +223,7 @@ def info_crewai_path(path: str, as_json: bool) -> None:
     for key, value in rows:
         app.styled([(f"{key:<{width}}  ", "bold"), (value, None)])
     for problem in problems:
-        click.echo(f"ckpt: warning: {problem}", err=True)
+        click.echo(f"ckpt: warning: {safe_text(problem)}", err=True)
 
 
 def _write_order(records: list[Any], kind: str) -> list[Any]:
@@ -382,6 +382,9 @@ def export(
         fmt = "sqlite" if dest.endswith((".db", ".sqlite", ".sqlite3")) else "json"
     app = obj()
     store = app.store()
+    from crewckpt.history.refnames import check_branch
+
+    branches = tuple(check_branch(b) for b in branches)  # BadRefName (exit 2) before anything is resolved
     for branch in branches:
         store.resolve(branch)  # unknown branch: a one-line error before anything is written
     _check_destination(dest, fmt)
@@ -421,4 +424,4 @@ def _print_transfer(app: Any, report: Any, as_json: bool) -> None:
         return
     click.echo(report.summary())
     for problem in report.problems:
-        click.echo(f"ckpt: warning: {problem}", err=True)
+        click.echo(f"ckpt: warning: {safe_text(problem)}", err=True)

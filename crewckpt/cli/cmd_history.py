@@ -11,7 +11,7 @@ import click
 import orjson
 
 from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_option, obj, paged, try_resolve
-from crewckpt.cli.fmt import commit_json, entity_summary, local_time, short_ids, summary_fields
+from crewckpt.cli.fmt import commit_json, entity_summary, local_time, safe_text, short_ids, summary_fields
 from crewckpt.errors import UnknownRevision
 
 _TAG_STYLE = {
@@ -27,9 +27,13 @@ _TAG_STYLE = {
 
 @click.command()
 @click.argument("path", required=False, metavar="[PATH]")
+@click.option("--shared", is_flag=True,
+              help="Honour the umask (e.g. group-readable) instead of making the store private (0700/0600).")
 @json_option
-def init(path: str | None, as_json: bool) -> None:
+def init(path: str | None, shared: bool, as_json: bool) -> None:
     """Create an empty store at PATH (default: the global --store or $CKPT_STORE, else ./.ckpt).
+
+    The new folder and its files are private to you (0700/0600) unless --shared.
 
     \b
     Example:
@@ -41,7 +45,7 @@ def init(path: str | None, as_json: bool) -> None:
 
     path = path or obj().store_path or ".ckpt"
     try:
-        store = Store.init(path)
+        store = Store.init(path, private=not shared)
     except StoreExists:
         raise StoreExists(
             f"{path}: a crewckpt store already exists here; use it (ckpt --store {path} ...) or choose another path"
@@ -85,7 +89,7 @@ def log(
     if as_json:
         emit_ndjson(_log_record(c) for c in commits)
         return
-    tips = _tips_by_id(store)
+    tips = _tips_by_id(store, commits)
     shorts = short_ids([c.id for c in commits] + [p for c in commits for p in getattr(c, "parents", [])])
     rows: Iterable[Any]
     cut: set[str] = set()  # with --all, commits whose parents were all pruned (their line ends here)
@@ -117,10 +121,21 @@ def log(
 
 
 def _log_commits(store: Any, rev: str, all_: bool, limit: int | None) -> list[Any]:
+    """The commits `log` shows. Following parents, a pruned commit ends the history with one marker line,
+    whether gc has collected it yet or not (a pruned commit is no longer a checkpoint `show` or `list`
+    know by its short id), so `log` says the same before and after `ckpt gc`."""
     if all_:
         commits = sorted(store.list(), key=lambda c: c.seq, reverse=True)
         return commits[:limit] if limit is not None else commits
-    return list(store.log(rev, limit=limit))
+    from crewckpt.history.commits import PrunedCommit
+
+    out: list[Any] = []
+    for c in store.log(rev, limit=limit):
+        if not c.live:
+            out.append(PrunedCommit(c.id))
+            break
+        out.append(c)
+    return out
 
 
 def _log_record(commit: Any) -> dict[str, Any]:
@@ -184,10 +199,20 @@ def _kb(n: int) -> str:
     return human_bytes(n)
 
 
-def _tips_by_id(store: Any) -> dict[str, list[str]]:
+def _tips_by_id(store: Any, commits: list[Any] | None = None) -> dict[str, list[str]]:
+    """commit id -> branch names whose tip it is. With ``commits`` (the ones a log shows), a run's last
+    commit that no branch names and no shown commit continues also gets its run ref
+    (``refs/runs/<run id>``): an earlier run on a branch that a later, fresh run moved on."""
+    from crewckpt.history.refnames import RUNS
+
     tips: dict[str, list[str]] = {}
     for name, tip in sorted(store.branches().items()):
         tips.setdefault(tip, []).append(name)
+    if commits is not None:
+        continued = {p for c in commits for p in getattr(c, "parents", ())}
+        for run, tip in sorted(store.runs().items()):
+            if tip not in tips and tip not in continued:
+                tips[tip] = [RUNS + run]
     return tips
 
 
@@ -407,7 +432,7 @@ def show(rev: str, json_path: str | None, raw: bool, as_json: bool) -> None:
         sys.stdout.write(_crewai_text(value, full) + ("\n" if sys.stdout.isatty() else ""))
         return
     if isinstance(value, str) and json_path:
-        click.echo(value)
+        click.echo(safe_text(value, multiline=True))
         return
     text = orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
     if app.color and len(text) < 200_000:  # rich's highlighter is slow beyond that: plain is better

@@ -46,6 +46,10 @@ def prune(keep: int | None, older_than: str | None, branch: str | None, dry_run:
             older_than_ns = parse_duration_ns(older_than)
         except ValueError as exc:
             raise UsageProblem(str(exc)) from None
+    if branch:
+        from crewckpt.history.refnames import check_branch
+
+        branch = check_branch(branch)  # BadRefName (exit 2) before the store is even opened
     app = obj()
     store = app.store()
     branches = [branch] if branch else sorted(store.branches())
@@ -132,6 +136,7 @@ def fsck(full: bool, as_json: bool) -> None:
         "ok": report.ok,
         "full": full,
         "checked": report.checked,
+        "other_checked": report.other_checked,
         "broken": report.broken,
         "affected": report.affected,
         "problems": list(report.problems),
@@ -149,8 +154,9 @@ def fsck(full: bool, as_json: bool) -> None:
         verdict = (
             "ok" if report.ok else f"{len(problems)} problem(s); affected commits: {len(report.affected)}"
         )
+        other = f" (+ {report.other_checked} outside them)" if full else ""
         app.line(
-            f"fsck{' --full' if full else ''}: checked {report.checked} objects "
+            f"fsck{' --full' if full else ''}: checked {report.checked} objects of live checkpoints{other} "
             f"in {record['seconds']} s: {verdict}",
             "green" if report.ok else "red",
         )
@@ -177,7 +183,7 @@ def stats(as_json: bool) -> None:
 
     \b
     Example:
-      ckpt stats --json | jq .ratio
+      ckpt stats --json | jq .total_ratio
     """
     app = obj()
     record = _report_dict(obj().store().stats())

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
+from crewckpt.cli.fmt import safe_text, terminal_safe
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -72,8 +74,8 @@ class AppContext:
     @property
     def err(self) -> Console:
         """Console on stderr, for progress bars and warnings."""
-        if self._err is None:
-            self._err = _console(sys.stderr)
+        if self._err is None:  # progress bars need their cursor codes: the unfiltered stream
+            self._err = _console(getattr(sys.stderr, "unfiltered", sys.stderr))
         return self._err
 
     def line(self, text: str = "", style: str | None = None) -> None:
@@ -108,7 +110,7 @@ class AppContext:
         finally:
             sys.stdout = real
             self._out = None
-        run_pager(command, buffer.getvalue(), real)
+        run_pager(command, terminal_safe(buffer.getvalue(), keep_sgr=self.color), real)
 
     @contextmanager
     def progress(self, description: str, total: int | None = None) -> Iterator[Any]:
@@ -154,8 +156,7 @@ def paint(text: str, style: str | None) -> str:
     Control characters in ``text`` (escape sequences from a checkpoint's data) are shown as ``\\x1b``
     so they cannot restyle or move the terminal.
     """
-    if any(c < " " and c != "\t" for c in text):
-        text = "".join(c if c >= " " or c == "\t" else repr(c)[1:-1] for c in text)
+    text = safe_text(text, tabs=True)  # also C1, bidi and zero-width characters (crewckpt.cli.fmt)
     code = _SGR.get(style) if style and text else None
     return f"\x1b[{code}m{text}\x1b[0m" if code else text
 
@@ -279,10 +280,11 @@ def paged(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _note_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    """``--json`` after the verb, or the global ``ckpt --json VERB`` (already noted in the AppContext)."""
     app = ctx.find_object(AppContext)
     if app is not None and value:
         app.json = True
-    return value
+    return value or (app is not None and app.json)
 
 
 json_option = click.option(

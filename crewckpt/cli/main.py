@@ -7,14 +7,16 @@ problem and the fix (a JSON object with --json); `--debug` adds the traceback.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import click
 
 from crewckpt.cli.context import AppContext, UsageProblem
+from crewckpt.cli.fmt import safe_text
 
 EPILOG = """\b
 Examples:
@@ -66,9 +68,16 @@ class CkptGroup(click.Group):
     ) -> Any:
         """Click's main, but usage errors (bad option, missing argument, bad value) are one line too:
         ``ckpt: error: No such option '--x'; see `ckpt log --help```, exit status 2."""
-        if not standalone_mode:
-            return super().main(args, prog_name, complete_var, False, **extra)
         argv = list(sys.argv[1:] if args is None else args)
+        # --json and a redirected --raw are exact bytes (docs/cli-json.md; `ckpt show --raw > cp.json`)
+        exact = "--json" in argv or ("--raw" in argv and not sys.stdout.isatty())
+        with terminal_guard(json_output=exact):
+            if not standalone_mode:
+                return super().main(args, prog_name, complete_var, False, **extra)
+            self._standalone(args, prog_name, complete_var, argv, **extra)
+
+    def _standalone(self, args: Sequence[str] | None, prog_name: str | None, complete_var: str | None,
+                    argv: list[str], **extra: Any) -> None:
         try:
             rv = super().main(args, prog_name, complete_var, False, **extra)
         except click.ClickException as exc:
@@ -103,12 +112,31 @@ class CkptGroup(click.Group):
                 payload = {"error": {"type": type(exc).__name__, "message": message, "exit_code": code}}
                 click.echo(orjson.dumps(payload).decode(), err=True)
             else:
-                click.echo(f"ckpt: error: {message}", err=True)
+                click.echo(f"ckpt: error: {safe_text(message)}", err=True)
             ctx.exit(code)
         finally:
             app = ctx.find_object(AppContext)
             if app is not None:
                 app.close()
+
+
+@contextlib.contextmanager
+def terminal_guard(json_output: bool) -> Iterator[None]:
+    """Route stdout and stderr through :class:`crewckpt.cli.fmt.TerminalSafeStream` for one invocation, so no
+    stored text reaches a terminal (or a pipe into one) raw, in any colour mode. ``json_output``: stdout is
+    left exact (JSON escapes what it must; docs/cli-json.md), stderr's JSON errors are ASCII-safe already."""
+    from crewckpt.cli.context import wants_color
+    from crewckpt.cli.fmt import TerminalSafeStream
+
+    real_out, real_err = sys.stdout, sys.stderr
+    if not json_output and not isinstance(real_out, TerminalSafeStream):
+        sys.stdout = TerminalSafeStream(real_out, keep_sgr=wants_color(real_out))  # type: ignore[assignment]
+    if not isinstance(real_err, TerminalSafeStream):
+        sys.stderr = TerminalSafeStream(real_err, keep_sgr=wants_color(real_err))  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = real_out, real_err
 
 
 def _report_click_error(exc: click.ClickException, json_asked: bool) -> None:
@@ -123,7 +151,7 @@ def _report_click_error(exc: click.ClickException, json_asked: bool) -> None:
         payload = {"error": {"type": type(exc).__name__, "message": message, "exit_code": exc.exit_code}}
         click.echo(orjson.dumps(payload).decode(), err=True)
     else:
-        click.echo(f"ckpt: error: {message}", err=True)
+        click.echo(f"ckpt: error: {safe_text(message)}", err=True)
 
 
 def describe_error(exc: BaseException) -> tuple[int, str]:
@@ -167,15 +195,19 @@ def _is_ckpt_error(exc: BaseException) -> bool:
 )
 @click.option("--debug", is_flag=True, help="Show the full traceback on errors.")
 @click.option("--no-pager", "no_pager", is_flag=True, help="Do not page long output on a terminal.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Machine-readable output (same as COMMAND --json; docs/cli-json.md)."
+)
 @click.version_option(package_name="crewckpt", prog_name="ckpt")
 @click.pass_context
-def cli(ctx: click.Context, store_path: str | None, debug: bool, no_pager: bool) -> None:
+def cli(ctx: click.Context, store_path: str | None, debug: bool, no_pager: bool, as_json: bool) -> None:
     """crewckpt: git for CrewAI checkpoints.
 
     Immutable, deduplicated, compressed checkpoints of crews, flows and agents, with branches, log,
     diff, fork and resume. Run `ckpt COMMAND --help` for each command's options and examples.
     """
     ctx.obj = AppContext(store_path, debug, pager=not no_pager)
+    ctx.obj.json = as_json
     if ctx.invoked_subcommand is None and not launch_tui(ctx):
         click.echo(ctx.get_help())
 

@@ -63,11 +63,12 @@ class CrewckptProvider(BaseProvider):
             orjson.JSONDecodeError: ``data`` is not JSON.
             crewckpt.errors.CkptError: the store refused the commit.
         """
+        from crewckpt.crewai.secrets import Redactor
         from crewckpt.crewai.writer import commit_document, open_store
 
         path, _ = split_location(location)
         store = open_store(path, create=True)
-        doc = orjson.loads(data)
+        doc = Redactor().apply(orjson.loads(data), data)  # CrewAI's own dump holds keys in clear
         commit_id, _branch = commit_document(store, doc, parent_id=parent_id, branch=branch,
                                              trigger=doc.get("trigger") if isinstance(doc, dict) else None)
         return join_location(path, commit_id)

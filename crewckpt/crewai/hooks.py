@@ -33,6 +33,7 @@ import signal
 import threading
 import time
 import uuid
+import warnings
 from typing import Any
 
 from crewai.events.event_bus import CrewAIEventsBus, crewai_event_bus, is_replaying
@@ -56,6 +57,7 @@ from crewai.state import checkpoint_listener
 from crewai.state.checkpoint_config import CheckpointConfig as CrewAICheckpointConfig
 from crewai.state.runtime import RuntimeState
 
+from crewckpt.crewai import gate, secrets
 from crewckpt.crewai.config import (
     RESTORED_CONTEXT,
     SIGNAL_EVENTS,
@@ -180,6 +182,8 @@ def load_state(cls: type[RuntimeState], doc: Any, **kwargs: Any) -> RuntimeState
     """Validate a checkpoint document into a RuntimeState (``kwargs``: e.g. ``context=``)."""
     if not isinstance(doc, dict) or "entities" not in doc:
         raise ValueError("not a CrewAI checkpoint: the document has no 'entities'")
+    gate.check(doc)  # before validation: CrewAI resolves some code-naming fields unguarded
+    secrets.prepare_restore(doc)  # redacted keys are rebuilt by CrewAI from the environment
     return cls.model_validate(inject_configs(doc), **kwargs)
 
 
@@ -370,4 +374,8 @@ def install() -> None:
         # e.g. `ckpt resume`, not only where crewckpt.testing was imported; CrewAI imports the class lazily
         from crewai.agents.agent_builder.base_agent import _LLM_TYPE_REGISTRY
         _LLM_TYPE_REGISTRY.setdefault("crewckpt_scripted", "crewckpt.testing.ScriptedLLM")
+        # CrewAI warns at construction that such a callback "will prevent checkpointing"; with crewckpt it
+        # does not (the field is stored as null with crewckpt's own warning): one warning per callback
+        warnings.filterwarnings("ignore", message=r".*callbacks cannot be serialized and will prevent checkpointing",
+                                category=UserWarning)
         _installed = True

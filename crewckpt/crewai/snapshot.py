@@ -12,6 +12,9 @@ CrewAI re-dumps them on every checkpoint, so an old event shows later task outpu
 when the first checkpoint that contains it is taken and never changes afterwards (with ``"*"``: the
 state when it was emitted), which is what an event log should hold.
 
+Secrets (API keys, tokens, passwords, authorization headers, values of secret environment variables) are
+redacted in every dumped value (:mod:`crewckpt.crewai.secrets`).
+
 Values pydantic cannot serialize are replaced by ``null`` with one :class:`UnserializableFieldWarning` per
 field (``Class.field``) per run; callbacks that cannot round-trip (bound methods, partials, callable
 instances, lambdas, closures) are not stored, following ``crewai.types.callback``.
@@ -31,6 +34,7 @@ from crewai.types.callback import _is_non_roundtrippable, callable_to_string
 from crewai_core.version import get_crewai_version
 from pydantic import BaseModel
 
+from crewckpt.crewai.secrets import Redactor
 from crewckpt.history.snapshot import Frozen
 
 logger = logging.getLogger("crewckpt.crewai")
@@ -83,6 +87,7 @@ class SnapshotBuilder:
         self._full = True
         self.warned: set[str] = set()
         self.version = get_crewai_version()
+        self.redactor = Redactor()
 
     # -- dirty tracking (called for every recorded event, on the emitting thread) --------------------
     def mark(self, event: Any) -> None:
@@ -160,15 +165,18 @@ class SnapshotBuilder:
         Goes through pydantic's JSON serializer and orjson (same value, about 1.5x faster than building
         the dicts in Python), then Python mode (e.g. lone surrogates), then field by field.
         """
+        text: str | None = None
         try:
-            out = orjson.loads(model.model_dump_json(warnings=False))
+            text = model.model_dump_json(warnings=False)
+            out = orjson.loads(text)
         except Exception:
+            text = None
             try:
                 out = model.model_dump(mode="json", warnings=False)
             except Exception:
                 out = self._dump_fieldwise(model, type(model).__name__)
         self._drop_bad_callbacks(model, out)
-        return out
+        return self.redactor.apply(out, text)
 
     def _dump_fieldwise(self, model: BaseModel, path: str) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -247,7 +255,11 @@ class SnapshotBuilder:
                         self._drop_bad_callbacks(v, s, seen)
 
     def warn(self, field: str, value: Any, error: BaseException | None) -> None:
-        """Warn once per field per run that ``field`` was stored as null."""
+        """Warn once per field per run that ``field`` was stored as null.
+
+        One warning only (a :class:`UnserializableFieldWarning`, not also a log record: Python's last-resort
+        log handler would print the same line twice); logged at debug level for log files.
+        """
         if field in self.warned:
             return
         self.warned.add(field)
@@ -256,7 +268,7 @@ class SnapshotBuilder:
             f"crewckpt: {field} holds a {type(value).__name__} that cannot be stored in a checkpoint{why}; "
             "stored as null (use a module-level function or a JSON-serializable value)"
         )
-        logger.warning(message)
+        logger.debug(message)
         warnings.warn(message, UnserializableFieldWarning, stacklevel=2)
 
 

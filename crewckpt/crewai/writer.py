@@ -7,11 +7,12 @@ Writes are best-effort: an error is logged, CrewAI's ``CheckpointFailedEvent`` i
 on. CrewAI's ``CheckpointStartedEvent``/``CheckpointCompletedEvent``/``CheckpointPrunedEvent`` are emitted
 around each write with the same fields CrewAI fills (location ``"<store>#<commit id>"``).
 
-Branch rule (git's, so that nothing stored is ever dropped from a branch): a run's first checkpoint goes on
-top of its branch's tip; later ones use the previous checkpoint as parent. When the branch tip is no longer
-the parent (the run was restored from an older checkpoint, or another writer moved the branch), the
-checkpoint goes on a new branch ``<branch>-from-<parent id[:8]>`` (``-2``, ``-3``... when taken) and the
-run stays there, leaving the old continuation where it was.
+Branch rule (:mod:`crewckpt.history.lineage`): a fresh run's first checkpoint has no parent, as in CrewAI
+(a new lineage: a root commit); the branch moves to it and the earlier run keeps its run ref
+``refs/runs/<run id>`` and its place in the branch's reflog. Later checkpoints use the previous one as
+parent. When the branch tip is no longer the parent (the run was restored from an older checkpoint, or
+another writer moved the branch), the checkpoint goes on a new branch ``<branch>-from-<parent id[:8]>``
+(``-2``, ``-3``... when taken) and the run stays there, leaving the old continuation where it was.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from crewai.events.types.checkpoint_events import (
 
 from crewckpt.crewai.config import CheckpointConfig, join_location
 from crewckpt.crewai.snapshot import IdWeakMap, builder_for
+from crewckpt.history.lineage import continuation_branch
 
 if TYPE_CHECKING:
     from crewai.state.runtime import RuntimeState
@@ -135,32 +137,17 @@ def forget_stores() -> None:
         _stores.clear()
 
 
-def _free_branch(store: Store, base: str) -> str:
-    names = store.branches()
-    if base not in names:
-        return base
-    n = 2
-    while f"{base}-{n}" in names:
-        n += 1
-    return f"{base}-{n}"
-
-
-def place(store: Store, parent_id: str | None, branch: str) -> tuple[list[str] | None, str]:
+def place(store: Store, parent_id: str | None, branch: str) -> tuple[list[str], str]:
     """Decide ``(parents, branch)`` for a checkpoint whose lineage parent is ``parent_id`` on ``branch``.
 
-    Returns ``parents=None`` (on top of the branch tip) for a run's first checkpoint, ``[parent_id]``
-    otherwise; the branch is a new ``<branch>-from-<parent[:8]>`` when ``branch``'s tip is not the parent.
+    Returns ``parents=[]`` (a root: a new lineage, as CrewAI's first checkpoint of a fresh kickoff) when
+    there is no parent or the parent is not in this store (lineage from elsewhere, e.g. a CrewAI JSON
+    checkpoint), ``[parent_id]`` otherwise; the branch is a new ``<branch>-from-<parent[:8]>`` when
+    ``branch``'s tip is not the parent (:func:`crewckpt.history.lineage.continuation_branch`).
     """
-    if parent_id is None:
-        return None, branch
-    tip = store.branches().get(branch)
-    if tip == parent_id:
-        return [parent_id], branch
-    if not _known(store, parent_id):  # lineage from elsewhere (e.g. a CrewAI JSON checkpoint)
-        return None, branch
-    if tip is None:
-        return [parent_id], branch
-    return [parent_id], _free_branch(store, f"{branch}-from-{parent_id[:8]}")
+    if parent_id is None or not _known(store, parent_id):
+        return [], branch
+    return [parent_id], continuation_branch(store, parent_id, branch)
 
 
 def _known(store: Store, commit_id: str) -> bool:
@@ -262,17 +249,18 @@ def write_checkpoint(state: RuntimeState, cfg: CheckpointConfig, event: Any = No
             _prune(store, cfg, cfg.max_checkpoints, target, parent_id, trigger, context)
         view = cfg.view_target()
         if view is not None:
-            _live_view(location, *view).publish(commit_id)
+            _live_view(location, *view, max_checkpoints=cfg.max_checkpoints).publish(commit_id)
         return commit_id
 
 
-_views: dict[tuple[str, str, str], Any] = {}
+_views: dict[tuple[str, str, str, int | None], Any] = {}
 _views_lock = threading.Lock()
 
 
-def _live_view(store_path: str, dest: str, fmt: str) -> Any:
-    """The LiveViewExporter publishing ``store_path``'s commits to ``dest`` (one per triple, kept)."""
-    key = (store_path, dest, fmt)
+def _live_view(store_path: str, dest: str, fmt: str, *, max_checkpoints: int | None = None) -> Any:
+    """The LiveViewExporter publishing ``store_path``'s commits to ``dest``, pruning each branch of the
+    view to ``max_checkpoints`` as CrewAI's providers do (one exporter per combination, kept)."""
+    key = (store_path, dest, fmt, max_checkpoints)
     exporter = _views.get(key)
     if exporter is None:
         with _views_lock:
@@ -280,7 +268,8 @@ def _live_view(store_path: str, dest: str, fmt: str) -> Any:
             if exporter is None:
                 from crewckpt.views.exporter import LiveViewExporter
 
-                exporter = _views[key] = LiveViewExporter(store_path, dest, fmt)
+                exporter = _views[key] = LiveViewExporter(store_path, dest, fmt,
+                                                          max_checkpoints=max_checkpoints)
     return exporter
 
 

@@ -80,20 +80,26 @@ class Codec:
                     return b"\x01" + z
         return b"\x00" + body
 
-    def decode(self, frame: bytes) -> bytes:
-        """frame -> body. Raises DecodeError on an unknown codec, a bad zstd frame or a size over 1 GiB."""
+    def decode(self, frame: bytes, size: int | None = None) -> bytes:
+        """frame -> body. Raises DecodeError on an unknown codec, a bad zstd frame, a size over 1 GiB, or
+        (when ``size``, the declared body length in bytes, is given) a frame that would decode to any other
+        length: nothing is decompressed beyond the declared size."""
         if not frame:
             raise DecodeError("empty frame")
+        if size is not None and not 0 <= size <= MAX_BODY:
+            raise DecodeError(f"declared size {size} is not between 0 and {MAX_BODY} bytes")
         codec = frame[0]
         if codec == RAW:
+            if size is not None and len(frame) - 1 != size:
+                raise DecodeError(f"raw frame holds {len(frame) - 1} bytes but its size says {size}")
             return bytes(frame[1:])
         if codec == ZSTD:
-            return self._unzstd(self._dctx, frame[1:])
+            return self._unzstd(self._dctx, frame[1:], size)
         if codec == ZSTD_DICT:
             dict_id, z = bytes(frame[1:1 + ID_BYTES]), frame[1 + ID_BYTES:]
             if len(dict_id) != ID_BYTES:
                 raise DecodeError("truncated dictionary id in frame")
-            return self._unzstd(self._dict_decompressor(dict_id), z)
+            return self._unzstd(self._dict_decompressor(dict_id), z, size)
         if codec == PACKED:
             raise DecodeError("a packed frame must be resolved through its pack")
         raise DecodeError(f"unknown codec byte {codec}")
@@ -107,13 +113,15 @@ class Codec:
             self._dict_dctx[dict_id] = d
         return d
 
-    def _unzstd(self, dctx: zstandard.ZstdDecompressor, z: bytes) -> bytes:
+    def _unzstd(self, dctx: zstandard.ZstdDecompressor, z: bytes, declared: int | None = None) -> bytes:
         try:
             size = zstandard.frame_content_size(z)
         except zstandard.ZstdError:
             raise DecodeError("bad zstd frame header") from None
         if size < 0 or size > MAX_BODY:
             raise DecodeError("zstd frame without a sane content size")
+        if declared is not None and size != declared:
+            raise DecodeError(f"zstd frame claims {size} bytes but its size says {declared}")
         try:
             with self._lock:
                 return dctx.decompress(z, max_output_size=size)

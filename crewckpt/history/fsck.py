@@ -22,13 +22,17 @@ if TYPE_CHECKING:
 @dataclasses.dataclass(frozen=True)
 class FsckReport:
     """``broken``: object id -> reason ("missing" or the integrity error); ``affected``: live commit id ->
-    sorted broken object ids it needs; ``checked``: objects verified; ``problems``: other findings (index rows
-    that disagree with their commit object, refs to missing commits). All ids are 64-hex."""
+    sorted broken object ids it needs; ``checked``: the objects live commits reach (commits, trees, blobs),
+    the same count quick and full (quick re-hashes commits and trees and checks blobs exist; full re-hashes
+    all of them); ``problems``: other findings (index rows that disagree with their commit object, refs to
+    missing commits); ``other_checked``: objects outside that graph (packs, dictionaries, what pruned
+    commits left for gc) that ``full`` also re-hashed, 0 for quick. All ids are 64-hex."""
 
     broken: dict[str, str]
     affected: dict[str, list[str]]
     checked: int
     problems: list[str]
+    other_checked: int = 0
 
     @property
     def ok(self) -> bool:
@@ -83,6 +87,7 @@ def _fsck(store: Store, full: bool, progress: Progress | None) -> FsckReport:
                 continue
             if s.kind != ob.TREE and not full:
                 children[o] = []
+                checked += 1  # it exists; full re-hashes it, and counts it once too
                 continue
             try:
                 body = store.objects.verify(s)
@@ -98,6 +103,7 @@ def _fsck(store: Store, full: bool, progress: Progress | None) -> FsckReport:
             level.extend(kids)
         if progress:
             progress("check", len(children), None)
+    other = 0
     if full:
         for m in b.iter_objects():
             oid = m.oid
@@ -108,11 +114,11 @@ def _fsck(store: Store, full: bool, progress: Progress | None) -> FsckReport:
                 continue
             try:
                 store.objects.verify(s)
-                checked += 1
+                other += 1
             except (IntegrityError, MissingObject) as e:
                 broken[oid] = _why(e)
     affected = _affected(commits, children, broken)
-    return FsckReport({k.hex(): v for k, v in broken.items()}, affected, checked, problems)
+    return FsckReport({k.hex(): v for k, v in broken.items()}, affected, checked, problems, other)
 
 
 def _why(e: Exception) -> str:

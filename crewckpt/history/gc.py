@@ -107,6 +107,14 @@ def repack(store: Store, live: set[bytes], metas: dict[bytes, ObjectMeta],
 
     Each new pack lands with its members' new frames in one transaction, so a crash leaves either frame.
     """
+    moving = repack_plan(live, metas)
+    return write_packs(store, moving, progress) if moving else 0
+
+
+def repack_plan(live: set[bytes], metas: dict[bytes, ObjectMeta]) -> list[bytes]:
+    """The live objects :func:`repack` moves into new packs (empty when it would do nothing): loose ones
+    and the members of packs under REPACK_BELOW bytes or less than half live. The packs they leave are then
+    unreferenced and gc deletes them (what ``gc --dry-run`` counts too)."""
     by_pack: dict[bytes, list[bytes]] = {}
     loose: list[bytes] = []
     for oid in live:
@@ -131,8 +139,8 @@ def repack(store: Store, live: set[bytes], metas: dict[bytes, ObjectMeta],
             chosen.append(p)
             sparse = sparse or live_bytes * 2 < size
     if len(chosen) + (1 if loose else 0) < 2 and not sparse:
-        return 0
-    return write_packs(store, loose + [o for p in chosen for o in by_pack[p]], progress)
+        return []
+    return loose + [o for p in chosen for o in by_pack[p]]
 
 
 def write_packs(store: Store, oids: list[bytes], progress: Progress | None = None) -> int:
@@ -216,8 +224,8 @@ def gc(store: Store, *, dry_run: bool = False, grace_ns: int = 0, progress: Prog
         live = mark(store, progress)
         metas = {m.oid: m for m in b.iter_objects()}
         dead = [o for o, m in metas.items() if m.kind != ob.PACK and o not in live and m.touched_ns < cutoff]
-        if dry_run:
-            dead_set = set(dead)
+        if dry_run:  # what the sweep deletes, then the packs nothing names once repack moved their members
+            dead_set = set(dead) | set(repack_plan(live, metas))
             used = {_pack_of(m.head) for o, m in metas.items() if o not in dead_set}
             packs = [o for o, m in metas.items()
                      if m.kind == ob.PACK and o[:PACK_KEY] not in used and m.touched_ns < cutoff]

@@ -15,6 +15,7 @@ from crewckpt.backends.base import Backend, Reader, StoredObject
 from crewckpt.errors import DecodeError, IntegrityError, MissingObject
 from crewckpt.format import objects as ob
 from crewckpt.format.frame import Codec, packed_frame, parse_packed
+from crewckpt.history.limits import ReadBudget
 
 TREE_CACHE_ITEMS = 20_000
 PACK_CACHE_BYTES = 64 * 1024 * 1024
@@ -61,8 +62,11 @@ class ObjectDB:
             off += len(b)
         return out
 
-    def verify(self, stored: StoredObject, reader: Reader | None = None) -> bytes:
+    def verify(self, stored: StoredObject, reader: Reader | None = None, budget: ReadBudget | None = None) -> bytes:
         """Decode a stored object (through its pack if packed) and check its hash; returns the body.
+
+        The frame is decoded to exactly its declared size (the ``size`` column) and no more; ``budget``, when
+        given, is charged that size first (DocumentTooLarge: nothing was decompressed).
 
         Raises:
             IntegrityError: the frame does not decode, or decodes to bytes whose id differs.
@@ -72,8 +76,10 @@ class ObjectDB:
             if stored.kind not in ob.KIND_NAMES:
                 raise DecodeError(f"unknown kind {stored.kind}")
             if stored.frame[:1] == b"\x03":
-                return self._unpack(stored, reader)
-            body = self.codec.decode(stored.frame)
+                return self._unpack(stored, reader, budget)
+            if budget is not None:
+                budget.charge_bytes(stored.size)
+            body = self.codec.decode(stored.frame, stored.size)
             oid = ob.object_id(stored.kind, body)
         except DecodeError as e:
             raise IntegrityError(stored.oid.hex(), str(e)) from None
@@ -81,10 +87,12 @@ class ObjectDB:
             raise IntegrityError(stored.oid.hex(), "content hash does not match its id")
         return body
 
-    def _unpack(self, stored: StoredObject, reader: Reader | None) -> bytes:
+    def _unpack(self, stored: StoredObject, reader: Reader | None, budget: ReadBudget | None = None) -> bytes:
         key, off, ln = parse_packed(stored.frame)
+        if ln != stored.size:
+            raise DecodeError(f"packed frame holds {ln} bytes but its size says {stored.size}")
         try:
-            packs = self._packs(key, reader)
+            packs = self._packs(key, reader, budget)
         except IntegrityError as e:
             raise IntegrityError(stored.oid.hex(), f"its pack {e.oid} is corrupt") from None
         if not packs:
@@ -95,7 +103,7 @@ class ObjectDB:
                 return piece
         raise IntegrityError(stored.oid.hex(), f"no slice of pack {key.hex()}.. hashes to it")
 
-    def _packs(self, key: bytes, reader: Reader | None) -> list[bytes]:
+    def _packs(self, key: bytes, reader: Reader | None, budget: ReadBudget | None = None) -> list[bytes]:
         """Verified, decompressed bodies of the packs whose id starts with ``key`` (LRU-cached by bytes).
 
         Raises:
@@ -110,7 +118,7 @@ class ObjectDB:
         for s in (reader or self.backend).get_prefix(key, ob.PACK):
             if s.frame[:1] == b"\x03":
                 raise IntegrityError(s.oid.hex(), "a pack cannot itself be packed")
-            out.append(self.verify(s, reader))
+            out.append(self.verify(s, reader, budget))
         with self._lock:
             self._pack_cache[key] = out
             self._pack_bytes += sum(len(b) for b in out)
@@ -126,7 +134,8 @@ class ObjectDB:
             raise MissingObject(oid.hex())
         return got[oid]
 
-    def get_many(self, oids: Iterable[bytes], reader: Reader | None = None) -> dict[bytes, tuple[int, bytes]]:
+    def get_many(self, oids: Iterable[bytes], reader: Reader | None = None,
+                 budget: ReadBudget | None = None) -> dict[bytes, tuple[int, bytes]]:
         """Verified ``oid -> (kind, body)`` for the ids found; missing ids are absent from the result.
 
         A pack that vanished between reading a frame and reading the pack means gc repacked concurrently:
@@ -135,14 +144,15 @@ class ObjectDB:
         ids = list(oids)
         for attempt in (0, 1):
             try:
-                return {o: (s.kind, self.verify(s, r)) for o, s in r.get_many(ids).items()}
+                return {o: (s.kind, self.verify(s, r, budget)) for o, s in r.get_many(ids).items()}
             except _PackGone as e:
                 if attempt:  # twice: not a concurrent repack; the member's frame is damaged or its pack lost
                     raise IntegrityError(e.member.hex(), f"its frame names pack {e.key.hex()}.., which is not "
                                                          f"in the store") from None
         raise AssertionError("unreachable")
 
-    def trees(self, oids: Iterable[bytes], reader: Reader | None = None) -> dict[bytes, tuple[int, Any]]:
+    def trees(self, oids: Iterable[bytes], reader: Reader | None = None,
+              budget: ReadBudget | None = None) -> dict[bytes, tuple[int, Any]]:
         """Decoded trees ``oid -> (form, payload)`` (cached; callers must not mutate payloads).
 
         Raises:
@@ -157,7 +167,7 @@ class ObjectDB:
                     out[o] = t
         todo = [o for o in want if o not in out]
         if todo:
-            for o, body in self._bodies(todo, ob.TREE, reader).items():
+            for o, body in self._bodies(todo, ob.TREE, reader, budget).items():
                 try:
                     out[o] = ob.decode_tree(body)
                 except DecodeError as e:
@@ -179,13 +189,15 @@ class ObjectDB:
         except DecodeError as e:
             raise IntegrityError(cid.hex(), str(e)) from None
 
-    def blobs(self, oids: Iterable[bytes], reader: Reader | None = None) -> dict[bytes, bytes]:
-        """Verified blob bodies. Raises MissingObject / IntegrityError."""
-        return self._bodies(list(dict.fromkeys(oids)), ob.BLOB, reader)
+    def blobs(self, oids: Iterable[bytes], reader: Reader | None = None,
+              budget: ReadBudget | None = None) -> dict[bytes, bytes]:
+        """Verified blob bodies. Raises MissingObject / IntegrityError (DocumentTooLarge over ``budget``)."""
+        return self._bodies(list(dict.fromkeys(oids)), ob.BLOB, reader, budget)
 
-    def _bodies(self, want: list[bytes], kind: int, reader: Reader | None) -> dict[bytes, bytes]:
+    def _bodies(self, want: list[bytes], kind: int, reader: Reader | None,
+                budget: ReadBudget | None = None) -> dict[bytes, bytes]:
         """Verified bodies of ``want``, every one present and of ``kind`` (else MissingObject/IntegrityError)."""
-        got = self.get_many(want, reader)
+        got = self.get_many(want, reader, budget)
         out = {}
         for o in want:
             if o not in got:

@@ -16,12 +16,19 @@ RESERVED = frozenset({"HEAD", "latest", "@"})
 MAX_LEN = 200  # characters; keeps ref names far from filesystem limits when exported as folders
 
 _FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
+# Unicode categories a name may not contain: controls (C0 and C1), format characters (bidi overrides such as
+# U+202E, zero-width U+200B-U+200D, U+2060, U+FEFF), lone surrogates (not UTF-8: SQLite cannot store them),
+# private use, unassigned, and separators other than ASCII space (U+00A0, U+2028...): a name shown in a
+# terminal must look like what it is.
+_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zs", "Zl", "Zp"})
 
 
 def check_branch(name: object) -> str:
     """Validate a branch name and return its NFC form.
 
-    Rules (git check-ref-format --branch): non-empty; no control characters, NUL, space, ``~ ^ : ? * [ \\``;
+    Rules (git check-ref-format --branch): non-empty; no control characters (C0 or C1), NUL, space,
+    ``~ ^ : ? * [ \\``, no invisible or text-direction characters (Unicode categories Cf, Zs, Zl, Zp: bidi
+    overrides, zero-width characters), no lone surrogates, private-use or unassigned code points;
     no ``..`` and no ``@{``; no leading ``-`` or ``/``, no trailing ``/`` or ``.``; no empty component
     (``a//b``); no component starting with ``.`` or ending with ``.lock``; not ``@``. crewckpt also reserves
     ``HEAD`` and ``latest`` (revision keywords) and names longer than 200 characters.
@@ -51,6 +58,11 @@ def _problem(n: str) -> str | None:
     m = _FORBIDDEN.search(n)
     if m:
         return f"contains {m.group()!r}"
+    bad = next((c for c in n if unicodedata.category(c) in _INVISIBLE), None)
+    if bad is not None:
+        kind = "a lone surrogate (not valid UTF-8)" if unicodedata.category(bad) == "Cs" else (
+            "an invisible, control or text-direction character")
+        return f"contains U+{ord(bad):04X}, {kind}"
     if ".." in n:
         return "contains '..'"
     if "@{" in n:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import unicodedata
 
 from crewckpt.errors import UnknownRevision
 
@@ -41,6 +42,10 @@ def parse(text: object) -> Revision:
         raise UnknownRevision("empty revision; give a commit id, a branch, HEAD or e.g. main~2")
     if len(text) > MAX_REV_LEN or "\x00" in text:
         raise UnknownRevision(f"revision {text[:40]!r}... is not valid")
+    if any("\ud800" <= c <= "\udfff" for c in text):
+        raise UnknownRevision(f"revision {text[:40]!r} is not valid UTF-8 (it holds a lone surrogate); no branch, "
+                              f"id or checkpoint id can contain one")
+    text = unicodedata.normalize("NFC", text)  # branch names are stored NFC (objects_format.md section 8)
     cut = min([i for i in (text.find("~"), text.find("^")) if i >= 0], default=len(text))
     head, tail = text[:cut], text[cut:]
     reflog = None

@@ -32,6 +32,7 @@ import msgpack
 
 from crewckpt.errors import DecodeError, IntegrityError
 from crewckpt.format import objects as ob
+from crewckpt.history.limits import ReadBudget
 
 INLINE_MAX = 8192
 MAX_INLINE_DEPTH = 64
@@ -424,14 +425,21 @@ def prefetch(root: ob.Link, trees: TreeLoader, blobs: BlobLoader) -> tuple[dict[
     return t, b
 
 
-def assemble(root: ob.Link, trees: TreeLoader, blobs: BlobLoader) -> Any:
+def assemble(root: ob.Link, trees: TreeLoader, blobs: BlobLoader, budget: ReadBudget | None = None) -> Any:
     """Rebuild the JSON value under ``root``. Fresh containers every time (shared subtrees are copied).
+
+    ``budget``: when given, the expanded size (values, string bytes, depth: :func:`expanded_size`) is
+    checked against it before anything is built, so a tree linking one subtree many times is refused in
+    time linear in its distinct objects.
 
     Raises:
         MissingObject, IntegrityError: from the loaders; IntegrityError also when the graph is malformed
-        (a chunk list mixing forms, an object tree under an array chunk list, ...).
+        (a chunk list mixing forms, an object tree under an array chunk list, ...). DocumentTooLarge: over
+        ``budget``.
     """
     t, b = prefetch(root, trees, blobs)
+    if budget is not None:
+        budget.check_expanded(*expanded_size(root, t, b))
     holder: list[Any] = []
     # each frame: (items iterator, destination container)
     stack: list[tuple[Iterator[tuple[Any, Any]], Any]] = [(iter([(None, root)]), holder)]
@@ -518,3 +526,64 @@ def _leaves(oid: bytes, t: dict[bytes, tuple[int, Any]], leaf: int, inner: int,
 
 def _string_pieces(oid: bytes, t: dict[bytes, tuple[int, Any]], b: dict[bytes, bytes]) -> Iterator[bytes]:
     return (b[ln.oid] for ln in _chunk_leaves(oid, t, ob.STRING_CHUNKS, None))
+
+
+def expanded_size(root: ob.Link, t: dict[bytes, tuple[int, Any]], b: dict[bytes, bytes]) -> tuple[int, int, int]:
+    """``(values, string bytes, depth)`` of the document under ``root`` as :func:`assemble` would build it:
+    every JSON value counts 1 (a shared subtree once per place it is linked from), strings and keys count
+    their length, depth is the container nesting. Each distinct tree is visited once (memoized, no
+    recursion), so the cost is linear in the store's objects, not in the expanded size."""
+    if root.kind == ob.BLOB:
+        return 1, len(b[root.oid]), 0
+    memo: dict[bytes, tuple[int, int, int]] = {}
+    stack: list[tuple[bytes, bool]] = [(root.oid, False)]
+    while stack:
+        oid, ready = stack.pop()
+        if oid in memo:
+            continue
+        if not ready:
+            stack.append((oid, True))
+            stack.extend((ln.oid, False) for ln in links_in(t[oid][1]) if ln.kind == ob.TREE and ln.oid not in memo)
+            continue
+        memo[oid] = _tree_size(oid, t, b, memo)
+    return memo[root.oid]
+
+
+def _tree_size(oid: bytes, t: dict[bytes, tuple[int, Any]], b: dict[bytes, bytes],
+               memo: dict[bytes, tuple[int, int, int]]) -> tuple[int, int, int]:
+    form, payload = t[oid]
+
+    def child(ln: ob.Link) -> tuple[int, int, int]:
+        if ln.kind == ob.BLOB:
+            return 1, len(b[ln.oid]), 0
+        got = memo.get(ln.oid)
+        if got is None:  # only a graph with a cycle gets here, and verified ids rule cycles out
+            raise IntegrityError(oid.hex(), "tree links to a tree that links back to it")
+        return got
+
+    if form in (ob.OBJECT_CHUNKS, ob.ARRAY_CHUNKS, ob.STRING_CHUNKS):
+        parts = [child(ln) for ln in payload]
+        if form == ob.STRING_CHUNKS:
+            return 1, sum(p[1] for p in parts), 0
+        return 1 + sum(p[0] - 1 for p in parts), sum(p[1] for p in parts), max((p[2] for p in parts), default=1)
+    nodes = nbytes = depth = 0
+    todo: list[tuple[Any, int]] = [(payload, 0)]
+    while todo:
+        v, level = todo.pop()
+        if isinstance(v, ob.Link):
+            n, by, d = child(v)
+            nodes, nbytes, depth = nodes + n, nbytes + by, max(depth, level + d)
+        elif isinstance(v, dict):
+            nodes += 1
+            depth = max(depth, level + 1)
+            nbytes += sum(len(k) for k in v)
+            todo.extend((x, level + 1) for x in v.values())
+        elif isinstance(v, list):
+            nodes += 1
+            depth = max(depth, level + 1)
+            todo.extend((x, level + 1) for x in v)
+        else:
+            nodes += 1
+            nbytes += len(v) if isinstance(v, str) else 8
+            depth = max(depth, level)
+    return nodes, nbytes, depth

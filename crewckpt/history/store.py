@@ -8,6 +8,7 @@ finds it from an explicit path, ``$CKPT_STORE``, or by walking up from the worki
 from __future__ import annotations
 
 import builtins  # Store.list shadows the builtin inside the class body
+import collections
 import logging
 import os
 import threading
@@ -27,6 +28,7 @@ from crewckpt.errors import (
     BranchExists,
     CkptError,
     FormatVersionError,
+    IntegrityError,
     MissingObject,
     StoreExists,
     StoreNotFound,
@@ -35,6 +37,7 @@ from crewckpt.errors import (
 from crewckpt.format import objects as ob
 from crewckpt.history import refnames, revisions
 from crewckpt.history.commits import CommitInfo, PrunedCommit, from_commit, from_row, to_row
+from crewckpt.history.limits import ReadBudget
 from crewckpt.history.objectdb import ObjectDB
 from crewckpt.history.snapshot import Splitter, assemble
 from crewckpt.history.summary import json_size, summarize
@@ -78,8 +81,12 @@ class Store:
     # -- opening ---------------------------------------------------------------------------------------------
 
     @classmethod
-    def init(cls, path: str | os.PathLike[str] = DEFAULT_DIR) -> Store:
+    def init(cls, path: str | os.PathLike[str] = DEFAULT_DIR, *, private: bool = True) -> Store:
         """Create a store folder and open it.
+
+        ``private`` (default): a folder created here is 0700 and the store's files 0600, since checkpoints
+        hold prompts, outputs and inputs; ``private=False`` honours the umask instead (a shared store).
+        An existing folder keeps its permissions.
 
         Raises:
             StoreExists: ``path`` already holds a store. CkptError: ``path`` is a file or not writable.
@@ -90,9 +97,10 @@ class Store:
         if p.exists() and not p.is_dir():
             raise CkptError(f"{p}: exists and is not a folder; choose another path")
         try:
-            p.mkdir(parents=True, exist_ok=True)
+            p.mkdir(parents=True, exist_ok=True, mode=0o700 if private else 0o777)
             # created complete (format version included) and published atomically: see SqliteBackend.create
-            backend = SqliteBackend.create(p, {"format_version": str(ob.FORMAT_VERSION), _EPOCH: "0"})
+            backend = SqliteBackend.create(p, {"format_version": str(ob.FORMAT_VERSION), _EPOCH: "0"},
+                                           mode=0o600 if private else 0o666)
         except FileExistsError:
             raise StoreExists(f"{p}: a crewckpt store already exists here; open it with "
                               f"Store.open({str(p)!r})") from None
@@ -266,14 +274,21 @@ class Store:
 
     # -- reading ---------------------------------------------------------------------------------------------
 
-    def read(self, rev: str) -> Any:
+    def read(self, rev: str, *, max_bytes: int | None = None, max_nodes: int | None = None) -> Any:
         """The exact JSON value stored by a commit.
 
+        Reads are bounded (crewckpt.history.limits): at most ``max_bytes`` bytes decompressed plus expanded
+        strings and ``max_nodes`` JSON values (defaults: ``$CKPT_MAX_READ_BYTES`` / ``$CKPT_MAX_READ_NODES``,
+        else 512 MiB and 5,000,000), nesting at most 255 deep; checked before the document is built.
+
         Raises:
-            UnknownRevision, AmbiguousRevision, MissingObject, IntegrityError.
+            UnknownRevision, AmbiguousRevision, MissingObject, IntegrityError. DocumentTooLarge: over a limit.
         """
-        tree = self.objects.commit(bytes.fromhex(self.resolve(rev))).tree  # the object is authoritative
-        return assemble(tree, self.objects.trees, self.objects.blobs)
+        cid = self.resolve(rev)
+        tree = self.objects.commit(bytes.fromhex(cid)).tree  # the object is authoritative
+        budget = ReadBudget(max_bytes, max_nodes, what=f"checkpoint {cid[:12]}")
+        return assemble(tree, lambda ids: self.objects.trees(ids, budget=budget),
+                        lambda ids: self.objects.blobs(ids, budget=budget), budget)
 
     def info(self, rev: str) -> CommitInfo:
         """Metadata of one commit (from the commit index; from the object for a pruned-but-present commit)."""
@@ -294,6 +309,25 @@ class Store:
         except MissingObject:
             raise UnknownRevision(f"commit {cid.hex()[:12]} was pruned; its parents are unknown") from None
 
+    def _seq(self, cid: bytes) -> int | None:
+        row = self.backend.index_get(cid)
+        if row is not None:
+            return row.seq
+        try:
+            return self.objects.commit(cid).seq
+        except MissingObject:
+            return None
+
+    def _check_edge(self, child: bytes, parent: bytes) -> None:
+        """A parent is written before its child, so its seq is lower: an edge breaking that (a self-parent, or
+        part of a parent cycle, possible only in a hand-made or damaged commit index) raises IntegrityError
+        naming the child, instead of letting a walk loop forever."""
+        if parent == child:
+            raise _cycle(child, parent)
+        ps, cs = self._seq(parent), self._seq(child)
+        if ps is not None and cs is not None and ps >= cs:
+            raise _cycle(child, parent)
+
     def resolve(self, rev: str) -> str:
         """Resolve a revision (see :mod:`crewckpt.history.revisions`) to a full 64-hex commit id.
 
@@ -309,6 +343,8 @@ class Store:
                 if parent_no == 0:
                     break
                 ps = self._parents(cid)
+                if parent_no <= len(ps):
+                    self._check_edge(cid, ps[parent_no - 1])
                 if len(ps) < parent_no:
                     if not ps:
                         raise UnknownRevision(f"revision {rev!r} goes past the first checkpoint: {r.base} has only "
@@ -376,13 +412,19 @@ class Store:
         cid: bytes | None = bytes.fromhex(self.resolve(rev))
         n = 0
         seen: set[bytes] = set()
-        while cid is not None and (limit is None or n < limit) and cid not in seen:
-            seen.add(cid)
+        child: CommitInfo | None = None
+        while cid is not None and (limit is None or n < limit):
             try:
                 info = self._info(cid)
             except MissingObject:
                 yield PrunedCommit(cid.hex())
                 return
+            if child is not None and info.seq >= child.seq:
+                raise _cycle(bytes.fromhex(child.id), cid)
+            if cid in seen:  # unreachable while seqs decrease; kept so no index can make this loop
+                raise _cycle(cid)
+            seen.add(cid)
+            child = info
             yield info
             n += 1
             cid = bytes.fromhex(info.parents[0]) if info.parents else None
@@ -417,15 +459,16 @@ class Store:
     def _ancestors(self, cid: bytes) -> Iterator[bytes]:
         """Breadth-first ancestors including ``cid``; stops at pruned commits."""
         seen = {cid}
-        queue = [cid]
+        queue = collections.deque([cid])
         while queue:
-            c = queue.pop(0)
+            c = queue.popleft()
             yield c
             try:
                 ps = self._parents(c)
             except UnknownRevision:
                 continue
             for p in ps:
+                self._check_edge(c, p)
                 if p not in seen:
                     seen.add(p)
                     queue.append(p)
@@ -579,6 +622,16 @@ class Store:
             txn.meta_set("dictionary", d.oid.hex())
         self.objects.codec.use_dictionary(d.oid, data)
         return d.oid.hex()
+
+
+def _cycle(child: bytes, parent: bytes | None = None) -> IntegrityError:
+    """The one-line error for a commit graph that loops (self-parent, cycle in the commit index)."""
+    if parent is None or parent == child:
+        why = ("it is its own ancestor: the commit graph loops" if parent is None
+               else "it lists itself as its own parent")
+    else:
+        why = f"its parent {parent.hex()[:12]} is not older than it (a parent cycle in the commit index)"
+    return IntegrityError(child.hex(), why)
 
 
 class _EpochChanged(Exception):

@@ -11,7 +11,9 @@ from typing import Any
 
 import orjson
 
+from crewckpt.errors import DocumentTooLarge
 from crewckpt.format.objects import Summary
+from crewckpt.history.limits import MAX_DEPTH
 from crewckpt.history.snapshot import Frozen
 
 
@@ -35,25 +37,59 @@ def _scalar_size(v: Any) -> int:
 
 
 def _walk_size(doc: Any) -> int:
-    """Compact-JSON length without recursion (documents may nest deeper than Python's stack)."""
+    """Compact-JSON length without recursion. Raises DocumentTooLarge for nesting deeper than MAX_DEPTH
+    (orjson, which every JSON output uses, stops there; this path runs only when orjson refused the doc)."""
     total = 0
-    stack = [doc]
+    stack: list[tuple[Any, int]] = [(doc, 0)]
     while stack:
-        v = stack.pop()
+        v, level = stack.pop()
         if isinstance(v, Frozen):
             if v.json_bytes is not None:
                 total += len(v.json_bytes)
             else:
-                stack.append(v.value)
-        elif isinstance(v, dict):
-            total += 2 + max(len(v) - 1, 0) + len(v) + sum(_scalar_size(k) for k in v)
-            stack.extend(v.values())
-        elif isinstance(v, (list, tuple)):
-            total += 2 + max(len(v) - 1, 0)
-            stack.extend(v)
+                stack.append((v.value, level))
+        elif isinstance(v, (dict, list, tuple)):
+            if level >= MAX_DEPTH:
+                loop = _cycle_path(doc)
+                if loop is not None:
+                    raise ValueError(f"the document contains itself (circular reference at {loop}); JSON cannot "
+                                     f"hold a value that contains itself: store a copy or an id instead")
+                raise DocumentTooLarge(f"the document nests containers deeper than {MAX_DEPTH} levels, the most "
+                                       f"crewckpt stores (JSON tools stop there); flatten it")
+            if isinstance(v, dict):
+                total += 2 + max(len(v) - 1, 0) + len(v) + sum(_scalar_size(k) for k in v)
+                stack.extend((x, level + 1) for x in v.values())
+            else:
+                total += 2 + max(len(v) - 1, 0)
+                stack.extend((x, level + 1) for x in v)
         else:
             total += _scalar_size(v)
     return total
+
+
+def _cycle_path(doc: Any) -> str | None:
+    """The path (``$.a[0]``) of a container that contains itself, within MAX_DEPTH + 1 levels, or None."""
+    on_path: set[int] = set()
+    stack: list[tuple[Any, str, bool]] = [(doc, "$", False)]
+    while stack:
+        v, path, leaving = stack.pop()
+        if isinstance(v, Frozen):
+            v = v.value
+        if leaving:
+            on_path.discard(id(v))
+            continue
+        if not isinstance(v, (dict, list, tuple)):
+            continue
+        if id(v) in on_path:
+            return path
+        if len(on_path) > MAX_DEPTH + 1:
+            continue
+        on_path.add(id(v))
+        stack.append((v, path, True))
+        items = v.items() if isinstance(v, dict) else enumerate(v)
+        for k, x in items:
+            stack.append((x, f"{path}.{k}" if isinstance(k, str) else f"{path}[{k}]", False))
+    return None
 
 
 def entity_name(e: dict[str, Any]) -> str:

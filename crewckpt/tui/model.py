@@ -84,9 +84,11 @@ def build_history(commits: Iterable[CommitInfo], branches: dict[str, str] | None
     pos_of: dict[str, int] = {}
     for c in ordered:
         parent = c.parents[0] if c.parents else None
+        p = by_id.get(parent) if parent is not None else None
+        if p is not None and p.seq >= c.seq:  # a self-parent or parent cycle (hostile index): treat as a root
+            p = parent = None
         if parent is not None and parent in by_id:
             children.setdefault(parent, []).append(c.id)
-        p = by_id.get(parent) if parent is not None else None
         if p is not None and p.branch == c.branch and parent not in extended and parent in line_of:
             li = line_of[parent]
             lines[li].commits.append(c)

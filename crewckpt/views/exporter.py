@@ -5,7 +5,8 @@ How a commit is named in CrewAI's terms (:func:`view_entry`):
 * checkpoint id: its alias (the CrewAI id it was imported with or written under), else
   ``<UTC second of its time>_<first 8 hex of its commit id>``;
 * parent id: the CrewAI id of its first parent; for an imported orphan, the parent id it was recorded
-  with; none for a root;
+  with; none for a root. The same id goes into the data's ``parent_id`` (CrewAI's TUI reads it there to
+  put a fork under its parent), see :func:`crewai_lineage`;
 * branch: its branch (``strip_prefix`` removed); created_at: the recorded one, else its UTC second;
 * data: the exact stored JSON value, rendered as CrewAI renders it (``json.dumps`` style, or pydantic's
   compact style when it was imported in that style), so JSON imported from CrewAI is exported byte for byte.
@@ -127,6 +128,16 @@ def write_entries(dest: str | Path, fmt: str, entries: list[ViewEntry],
     return out
 
 
+def prune_view(dest: str | Path, fmt: str, branches: Iterable[str], keep: int) -> int:
+    """Keep the newest ``keep`` checkpoints of each of ``branches`` in a view, by CrewAI's providers' rule;
+    returns how many were removed. Raises ViewWriteError (unsafe branch, not CrewAI's table) or OSError."""
+    if fmt == "sqlite":
+        with SqliteWriter(dest) as w:
+            return sum(w.prune(b, keep) for b in branches)
+    writer = JsonFolderWriter(dest)
+    return sum(writer.prune(b, keep) for b in branches)
+
+
 def view_entry(store: Store, info: CommitInfo, namer: _Namer | None = None, *,
                strip_prefix: str | None = None, native: tuple[str, str] | None = None) -> ViewEntry:
     """How commit ``info`` appears in CrewAI's layouts (see the module docstring); reads its document.
@@ -145,12 +156,36 @@ def view_entry(store: Store, info: CommitInfo, namer: _Namer | None = None, *,
         parent_id = namer.checkpoint_id(info.parents[0]) if info.parents else None
     if strip_prefix and branch.startswith(strip_prefix) and len(branch) > len(strip_prefix):
         branch = branch[len(strip_prefix):]
-    doc = store.read(info.id)
+    doc = crewai_lineage(store.read(info.id), parent_id, branch, info.branch)
     text = layout.render_json(doc, crewai.get("json_style"))
     if native is not None and '"crewckpt"' in text:  # cheap test first: CrewAI's own checkpoints skip the walk
         text = layout.render_json(crewai_native(doc, *native), crewai.get("json_style"))
     created = crewai.get("created_at") or layout.ns_to_ts(info.time_ns)
     return ViewEntry(namer.of_info(info), parent_id, branch, text, created, info.time_ns)
+
+
+def crewai_lineage(doc: Any, parent_id: str | None, branch: str, store_branch: str) -> Any:
+    """``doc`` with its ``parent_id`` and ``branch`` fields as CrewAI must read them in the view.
+
+    CrewAI's ``checkpoint list`` and TUI take a checkpoint's parent and branch from its data, and find a
+    fork's parent by its checkpoint id. crewckpt's writer records the parent's commit id (64 hex) and the
+    store's branch; those become the parent's id in the view (``parent_id``) and the view's ``branch``.
+    Checkpoints imported from CrewAI already hold CrewAI's values and come back unchanged (byte for byte).
+    Returns a shallow copy when something changes, else ``doc`` itself.
+    """
+    if not isinstance(doc, dict):
+        return doc
+    changes: dict[str, Any] = {}
+    recorded = doc.get("parent_id", parent_id)
+    if recorded != parent_id and (recorded is None or _is_commit_id(recorded)):
+        changes["parent_id"] = parent_id
+    if "branch" in doc and doc["branch"] == store_branch != branch:
+        changes["branch"] = branch
+    return {**doc, **changes} if changes else doc
+
+
+def _is_commit_id(value: object) -> bool:
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
 
 
 CREWAI_CONFIG_FIELDS = ("location", "on_events", "provider", "max_checkpoints", "restore_from")
@@ -227,12 +262,19 @@ class LiveViewExporter:
         dest: the view: a JSON location folder or an SQLite db path.
         fmt: ``json`` or ``sqlite``.
         strip_prefix: removed from branch names in the view.
+        max_checkpoints: after each write keep only the newest N checkpoints of each branch written in the
+            view, as CrewAI's providers prune (JSON: by file mtime; SQLite: by rowid); None keeps all.
     Raises:
-        ValueError: unknown format (the only error raised, at construction).
+        ValueError: unknown format, or ``max_checkpoints`` below 1 (the only errors, at construction).
     """
 
     def __init__(self, store: Store | str | Path, dest: str | Path, fmt: str = "json", *,
-                 strip_prefix: str | None = None, max_pending: int = 10_000) -> None:
+                 strip_prefix: str | None = None, max_pending: int = 10_000,
+                 max_checkpoints: int | None = None) -> None:
+        if max_checkpoints is not None and max_checkpoints < 1:
+            raise ValueError(f"max_checkpoints must be at least 1, got {max_checkpoints}")
+        self.max_checkpoints = max_checkpoints
+        self.pruned = 0
         self.fmt = _check_format(fmt)
         self.dest = str(dest)
         self.strip_prefix = strip_prefix
@@ -339,6 +381,9 @@ class LiveViewExporter:
             self._fail(CkptError(str(p)))
         self._done.update(ids)
         self.published += len(out.written)
+        if self.max_checkpoints is not None and entries:
+            self.pruned += prune_view(self.dest, self.fmt, sorted({e.branch for e in entries}),
+                                      self.max_checkpoints)
 
     def _fail(self, exc: BaseException) -> None:
         self.errors += 1

@@ -8,6 +8,12 @@ Each checkpoint becomes one commit on its branch (``branch_prefix + CrewAI branc
 * alias: its CrewAI id (``ckpt show 20261129T234227_0d859366`` works);
 * time_ns: the UTC second of its id; trigger: the ``trigger`` field of its data;
 * run_id: the CrewAI id of the first checkpoint of its lineage (several runs on one branch stay apart);
+* a store's existing tips keep a name (:mod:`crewckpt.history.lineage`): a continuation whose parent is not
+  the tip its branch had before the import (CrewAI resumed from an older checkpoint since the last import)
+  goes on a new branch ``<branch>-from-<parent id[:8]>`` as a new run, with CrewAI's branch kept in
+  ``meta["crewai"]["branch"]``, and its children follow it there; a root (a fresh CrewAI kickoff) moves
+  its branch to itself (a new lineage) when the old tip keeps its run ref, else it goes on ``<branch>-2``.
+  Within one import CrewAI's own lineage forks stay on CrewAI's branch (as CrewAI lists them);
 * meta ``{"crewai": {...}}`` only for what the rest cannot restore: an orphan's parent id, a
   ``created_at`` that differs from the id, the text style when it is pydantic's compact JSON.
 
@@ -29,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from crewckpt.errors import BadRefName, CkptError
 from crewckpt.history import refnames
+from crewckpt.history.lineage import continuation_branch, free_branch
 from crewckpt.views import layout
 from crewckpt.views.reader import (
     Checkpoint,
@@ -130,6 +137,8 @@ class _Importer:
         self.cached_bytes = 0
         self.commit_of: dict[str, str] = {}  # CrewAI id -> commit id (this import or already present)
         self.run_of: dict[str, str] = {}  # CrewAI id -> run id
+        self.moved: dict[str, tuple[str, str]] = {}  # commit id -> (branch wanted, branch it went on instead)
+        self.before = set(store.branches().values())  # tips named before the import: they must stay named
 
     def run(self) -> None:
         entries = self._scan()
@@ -139,7 +148,8 @@ class _Importer:
             self._commit_one(rec, key)
             self.tick("committing", n, total)
         tips = self.store.branches()
-        for branch in sorted({self._target(r) for r, _ in order}):
+        touched = {self._target(r) for r, _ in order} | {b for _, b in self.moved.values()}
+        for branch in sorted(touched):
             if branch in tips:
                 self.report.branches[branch] = tips[branch]
 
@@ -221,7 +231,10 @@ class _Importer:
             else:
                 parents = [parent]
                 run_id = self.run_of.get(rec.parent_id) or self.store.info(parent).run_id
-        if self.branch is not None and rec.branch != self.branch:
+        target = self._placement(parents[0] if parents else None, self._target(rec))
+        if parents and target != self._target(rec) and self.moved.get(parents[0], ("", ""))[1] != target:
+            run_id = _run_id(cid)  # a new continuation: its own run, so the old tip keeps its run ref
+        if target != self._target(rec) or (self.branch is not None and rec.branch != self.branch):
             crewai_meta["branch"] = rec.branch
         if layout.timestamp_of(cid) != rec.created_at:
             crewai_meta["created_at"] = rec.created_at
@@ -229,14 +242,35 @@ class _Importer:
             crewai_meta["json_style"] = layout.JSON_STYLE_COMPACT
         trigger = cp.value.get("trigger")
         commit_id = self.store.commit(
-            cp.value, branch=self._target(rec), parents=parents,
+            cp.value, branch=target, parents=parents,
             meta={"crewai": crewai_meta} if crewai_meta else None, run_id=run_id,
             trigger=trigger if isinstance(trigger, str) else None,
             time_ns=_time_ns(rec.created_at), alias=cid,
         )
         self.commit_of[cid] = commit_id
         self.run_of[cid] = run_id
+        if target != self._target(rec):
+            self.moved[commit_id] = (self._target(rec), target)
         self.report.imported.append((cid, commit_id))
+
+    def _placement(self, parent: str | None, wanted: str) -> str:
+        """The branch a commit that wants ``wanted`` goes on. A child of a commit that was moved off
+        ``wanted`` follows it; a child whose branch tip is a tip from before the import and not its parent
+        goes on a new ``<wanted>-from-<parent[:8]>``; a root goes on ``<wanted>-2`` when moving ``wanted``
+        would leave a tip from before the import without any name."""
+        tips = self.store.branches()
+        if parent is None:
+            tip = tips.get(wanted)
+            if tip in self.before and sum(t == tip for t in tips.values()) == 1 and tip not in self.store.runs().values():
+                return free_branch(self.store, wanted)
+            return wanted
+        moved = self.moved.get(parent)
+        if moved is not None and moved[0] == wanted and tips.get(moved[1]) == parent:
+            return moved[1]
+        tip = tips.get(wanted)
+        if tip is not None and tip != parent and tip in self.before:
+            return continuation_branch(self.store, parent, wanted)
+        return wanted
 
 
 def _run_id(checkpoint_id: str) -> str:

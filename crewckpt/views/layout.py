@@ -38,6 +38,12 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     data JSONB NOT NULL
 )
 """
+# Verbatim from crewai/state/provider/sqlite_provider.py (_PRUNE): keep a branch's newest N rows by rowid.
+PRUNE_SQL = """
+DELETE FROM checkpoints WHERE branch = ? AND rowid NOT IN (
+    SELECT rowid FROM checkpoints WHERE branch = ? ORDER BY rowid DESC LIMIT ?
+)
+"""
 TABLE_COLUMNS = ("id", "created_at", "parent_id", "branch", "data")
 
 JSON_STYLE_DUMPS = "dumps"

@@ -104,6 +104,28 @@ class JsonFolderWriter:
         return out
 
 
+    def prune(self, branch: str, keep: int) -> int:
+        """Delete the oldest checkpoint files of ``branch`` beyond the newest ``keep`` (by mtime), as
+        CrewAI's ``JsonProvider.prune`` does; returns how many went. Raises ViewWriteError for an unsafe
+        branch; a file that cannot be removed is skipped (CrewAI's rule too)."""
+        if not layout.branch_is_safe(branch):
+            raise ViewWriteError(f"branch {branch!r} would escape {self.location}; rename the branch")
+        folder = self.location.joinpath(*branch.split("/"))
+        try:
+            files = sorted((p for p in folder.glob("*.json") if p.is_file() and not p.is_symlink()),
+                           key=lambda p: p.stat().st_mtime_ns)
+        except OSError:
+            return 0
+        removed = 0
+        for path in files[:-keep] if keep > 0 else files:
+            try:
+                path.unlink()
+                removed += 1
+            except OSError:
+                continue
+        return removed
+
+
 class SqliteWriter:
     """Writes checkpoints into CrewAI's ``checkpoints`` table of an SQLite database (created if absent)."""
 
@@ -141,6 +163,13 @@ class SqliteWriter:
                 row = self.conn.execute("SELECT data FROM checkpoints WHERE id = ?", (e.checkpoint_id,)).fetchone()
                 (out.present if row and _same_data(row[0], e.text) else out.conflicts).append(where)
         return out
+
+    def prune(self, branch: str, keep: int) -> int:
+        """Delete the oldest rows of ``branch`` beyond the newest ``keep`` (by rowid), with CrewAI's own
+        ``SqliteProvider.prune`` statement; returns how many went."""
+        with self.conn:
+            cur = self.conn.execute(layout.PRUNE_SQL, (branch, branch, keep))
+        return max(cur.rowcount, 0)
 
     def close(self) -> None:
         self.conn.close()

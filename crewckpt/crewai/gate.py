@@ -1,0 +1,281 @@
+"""The restore gate: a checkpoint is data, so restoring it never imports or runs code it names.
+
+CrewAI 1.15.30 resolves code named by strings in a checkpoint in several places, and guards only some of
+them with ``CREWAI_DESERIALIZE_CALLBACKS``:
+
+* every ``SerializableCallable`` field (task ``callback``, ``ConditionalTask.condition``, crew
+  ``step_callback`` / ``task_callback`` / ``before_kickoff_callbacks`` / ``after_kickoff_callbacks``, agent
+  ``step_callback`` / ``callbacks``): guarded, with a multi-line pydantic error;
+* a tool's ``tool_type`` (``crewai.tools.base_tool._resolve_tool_dict``): a class path not yet registered is
+  imported with ``importlib.import_module``, unguarded;
+* a tool's ``cache_function``: resolved with ``_resolve_dotted_path`` before validation, unguarded
+  (``"os.system"`` becomes ``os.system``, later called with the tool's arguments);
+* ``Flow.input_provider``: a ``"module:qualname"`` string is imported and instantiated, unguarded;
+* JSON-schema fields (``output_json`` / ``output_pydantic`` / ``response_model`` of a task, a tool's
+  ``args_schema`` / ``result_schema``, ``Flow.initial_state``): rebuilt by ``create_model_from_schema``,
+  whose ``jsonref.replace_refs`` fetches any non-local ``$ref`` (``http://``, ``file://``);
+* an LLM's ``callbacks`` strings name LiteLLM integrations that LiteLLM imports and sends calls to.
+
+Resolved through fixed registries, so not a door: ``llm_type`` (``_LLM_TYPE_REGISTRY``), ``executor_type``,
+``executor_class``, knowledge ``source_type``, memory ``memory_kind``, flow ``persistence_type``, event
+``type``, ``converter_cls`` (dropped unless already a class), a task failure's exception class (looked up in
+loaded modules only), guardrail strings (an LLM prompt, not code).
+
+:func:`check` walks a document along CrewAI's own model annotations (so user data such as a flow's state
+is never mistaken for a field) and raises :class:`UntrustedCode` naming the first such field, unless the
+user opted in with ``CREWAI_DESERIALIZE_CALLBACKS=1`` (CrewAI's variable and values). Values that name
+nothing new pass: a tool class already registered in this process, CrewAI's default cache function.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+import typing
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel
+
+from crewckpt.errors import CkptError
+
+ENV_VAR = "CREWAI_DESERIALIZE_CALLBACKS"
+_YES = frozenset({"1", "true", "yes"})  # crewai.types.callback._TRUSTED_DESERIALIZE_VALUES
+DEFAULT_CACHE_FUNCTION = "crewai.tools.base_tool._default_cache_function"
+_SEQ_ORIGINS = (list, set, frozenset, tuple, Sequence, typing.Sequence)
+_MAP_ORIGINS = (dict, Mapping, typing.Mapping)
+
+
+class UntrustedCode(CkptError, ValueError):
+    """A checkpoint names code that restoring would import or run, and the user did not opt in.
+
+    Attributes:
+        path: the field, e.g. ``entities[0].agents[1].tools[0].tool_type``.
+        value: the stored string.
+        findings: every ``(path, value, what)`` found in the document.
+    """
+
+    def __init__(self, findings: list[tuple[str, str, str]]) -> None:
+        self.findings = findings
+        self.path, self.value, what = findings[0]
+        more = f" (and {len(findings) - 1} more field(s))" if len(findings) > 1 else ""
+        shown = self.value if len(self.value) <= 60 else self.value[:57] + "..."
+        # the variable comes before the details: callers may cut long lines
+        super().__init__(f"field {self.path} names code{more}; set {ENV_VAR}=1 only for a checkpoint you "
+                         f"trust ({shown!r}: {what})")
+
+
+def opted_in(environ: Mapping[str, str] | None = None) -> bool:
+    """True when ``CREWAI_DESERIALIZE_CALLBACKS`` is an explicit yes (CrewAI's rule: 1, true, yes)."""
+    env = os.environ if environ is None else environ
+    return env.get(ENV_VAR, "").strip().lower() in _YES
+
+
+def check(doc: Any) -> None:
+    """Refuse a checkpoint document that names code, unless the user opted in.
+
+    Raises:
+        UntrustedCode: one line naming the first field path and ``CREWAI_DESERIALIZE_CALLBACKS``.
+    """
+    if opted_in():
+        return
+    found = findings(doc)
+    if found:
+        raise UntrustedCode(found)
+
+
+def findings(doc: Any) -> list[tuple[str, str, str]]:
+    """Every ``(field path, stored string, what restoring would do)`` in a checkpoint document."""
+    return _Walker().run(doc)
+
+
+# -- the walk ------------------------------------------------------------------------------------------------
+
+def _expand(annotation: Any, out: list[tuple[str, Any]], depth: int = 0) -> list[tuple[str, Any]]:
+    """Flatten an annotation into ("model", cls) / ("seq", item alternatives) / ("map", value alternatives)."""
+    if depth > 20:
+        return out
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _expand(typing.get_args(annotation)[0], out, depth + 1)
+    if origin is typing.Union or origin is types.UnionType:
+        for arg in typing.get_args(annotation):
+            _expand(arg, out, depth + 1)
+        return out
+    if origin in _SEQ_ORIGINS:
+        args = typing.get_args(annotation)
+        out.append(("seq", _expand(args[0], [], depth + 1) if args else []))
+        return out
+    if origin in _MAP_ORIGINS:
+        args = typing.get_args(annotation)
+        out.append(("map", _expand(args[1], [], depth + 1) if len(args) == 2 else []))
+        return out
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        out.append(("model", annotation))
+    return out
+
+
+def _validator_names(info: Any) -> set[str]:
+    return {getattr(getattr(m, "func", None), "__name__", "") for m in info.metadata}
+
+
+_SCHEMA_VALIDATORS = {"_deserialize_model_class", "_deserialize_schema", "_deserialize_initial_state"}
+
+
+class _Walker:
+    def __init__(self) -> None:
+        from crewai import Agent, Crew
+        from crewai.agents.agent_builder.base_agent import _LLM_TYPE_REGISTRY, BaseAgent
+        from crewai.events.base_events import BaseEvent
+        from crewai.flow.flow import Flow
+        from crewai.llms.base_llm import BaseLLM
+        from crewai.state import event_record
+        from crewai.tools.base_tool import _TOOL_TYPE_REGISTRY, BaseTool
+
+        if not event_record._event_type_map:
+            event_record._build_event_type_map()
+        self.events = event_record._event_type_map
+        self.entities: dict[str, type[BaseModel]] = {"crew": Crew, "flow": Flow, "agent": Agent}
+        self.tools, self.llms = _TOOL_TYPE_REGISTRY, _LLM_TYPE_REGISTRY
+        self.BaseTool, self.BaseAgent, self.Agent = BaseTool, BaseAgent, Agent
+        self.BaseLLM, self.BaseEvent, self.Flow = BaseLLM, BaseEvent, Flow
+        self.found: list[tuple[str, str, str]] = []
+        self.seen: set[tuple[int, type]] = set()
+        self._plans: dict[type, list[tuple[str, str, list[tuple[str, Any]]]]] = {}
+
+    def run(self, doc: Any) -> list[tuple[str, str, str]]:
+        if not isinstance(doc, dict):
+            return self.found
+        stack: list[tuple[Any, list[tuple[str, Any]], str]] = []
+        record = doc.get("event_record")
+        nodes = record.get("nodes") if isinstance(record, dict) else None
+        if isinstance(nodes, dict):
+            for key, node in nodes.items():
+                if isinstance(node, dict) and isinstance(node.get("event"), dict):
+                    stack.append((node["event"], [("model", self.BaseEvent)],
+                                  f"event_record.nodes[{key!r}].event"))
+        entities = doc.get("entities")
+        entities = entities if isinstance(entities, list) else []
+        for i in reversed(range(len(entities))):  # popped first: entities are reported before events
+            entity = entities[i]
+            kind = entity.get("entity_type") if isinstance(entity, dict) else None
+            cls = self.entities.get(kind) if isinstance(kind, str) else None
+            if cls is not None:
+                stack.append((entity, [("model", cls)], f"entities[{i}]"))
+        while stack:
+            value, alternatives, path = stack.pop()
+            for kind, arg in alternatives:
+                if kind == "model" and isinstance(value, dict):
+                    self._model(value, arg, path, stack)
+                elif kind == "seq" and isinstance(value, list):
+                    stack.extend((v, arg, f"{path}[{i}]") for i, v in enumerate(value)
+                                 if isinstance(v, (dict, list)))
+                elif kind == "map" and isinstance(value, dict):
+                    stack.extend((v, arg, f"{path}[{k!r}]") for k, v in value.items()
+                                 if isinstance(v, (dict, list)))
+        return self.found
+
+    def _concrete(self, d: dict[str, Any], cls: type[BaseModel], path: str) -> type[BaseModel] | None:
+        if issubclass(cls, self.BaseTool):
+            dotted = d.get("tool_type")
+            if isinstance(dotted, str):
+                known = self.tools.get(dotted)
+                if known is None:
+                    self.found.append((f"{path}.tool_type", dotted, "a tool class restore would import"))
+                    return None
+                return known
+            return cls
+        if cls is self.BaseAgent:
+            return self.Agent
+        if issubclass(cls, self.BaseLLM):
+            dotted = self.llms.get(d.get("llm_type") or "")
+            if dotted:  # a class the program registered; use it only if loaded (the gate imports nothing)
+                mod, _, name = dotted.rpartition(".")
+                loaded = vars(sys.modules[mod]).get(name) if mod in sys.modules else None
+                if isinstance(loaded, type) and issubclass(loaded, BaseModel):
+                    return loaded
+            return cls
+        if cls is self.BaseEvent:
+            return self.events.get(d.get("type") or "", cls)
+        return cls
+
+    def _plan(self, cls: type[BaseModel]) -> list[tuple[str, str, list[tuple[str, Any]]]]:
+        """Per field of ``cls``: (name, check, annotation alternatives) with check in callback / schema /
+        provider / llm_callbacks / ""."""
+        plan = self._plans.get(cls)
+        if plan is None:
+            from crewckpt.crewai.snapshot import callback_fields
+
+            callbacks = set(callback_fields(cls))
+            plan = []
+            for name, info in cls.model_fields.items():
+                validators = _validator_names(info)
+                if name in callbacks:
+                    check = "callback"
+                elif validators & _SCHEMA_VALIDATORS or (
+                        issubclass(cls, self.BaseTool) and name in ("args_schema", "result_schema")):
+                    check = "schema"
+                elif "_validate_input_provider" in validators:
+                    check = "provider"
+                elif issubclass(cls, self.BaseLLM) and name == "callbacks":
+                    check = "llm_callbacks"
+                else:
+                    check = ""
+                plan.append((name, check, _expand(info.annotation, [])))
+            self._plans[cls] = plan
+        return plan
+
+    def _model(self, d: dict[str, Any], cls: type[BaseModel], path: str,
+               stack: list[tuple[Any, list[tuple[str, Any]], str]]) -> None:
+        key = (id(d), cls)
+        if key in self.seen:
+            return
+        self.seen.add(key)
+        concrete = self._concrete(d, cls, path)
+        if concrete is None:
+            return
+        is_tool = issubclass(concrete, self.BaseTool)
+        for name, check, alternatives in self._plan(concrete):
+            if name not in d:
+                continue
+            value, field_path = d[name], f"{path}.{name}"
+            if check == "callback":
+                if is_tool and name == "cache_function" and value == DEFAULT_CACHE_FUNCTION:
+                    continue
+                self._strings(value, field_path, "a callable restore would import"
+                              + (" and call with the tool's arguments" if is_tool else ""))
+                continue
+            if check == "schema":
+                for ref_path, ref in _external_refs(value, field_path):
+                    self.found.append((ref_path, ref, "a JSON-schema $ref restore would fetch"))
+                continue
+            if check == "provider" and isinstance(value, str):
+                self.found.append((field_path, value, "a class restore would import and instantiate"))
+                continue
+            if check == "llm_callbacks":
+                self._strings(value, field_path, "a LiteLLM integration the LLM would load")
+                continue
+            if alternatives and isinstance(value, (dict, list)):
+                stack.append((value, alternatives, field_path))
+
+    def _strings(self, value: Any, path: str, what: str) -> None:
+        if isinstance(value, str):
+            self.found.append((path, value, what))
+        elif isinstance(value, list):
+            self.found.extend((f"{path}[{i}]", v, what) for i, v in enumerate(value) if isinstance(v, str))
+
+
+def _external_refs(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    """``$ref`` strings in a JSON schema that point outside the schema (anything not starting with #)."""
+    stack = [(value, path)]
+    while stack:
+        v, p = stack.pop()
+        if isinstance(v, dict):
+            for k, child in v.items():
+                if k == "$ref" and isinstance(child, str) and not child.startswith("#"):
+                    yield f"{p}.$ref", child
+                elif isinstance(child, (dict, list)):
+                    stack.append((child, f"{p}.{k}"))
+        elif isinstance(v, list):
+            stack.extend((c, f"{p}[{i}]") for i, c in enumerate(v) if isinstance(c, (dict, list)))

@@ -1,0 +1,271 @@
+"""Stores written by someone else: hand-made rows and objects (built with the format layer) must make every
+read bounded and every failure one line (docs/invariants.md, 'Untrusted stores')."""
+
+from __future__ import annotations
+
+import sqlite3
+import unicodedata
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+import zstandard
+
+from crewckpt import Store
+from crewckpt.backends.base import StoredObject
+from crewckpt.cli.main import cli
+from crewckpt.errors import BadRefName, CkptError, DocumentTooLarge, IntegrityError, UnknownRevision
+from crewckpt.format import objects as ob
+from crewckpt.history import snapshot
+from crewckpt.history.commits import to_row
+from crewckpt.history.limits import ReadBudget
+from crewckpt.tui.model import build_history
+
+
+def _db(store_dir: Path) -> sqlite3.Connection:
+    return sqlite3.connect(store_dir / "store.db", isolation_level=None)
+
+
+def _set_parents(store_dir: Path, cid: str, parents: list[str]) -> None:
+    with _db(store_dir) as c:
+        c.execute("UPDATE commits SET parents=? WHERE id=?", (b"".join(bytes.fromhex(p) for p in parents),
+                                                             bytes.fromhex(cid)))
+
+
+@pytest.fixture
+def chain(tmp_path: Path) -> tuple[Path, list[str]]:
+    s = Store.init(tmp_path / "s")
+    ids = [s.commit({"n": i}) for i in range(3)]
+    s.close()
+    return tmp_path / "s", ids
+
+
+def _run(args: list[str], store: Path) -> tuple[int, str, str]:
+    from click.testing import CliRunner
+    r = CliRunner().invoke(cli, ["--store", str(store), *args])
+    return r.exit_code, r.stdout, r.stderr
+
+
+# -- graph walks: cycles and self-parents --------------------------------------------------------------------
+
+def test_a_self_parent_in_the_index_is_a_one_line_integrity_error(chain: tuple[Path, list[str]]) -> None:
+    path, ids = chain
+    _set_parents(path, ids[2], [ids[2]])
+    with Store.open(path) as s:
+        with pytest.raises(IntegrityError, match="lists itself as its own parent") as e:
+            s.resolve("main~1000000000")
+        assert e.value.oid == ids[2]
+        with pytest.raises(IntegrityError, match=ids[2]):
+            list(s.log("main"))
+        with pytest.raises(IntegrityError):
+            s.merge_base("main", ids[0])
+    code, _, err = _run(["rev-parse", "main~1000000000"], path)
+    assert code == 1 and err.count("\n") == 1 and "own parent" in err
+
+
+def test_a_parent_cycle_is_detected_by_every_walk(chain: tuple[Path, list[str]]) -> None:
+    path, ids = chain
+    _set_parents(path, ids[0], [ids[2]])  # root -> tip: 0 -> 2 -> 1 -> 0
+    with Store.open(path) as s:
+        with pytest.raises(IntegrityError, match="parent cycle") as e:
+            list(s.log("main"))
+        assert e.value.oid == ids[0]
+        with pytest.raises(IntegrityError, match="parent cycle"):
+            s.resolve("main~5")
+        with pytest.raises(IntegrityError, match="parent cycle"):
+            s.merge_base("main", "main")
+        # the TUI's model treats the looping edge as a missing parent: every path terminates
+        hist = build_history(s.list(), s.branches())
+        assert all(len(hist.path_to(c)) <= len(ids) for c in ids)
+    for args in (["log"], ["log", "--graph", "--all"], ["rev-parse", "main~7"]):
+        code, _, err = _run(args, path)
+        assert code in (0, 1) and err.count("\n") <= 1, (args, err)
+
+
+def test_the_tui_model_survives_a_self_parent(chain: tuple[Path, list[str]]) -> None:
+    path, ids = chain
+    _set_parents(path, ids[1], [ids[1]])
+    with Store.open(path) as s:
+        hist = build_history(s.list(), s.branches())
+    assert all(len(hist.path_to(c)) <= len(ids) for c in ids)
+    assert ids[1] not in hist.children.get(ids[1], [])
+
+
+# -- tree expansion and decompression budgets ---------------------------------------------------------------
+
+def _put(s: Store, kind: int, body: bytes) -> bytes:
+    o = s.objects.frame(kind, body)
+    with s.backend.transaction() as txn:
+        txn.put_many([o], 1)
+    return o.oid
+
+
+def _commit_root(s: Store, root: ob.Link, branch: str = "main") -> str:
+    c = ob.Commit(root, (), 1, 10_000, branch, "r", None, ob.Summary())
+    cid = _put(s, ob.COMMIT, c.encode())
+    with s.backend.transaction() as txn:
+        txn.index_add(to_row(cid, c))
+        txn.set_ref_if_equals("refs/heads/" + branch, txn.get_ref("refs/heads/" + branch), cid)
+    return cid.hex()
+
+
+def _fanout_bomb(s: Store, levels: int, width: int = 64) -> str:
+    """A tree linking one subtree ``width`` times, ``levels`` deep: width**levels leaves, a few KB stored."""
+    oid = _put(s, ob.TREE, ob.encode_tree(ob.ARRAY, ["x" * 100]))
+    for _ in range(levels):
+        oid = _put(s, ob.TREE, ob.encode_tree(ob.ARRAY, [ob.Link(oid, ob.TREE).ext()] * width))
+    return _commit_root(s, ob.Link(oid, ob.TREE))
+
+
+def test_a_tree_linking_one_subtree_many_times_is_refused_before_expanding(tmp_path: Path) -> None:
+    s = Store.init(tmp_path / "s")
+    cid = _fanout_bomb(s, levels=6)  # 64**6 = 6.9e10 values: unbounded expansion would never finish
+    calls: list[int] = []
+    real = snapshot._tree_size
+
+    def counting(*a: Any) -> Any:
+        calls.append(1)
+        return real(*a)
+
+    snapshot._tree_size = counting  # type: ignore[assignment]
+    try:
+        with pytest.raises(DocumentTooLarge, match="JSON values once expanded") as e:
+            s.read(cid)
+    finally:
+        snapshot._tree_size = real  # type: ignore[assignment]
+    assert len(calls) == 7  # one size computation per distinct tree, not per expanded node
+    assert "\n" not in str(e.value) and "CKPT_MAX_READ_NODES" in str(e.value)
+    small = _fanout_bomb(s, levels=2, width=8)
+    assert len(s.read(small)) == 8
+    with pytest.raises(DocumentTooLarge):
+        s.read(small, max_nodes=50)
+    assert s.fsck().ok  # fsck walks distinct objects, never the expansion
+    code, _, err = _run(["show", cid], tmp_path / "s")
+    assert code == 1 and err.count("\n") == 1 and "too large to read" in err
+
+
+def test_the_read_limits_can_be_raised_by_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = Store.init(tmp_path / "s")
+    cid = s.commit(list(range(1000)))
+    monkeypatch.setenv("CKPT_MAX_READ_NODES", "100")
+    with pytest.raises(DocumentTooLarge):
+        s.read(cid)
+    monkeypatch.setenv("CKPT_MAX_READ_NODES", "2000")
+    assert s.read(cid) == list(range(1000))
+    monkeypatch.setenv("CKPT_MAX_READ_NODES", "lots")
+    with pytest.raises(DocumentTooLarge, match="not a positive whole number"):
+        s.read(cid)
+
+
+def test_a_small_frame_expanding_to_a_valid_gigabyte_blob_is_refused_without_decompressing(
+        tmp_path: Path) -> None:
+    s = Store.init(tmp_path / "s")
+    body = b"a" * (1 << 30)  # a valid 1 GiB blob: its frame is ~32 KB
+    oid = ob.object_id(ob.BLOB, body)
+    frame = b"\x01" + zstandard.ZstdCompressor(level=1).compress(body)
+    del body
+    assert len(frame) < 100_000
+    with s.backend.transaction() as txn:
+        txn.put_many([StoredObject(oid, ob.BLOB, 1 << 30, frame)], 1)
+    cid = _commit_root(s, ob.Link(oid, ob.BLOB))
+    with pytest.raises(DocumentTooLarge, match="bytes to decompress"):
+        s.read(cid)
+    code, _, err = _run(["show", cid], tmp_path / "s")
+    assert code == 1 and err.count("\n") == 1 and "too large to read" in err
+
+
+def test_a_frame_larger_than_its_declared_size_is_corrupt_not_decompressed(tmp_path: Path) -> None:
+    s = Store.init(tmp_path / "s")
+    body = b"b" * 100_000
+    oid = ob.object_id(ob.BLOB, body)
+    frame = b"\x01" + zstandard.ZstdCompressor().compress(body)
+    with s.backend.transaction() as txn:  # the size column lies: gc and budgets trust it for batching
+        txn.put_many([StoredObject(oid, ob.BLOB, 10, frame)], 1)
+    with pytest.raises(IntegrityError, match="claims 100000 bytes but its size says 10"):
+        s.objects.get(oid)
+    assert oid.hex() in s.fsck(full=True).broken
+
+
+def test_the_decompression_budget_is_a_total_not_per_frame(tmp_path: Path) -> None:
+    s = Store.init(tmp_path / "s")
+    blobs = [str(i).encode() * 5000 for i in range(4)]
+    ids = [_put(s, ob.BLOB, b) for b in blobs]
+    budget = ReadBudget(max_bytes=3 * 5000 + 10)
+    with pytest.raises(DocumentTooLarge, match="to decompress"):
+        s.objects.blobs(ids, budget=budget)  # each frame is under the limit; their sum is not
+
+
+def test_a_tree_nested_deeper_than_the_limit_is_refused_at_read(tmp_path: Path) -> None:
+    s = Store.init(tmp_path / "s")
+    oid = _put(s, ob.TREE, ob.encode_tree(ob.ARRAY, []))
+    for _ in range(300):  # a link per level: the writer would never make it, a hostile store can
+        oid = _put(s, ob.TREE, ob.encode_tree(ob.ARRAY, [ob.Link(oid, ob.TREE).ext()]))
+    cid = _commit_root(s, ob.Link(oid, ob.TREE))
+    with pytest.raises(DocumentTooLarge, match="nested 301 levels deep"):
+        s.read(cid)
+    for args in (["show", cid], ["show", "--raw", cid], ["diff", cid, cid]):
+        code, _, err = _run(args, tmp_path / "s")
+        assert code == 1 and err.count("\n") == 1 and "Recursion" not in err, (args, err)
+
+
+# -- names ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", ["a\u202eb", "a\u200bb", "a\u2066b", "x\x9b31m", "a\ufeffb", "a\u00a0b",
+                                 "a\udcffb", "a\u2028b"])
+def test_invisible_control_and_bidi_characters_are_refused_in_branch_names(tmp_path: Path, bad: str) -> None:
+    s = Store.init(tmp_path / "s")
+    with pytest.raises(BadRefName, match=f"U\\+{ord(next(c for c in bad if not c.isalnum())):04X}"):
+        s.commit({}, branch=bad)
+    assert s.list() == []
+
+
+def test_an_nfd_branch_name_is_found_by_either_spelling(tmp_path: Path) -> None:
+    s = Store.init(tmp_path / "s")
+    nfd = unicodedata.normalize("NFD", "café")
+    cid = s.commit({"a": 1}, branch=nfd)
+    assert s.branches() == {"café": cid}
+    assert s.resolve(nfd) == s.resolve("café") == cid
+    assert s.resolve(nfd + "~0") == cid
+    assert [c.id for c in s.list(nfd)] == [cid]
+
+
+def test_a_lone_surrogate_in_a_revision_is_a_one_line_error(tmp_path: Path) -> None:
+    s = Store.init(tmp_path / "s")
+    s.commit({})
+    with pytest.raises(UnknownRevision, match="lone surrogate"):
+        s.resolve("ma\udcffin")
+    code, _, err = _run(["show", "ma\udcffin"], tmp_path / "s")
+    assert code == 1 and err.count("\n") == 1 and "UnicodeEncodeError" not in err
+    code, _, err = _run(["branch", "x\udcff"], tmp_path / "s")
+    assert code == 2 and "lone surrogate" in err
+
+
+@pytest.mark.parametrize("verb", [["prune", "--keep", "1"], ["export", "--to", "out"]])
+def test_a_bad_branch_option_exits_2_before_resolving(tmp_path: Path, verb: list[str]) -> None:
+    Store.init(tmp_path / "s").close()
+    code, _, err = _run([*verb, "--branch", "../x"], tmp_path / "s")
+    assert code == 2 and "bad branch name" in err and err.count("\n") == 1
+
+
+def test_prune_older_than_a_400_digit_age_is_a_one_line_usage_error(tmp_path: Path) -> None:
+    Store.init(tmp_path / "s").close()
+    code, _, err = _run(["prune", "--older-than", "9" * 400 + "d"], tmp_path / "s")
+    assert code == 2 and "longer than 10000 years" in err and "Overflow" not in err
+
+
+def test_writer_stored_ids_do_not_change(tmp_path: Path) -> None:
+    """Names are normalized when read or written; stored bytes and ids are not rewritten."""
+    s = Store.init(tmp_path / "s")
+    cid = s.commit({"k": "v"}, branch="main", time_ns=1, run_id="run-1")
+    c = s.objects.commit(bytes.fromhex(cid))
+    assert ob.object_id(ob.COMMIT, c.encode()).hex() == cid
+    assert msgpack.unpackb(c.encode())[5] == "main"
+
+
+def test_every_hostile_store_failure_is_a_ckpt_error(tmp_path: Path) -> None:
+    s = Store.init(tmp_path / "s")
+    cid = _fanout_bomb(s, levels=5)
+    for call in (lambda: s.read(cid), lambda: s.resolve("\udcff")):
+        with pytest.raises(CkptError):
+            call()

@@ -1,0 +1,104 @@
+"""CrewAI reads what crewckpt exports as one history (issue 11 item 6): the data's ``parent_id`` is the id
+CrewAI knows for the parent, so CrewAI 1.15.30's own checkpoint TUI puts a fork under its parent; live
+views honour ``max_checkpoints`` like CrewAI's providers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crewckpt import Store
+from crewckpt.testing import crewai_offline, research_crew  # noqa: F401  (the fixture)
+from crewckpt.views.importer import lookup_alias
+from crewckpt.views.layout import parse_filename
+
+pytestmark = [pytest.mark.crewai, pytest.mark.usefixtures("crewai_offline")]
+
+
+def _tree_of(location: str) -> list[tuple[int, str, Any]]:
+    """CrewAI's own checkpoint TUI, run headless on ``location``: its tree as (depth, label, entry data)."""
+    from crewai_cli.checkpoint_tui import CheckpointTUI
+    from textual.widgets import Tree
+
+    rows: list[tuple[int, str, Any]] = []
+
+    async def run() -> None:
+        app = CheckpointTUI(location)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            tree = app.query_one("#tree-panel", Tree)
+            stack = [(tree.root, -1)]
+            while stack:
+                node, depth = stack.pop()
+                if depth >= 0:
+                    rows.append((depth, str(node.label), node.data))
+                stack.extend((child, depth + 1) for child in reversed(node.children))
+
+    asyncio.run(run())
+    return rows
+
+
+def _forked_store() -> tuple[Store, str]:
+    """A 3-task crew on main, then a fork "alt" from main~1 that reruns task 3 (one checkpoint)."""
+    from crewckpt.crewai import CheckpointConfig, restore
+
+    research_crew(3, checkpoint=CheckpointConfig()).kickoff(inputs={"topic": "otters"})
+    store = Store.open(".ckpt")
+    fork_point = store.resolve("main~1")
+    restore("main~1", store=".ckpt", fork="alt").kickoff()
+    assert store.info("alt").parents == (fork_point,)
+    return store, fork_point
+
+
+def test_crewais_tui_shows_an_exported_fork_under_its_parent(tmp_path):
+    store, fork_point = _forked_store()
+    store.export_crewai("view")
+    files = {parse_filename(p.name)[0]: p for p in Path("view").rglob("*.json")}  # type: ignore[index]
+    assert len(files) == 4
+    for cid, path in files.items():  # the data names the same parent as the file name
+        data = json.loads(path.read_text())
+        assert data["parent_id"] == parse_filename(path.name)[1], cid  # type: ignore[index]
+        assert data["branch"] == path.parent.name
+    rows = _tree_of("view")
+    labels = [label for _, label, _ in rows]
+    assert not any("orphaned" in label for label in labels), labels
+    # the alt branch node sits right under the fork point's checkpoint node
+    alt = next(i for i, (_, label, _) in enumerate(rows) if "alt" in label)
+    depth = rows[alt][0]
+    parent = next(rows[j] for j in range(alt - 1, -1, -1) if rows[j][0] == depth - 1)
+    parent_id = parse_filename(parent[2]["name"])[0]  # type: ignore[index]
+    assert lookup_alias(store, parent_id) == fork_point
+
+
+def test_exported_checkpoints_imported_from_crewai_stay_byte_for_byte(tmp_path, fixtures_copy):
+    store = Store.init(tmp_path / ".ckpt")
+    src = fixtures_copy / "crew_restore_src"
+    store.import_crewai(src)
+    out = tmp_path / "out"
+    store.export_crewai(out)
+    for path in src.rglob("*.json"):
+        assert (out / path.relative_to(src)).read_bytes() == path.read_bytes()
+
+
+@pytest.mark.parametrize("view", [".checkpoints", "view.db"])
+def test_live_view_keeps_max_checkpoints_per_branch_like_crewai(view):
+    from crewckpt.crewai import CheckpointConfig, flush_views
+
+    research_crew(4, checkpoint=CheckpointConfig(view=view, max_checkpoints=2)).kickoff(inputs={"topic": "x"})
+    assert flush_views(timeout=60)
+    store = Store.open(".ckpt")
+    kept = [c.id for c in store.list("main")]
+    assert len(kept) == 2
+    if view.endswith(".db"):
+        with sqlite3.connect(view) as db:
+            ids = [r[0] for r in db.execute("SELECT id FROM checkpoints ORDER BY rowid")]
+    else:
+        paths = sorted(Path(view, "main").glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
+        ids = [parse_filename(p.name)[0] for p in paths]  # type: ignore[index]
+    assert len(ids) == 2  # CrewAI's provider would keep the same two
+    assert [lookup_alias(store, i) for i in ids] == kept
