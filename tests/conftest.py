@@ -45,17 +45,19 @@ def fixtures_copy(tmp_path: Path) -> Path:
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the :data:`SLOW` tests; warn about entries that name no test of a file that was collected (a
+    """Mark the :data:`SLOW` tests; warn about entries whose function is gone from a collected test file (a
     renamed test would silently move back into the default run)."""
-    matched: set[str] = set()
+    modules: dict[str, object] = {}
     for item in items:
+        path = item.nodeid.split("::")[0]
+        modules.setdefault(path, getattr(item, "module", None))
         for entry in SLOW:
-            if item.nodeid == entry or item.nodeid.startswith(entry + "[") or item.nodeid.startswith(entry + "::"):
+            if item.nodeid == entry or item.nodeid.startswith((entry + "[", entry + "::")):
                 item.add_marker(pytest.mark.slow)
-                matched.add(entry)
-    collected = {item.nodeid.split("::")[0] for item in items}
     for entry in SLOW:
-        if entry not in matched and entry.split("::")[0] in collected:
+        path, name = entry.split("::")[:2]
+        module = modules.get(path)
+        if module is not None and not hasattr(module, name.split("[")[0]):
             warnings.warn(pytest.PytestConfigWarning(f"conftest SLOW names no test: {entry}"), stacklevel=1)
 
 
