@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import warnings
 from pathlib import Path
@@ -77,3 +79,54 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     total = sum(_SECONDS_PER_FILE.values())
     terminalreporter.write_line(f"{total:7.1f} s  in all {len(_SECONDS_PER_FILE)} files ({total / 60:.1f} min; "
                                 "the last line adds collection and start-up)")
+
+
+DEEP = 100  # folder levels below a test's tmp folder beyond which the session deletes, without recursing
+
+
+def _remove_tree_iteratively(top: str) -> None:
+    """``shutil.rmtree`` without recursion (it recurses once per level, so a tree deeper than the recursion
+    limit raises RecursionError); errors from trees that vanish meanwhile are ignored."""
+    dirs, stack = [], [top]
+    while stack:
+        d = stack.pop()
+        dirs.append(d)
+        try:
+            with os.scandir(d) as it:
+                for e in it:
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+                    else:
+                        with contextlib.suppress(OSError):
+                            os.unlink(e.path)
+        except OSError:
+            continue
+    for d in reversed(dirs):
+        with contextlib.suppress(OSError):
+            os.rmdir(d)
+
+
+def _prune_deep_folders(root: Path) -> None:
+    """Delete whatever lies more than :data:`DEEP` levels below ``root``, without recursion."""
+    stack = [(str(root), 0)]
+    while stack:
+        d, depth = stack.pop()
+        if depth >= DEEP:
+            _remove_tree_iteratively(d)
+            continue
+        with contextlib.suppress(OSError), os.scandir(d) as it:
+            stack.extend((e.path, depth + 1) for e in it if e.is_dir(follow_symlinks=False))
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own clean-up of old tmp folders, which recurses
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Some tests build folders deeper than Python's recursion limit (hostile imports): pytest's deletion
+    of old tmp folders then fails the whole session with RecursionError. Cut such trees down first, in this
+    session's tmp folder and in the garbage-* folders pytest left half-deleted."""
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    basetemp = getattr(factory, "_basetemp", None)  # None: no test asked for a tmp folder
+    if basetemp is None:
+        return
+    _prune_deep_folders(basetemp)
+    for garbage in basetemp.parent.glob("garbage-*"):
+        _prune_deep_folders(garbage)
