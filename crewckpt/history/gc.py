@@ -138,7 +138,7 @@ def repack(store: Store, live: set[bytes], metas: dict[bytes, ObjectMeta],
     Each new pack lands with its members' new frames in one transaction, so a crash leaves either frame.
     """
     moving = repack_plan(live, metas)
-    return write_packs(store, moving, progress) if moving else 0
+    return write_packs(store, moving, progress, {o: metas[o].size for o in moving if o in metas}) if moving else 0
 
 
 def repack_plan(live: set[bytes], metas: dict[bytes, ObjectMeta]) -> list[bytes]:
@@ -173,12 +173,13 @@ def repack_plan(live: set[bytes], metas: dict[bytes, ObjectMeta]) -> list[bytes]
     return loose + [o for p in chosen for o in by_pack[p]]
 
 
-def write_packs(store: Store, oids: list[bytes], progress: Progress | None = None) -> int:
+def write_packs(store: Store, oids: list[bytes], progress: Progress | None = None,
+                sizes: dict[bytes, int] | None = None) -> int:
     """Move objects into new packs of up to PACK_MAX body bytes at PACK_LEVEL, ordered by kind and body
     prefix; returns how many frames changed. Objects gone meanwhile are skipped. Each pack lands with its
-    members' new frames in one transaction, so a crash leaves either frame."""
+    members' new frames in one transaction, so a crash leaves either frame. ``sizes`` (declared body
+    bytes) bounds each decoding batch to BATCH_BYTES."""
     bodies = {}
-    sizes = {m.oid: m.size for m in store.backend.iter_objects()} if len(oids) > 2000 else None
     for ids in size_batches(oids, sizes):
         bodies.update(store.objects.get_many(ids))
     items = sorted(((o, k, b) for o, (k, b) in bodies.items()), key=lambda x: (x[1], x[2][:48], x[0]))
