@@ -11,6 +11,8 @@ from typing import Any
 import msgpack
 import pytest
 import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from crewckpt import Store
 from crewckpt.backends.base import StoredObject
@@ -466,3 +468,32 @@ def test_a_permission_error_at_write_is_named_not_corrupt(tmp_path: Path) -> Non
     err = s.backend._error(sqlite3.OperationalError("unable to open database file"))  # type: ignore[attr-defined]
     assert isinstance(err, StoreWriteError) and "permissions" in str(err)
     s.close()
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.lists(st.integers(0, 5), max_size=3), st.integers(-2, 8)), min_size=1, max_size=6),
+       st.integers(0, 12))
+def test_any_hand_made_commit_graph_gives_answers_or_one_line_errors(edges: list[tuple[list[int], int]],
+                                                                     steps: int) -> None:
+    """Fuzz: commit-index rows with arbitrary parents and seqs (cycles, self-parents, dangling ids, ties);
+    every walk terminates with a result or a CkptError, and fsck never raises."""
+    import dataclasses
+    s = Store.memory()
+    ids = [bytes.fromhex(s.commit({"n": i}, branch="main")) for i in range(len(edges))]
+    with s.backend.transaction() as txn:
+        for cid, (parents, seq) in zip(ids, edges):
+            row = txn.index_get(cid)
+            assert row is not None
+            txn.index_remove([cid])
+            ps = tuple(ids[p] if p < len(ids) else bytes([p]) * 32 for p in parents)
+            txn.index_add(dataclasses.replace(row, parents=ps, seq=seq))
+    for call in (lambda: list(s.log("main")), lambda: s.resolve(f"main~{steps}"), lambda: s.resolve("main^2"),
+                 lambda: s.merge_base("main", ids[0].hex())):
+        try:
+            call()
+        except CkptError as e:
+            assert "\n" not in str(e)
+    hist = build_history(s.list(), s.branches())
+    assert all(len(hist.path_to(c.hex())) <= len(ids) for c in ids)
+    s.fsck()
+    s.fsck(full=True)
