@@ -125,7 +125,7 @@ def test_resume_calls_restore_and_kickoff(demo, monkeypatch):
     # The integration's restore is tested with real CrewAI in its own tests; here only the CLI's part.
     monkeypatch.setitem(sys.modules, "crewckpt.crewai", types.SimpleNamespace(restore=restore))
     monkeypatch.setitem(sys.modules, "crewckpt.crewai.run", types.SimpleNamespace(
-        restore_class=lambda doc, meta, search: None, run_restored=run_restored))
+        restore_class=lambda doc, meta, **kw: None, run_restored=run_restored, tty_confirm=lambda: None))
     record = orjson.loads(
         ok(ckpt(demo.path, "resume", "main~1", "--inputs", '{"topic": "x"}', "--json")).stdout
     )

@@ -1,9 +1,11 @@
 """Flow resume from `ckpt resume` and the TUI runs the flow's remaining methods (issue 11 item 2): the flow
-class is recorded with each checkpoint and imported again; when it cannot be, restoring says so in one line
-naming the class path. Real CrewAI 1.15.30 flows in real processes."""
+class is recorded with each checkpoint and imported again once the user opts in (--flow-class, or
+CREWAI_DESERIALIZE_CALLBACKS=1; tests/test_flow_class_opt_in.py has the refusals); when it cannot be,
+restoring says so in one line naming the class path. Real CrewAI 1.15.30 flows in real processes."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -65,7 +67,7 @@ def crashed_flow(folder: Path, module: str) -> str:
     from crewckpt import Store
 
     (folder / f"{module}.py").write_text(FLOW_MODULE)
-    env = {**__import__("os").environ, "OTTER_FAIL": "1"}
+    env = {**os.environ, "OTTER_FAIL": "1"}
     proc = subprocess.run([sys.executable, "-c", RUN.format(module=module)], cwd=folder, env=env,
                           capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 3, proc.stderr[-3000:]
@@ -83,37 +85,61 @@ def steps(folder: Path, rev: str) -> list[str]:
     return flow["checkpoint_state"]["steps"]
 
 
-def test_ckpt_resume_runs_the_flow_and_names_a_missing_class(crewai_offline):  # noqa: F811
+def test_ckpt_resume_runs_the_flow_and_names_a_missing_class(crewai_offline, monkeypatch):  # noqa: F811
+    monkeypatch.delenv("CREWAI_DESERIALIZE_CALLBACKS", raising=False)
     crashed = crashed_flow(crewai_offline, "otterflow")
     assert steps(crewai_offline, crashed) == ["gather"]
     sub = crewai_offline / "sub"  # the flow's module is beside the store, not in the working folder
     sub.mkdir()
-    proc = subprocess.run([*CKPT, "resume", "--json"], cwd=sub, capture_output=True, text=True, timeout=600,
-                          check=False)
+    proc = subprocess.run([*CKPT, "resume", "--flow-class", "otterflow.OtterFlow"], cwd=sub,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 1  # the store's folder is not searched: only sys.path and the working folder
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "otterflow.OtterFlow" in lines[0] and "renamed or removed" in lines[0]
+    assert steps(crewai_offline, "HEAD") == ["gather"]  # nothing ran, nothing written
+
+    proc = subprocess.run([*CKPT, "resume", "--json", "--flow-class", "otterflow.OtterFlow"],
+                          cwd=crewai_offline, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = orjson.loads(proc.stdout)
     assert record["entity"] == "OtterFlow" and record["output"] == "polished"
     assert record["head"] != crashed and steps(crewai_offline, record["head"]) == ["gather", "draft", "polish"]
 
     (crewai_offline / "otterflow.py").rename(crewai_offline / "renamed.py")
-    proc = subprocess.run([*CKPT, "resume", crashed[:12]], cwd=crewai_offline, capture_output=True,
-                          text=True, timeout=600, check=False)
-    assert proc.returncode == 1
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "otterflow.OtterFlow" in lines[0] and "renamed or removed" in lines[0]
+    for opt_in, env in (([], {"CREWAI_DESERIALIZE_CALLBACKS": "1"}), (["--flow-class", "otterflow.OtterFlow"], {})):
+        proc = subprocess.run([*CKPT, "resume", crashed[:12], *opt_in], cwd=crewai_offline, capture_output=True,
+                              text=True, timeout=600, check=False, env={**os.environ, **env})
+        assert proc.returncode == 1
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "otterflow.OtterFlow" in lines[0] and "renamed or removed" in lines[0]
+    # the fix for a renamed class: name it
+    proc = subprocess.run([*CKPT, "resume", crashed[:12], "--flow-class", "renamed.OtterFlow", "--json"],
+                          cwd=crewai_offline, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert orjson.loads(proc.stdout)["output"] == "polished"
 
 
 def test_tui_resume_runs_the_flow(crewai_offline, monkeypatch):  # noqa: F811
+    from crewckpt.errors import CkptError
     from crewckpt.tui import run
     from crewckpt.tui.app import CheckpointBrowser
     from crewckpt.tui.runner import RunPlan
 
     crashed = crashed_flow(crewai_offline, "otterflow_tui")
-    monkeypatch.setattr(sys, "path", list(sys.path))  # the restore may add the store's folder
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the restore may add the working folder
     monkeypatch.delitem(sys.modules, "otterflow_tui", raising=False)
     monkeypatch.setattr(CheckpointBrowser, "run", lambda self: RunPlan("resume", crashed))
+    monkeypatch.delenv("CREWAI_DESERIALIZE_CALLBACKS", raising=False)
     printed: list[str] = []
     try:
+        with pytest.raises(CkptError) as refused:  # no terminal to ask on, no opt-in: nothing imported
+            run(str(crewai_offline / ".ckpt"), echo=printed.append)
+        assert "otterflow_tui" not in sys.modules and printed == []
+        text = str(refused.value)
+        assert "\n" not in text and "otterflow_tui.OtterFlow" in text and "--flow-class" in text
+        assert "CREWAI_DESERIALIZE_CALLBACKS=1" in text
+
+        monkeypatch.setenv("CREWAI_DESERIALIZE_CALLBACKS", "1")
         run(str(crewai_offline / ".ckpt"), echo=printed.append)
     finally:
         sys.modules.pop("otterflow_tui", None)

@@ -32,8 +32,14 @@ def require_crewai(verb: str) -> None:
 @click.option(
     "--branch", "branch", metavar="NAME", help="Fork: write the resumed run's checkpoints on new branch NAME."
 )
+@click.option(
+    "--flow-class",
+    "flow_class",
+    metavar="MODULE.CLASS",
+    help="Flow checkpoints: restore into this Flow subclass (imports it; also the fix for a renamed class).",
+)
 @json_option
-def resume(rev: str, inputs_text: str | None, branch: str | None, as_json: bool) -> None:
+def resume(rev: str, inputs_text: str | None, branch: str | None, flow_class: str | None, as_json: bool) -> None:
     """Restore the crew, flow or agent that checkpoint REV records and run it to the end.
 
     Completed tasks (crews) and completed methods (flows) are skipped. A crew runs with the kickoff inputs
@@ -41,10 +47,14 @@ def resume(rev: str, inputs_text: str | None, branch: str | None, as_json: bool)
     branch when REV is its tip, else a new branch; --branch NAME to choose). Needs the crewai extra
     (pip install 'crewckpt[crewai]'); the LLMs are rebuilt from their stored type.
 
+    A checkpoint is data: the Flow class a flow checkpoint records is imported only with --flow-class,
+    CREWAI_DESERIALIZE_CALLBACKS=1, or your yes at the prompt on a terminal.
+
     \b
     Examples:
       ckpt resume                         # the latest checkpoint
       ckpt resume main~2 --inputs '{"topic": "sea otters"}' --branch sea-otters
+      ckpt resume --flow-class myproject.flows.ResearchFlow
     """
     inputs = parse_inputs(inputs_text)
     if branch is not None:
@@ -64,11 +74,11 @@ def resume(rev: str, inputs_text: str | None, branch: str | None, as_json: bool)
     doc = store.read(full)
     if inputs is None:
         inputs = recorded_crew_inputs(doc)
-    from crewckpt.crewai.run import restore_class, run_restored
+    from crewckpt.crewai.run import restore_class, run_restored, tty_confirm
 
     with _console_to_stderr(as_json) as stdout:
         try:
-            cls = restore_class(doc, store.info(full).meta, search=_import_folders(store))
+            cls = restore_class(doc, store.info(full).meta, flow_class=flow_class, confirm=tty_confirm())
         except (CkptError, ValueError) as exc:
             raise CkptError(f"cannot restore {rev} ({full[:12]}): {_one_line(exc)}") from None
         try:
@@ -116,18 +126,6 @@ def _console_to_stderr(active: bool) -> Iterator[Any]:
         crewai_event_bus.flush()
         if sys.stdout is sys.stderr:
             sys.stdout = real
-
-
-def _import_folders(store: Any) -> list[str]:
-    """Where a flow's module may live besides sys.path: the working folder and the store's parent folder
-    (the project a default ``./.ckpt`` was created in)."""
-    import os
-
-    folders = [os.getcwd()]
-    path = getattr(store, "path", None)
-    if path is not None:
-        folders.append(os.path.dirname(os.path.abspath(path)))
-    return folders
 
 
 def recorded_crew_inputs(doc: Any) -> dict[str, Any] | None:

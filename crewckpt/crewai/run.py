@@ -2,7 +2,9 @@
 
 Used by ``ckpt resume`` and the TUI's Resume/Fork (so both behave alike). A Flow's methods live in its class,
 not in the checkpoint: crewckpt records the class path in each flow checkpoint's commit metadata
-(:data:`FLOW_CLASS_META`) and :func:`restore_class` imports it again, or says in one line why it cannot.
+(:data:`FLOW_CLASS_META`) and :func:`restore_class` imports it again, only with the user's opt-in (a
+checkpoint is data: ``--flow-class``, ``CREWAI_DESERIALIZE_CALLBACKS=1`` or a yes at a terminal prompt), or says
+in one line why it does not.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import dataclasses
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable
 from typing import Any
 
 from crewckpt.crewai.snapshot import IdWeakMap
@@ -89,37 +91,116 @@ def remember_flow_class(state: Any, meta: dict[str, Any] | None) -> None:
         _restored_flow_class.set(state, recorded)
 
 
-def restore_class(doc: Any, meta: dict[str, Any], *, search: Sequence[str | os.PathLike[str]] = ()) -> Any:
-    """The class to restore a checkpoint into: Crew or Agent as the document says, or for a Flow the
-    subclass its metadata records (imported; ``search`` folders are tried after ``sys.path``).
+def restore_class(doc: Any, meta: dict[str, Any], *, flow_class: str | None = None,
+                  confirm: Callable[[str], bool] | None = None) -> Any:
+    """The class to restore a checkpoint into: Crew or Agent as the document says, or for a Flow a subclass.
+
+    A checkpoint is data, so the class path its metadata records is imported only when the user opted in:
+    ``flow_class`` (``"<module>.<qualname>"`` the user named, e.g. ``ckpt resume --flow-class``; also the fix
+    for a renamed class) is imported as given; else the recorded class is imported when
+    ``CREWAI_DESERIALIZE_CALLBACKS=1`` is set, or when ``confirm`` (a yes/no question, e.g. a prompt on a
+    terminal; None: non-interactive) answers yes. Modules are searched on ``sys.path``, then in the working
+    folder (the user's project), never in a folder the store names.
 
     Raises:
-        CkptError: a flow checkpoint without a recorded class, or whose class cannot be imported (one line
-            naming the class path and the fix).
+        CkptError: a flow checkpoint without a recorded class, whose class cannot be imported, or that the
+            user did not opt in to import (one line naming the class path and both ways to opt in).
         ValueError: the document holds no crew, flow or agent.
     """
     from crewai import Flow
 
     from crewckpt.crewai import entity_class
+    from crewckpt.crewai.gate import ENV_VAR, opted_in
 
     cls = entity_class(doc)
     if cls is not Flow:
         return cls
+    if flow_class:
+        return _flow_subclass(import_class(flow_class), flow_class, Flow)
     path = meta.get(FLOW_CLASS_META) if isinstance(meta, dict) else None
     if not isinstance(path, str) or not path:
         raise CkptError("this flow checkpoint does not record its Flow class (it was written by CrewAI or an "
-                        "older crewckpt), so its methods cannot be run; restore it in code with "
-                        "crewckpt.crewai.restore(rev, cls=YourFlow)")
-    found = import_class(path, search)
-    if not (isinstance(found, type) and issubclass(found, Flow)):
-        raise CkptError(f"flow class {path} recorded in the checkpoint is not a crewai Flow subclass; restore "
-                        f"it in code with crewckpt.crewai.restore(rev, cls=YourFlow)")
+                        "older crewckpt), so its methods cannot be run; name it with --flow-class "
+                        "MODULE.CLASS, or restore it in code with crewckpt.crewai.restore(rev, cls=YourFlow)")
+    if not opted_in():
+        where = find_module_file(path)
+        if where is None:  # nothing to ask about: importing would fail anyway (and runs nothing)
+            raise CkptError(f"cannot import flow class {path} recorded in the checkpoint (no module of it on "
+                            "sys.path or in the working folder); was it renamed or removed? Name the class "
+                            "with --flow-class MODULE.CLASS")
+        question = f"Resume imports flow class {path} (module file {where}). Import it?"
+        if confirm is None or not confirm(question):
+            raise CkptError(f"flow class {path} recorded in the checkpoint was not imported (a checkpoint is "
+                            f"data; its code runs only if you opt in): pass --flow-class {path} to "
+                            f"`ckpt resume` if you trust it, or set {ENV_VAR}=1")
+    return _flow_subclass(import_class(path), path, Flow)
+
+
+def _flow_subclass(found: Any, path: str, flow: type) -> Any:
+    if not (isinstance(found, type) and issubclass(found, flow)):
+        raise CkptError(f"flow class {path} is not a crewai Flow subclass; name the right one with "
+                        f"--flow-class MODULE.CLASS, or restore in code with crewckpt.crewai.restore(rev, "
+                        f"cls=YourFlow)")
     return found
 
 
-def import_class(path: str, search: Sequence[str | os.PathLike[str]] = ()) -> Any:
-    """Import ``"<module>.<qualname>"``; ``search`` folders are appended to ``sys.path`` (after installed
-    packages, so they never shadow them) when the module is not found.
+def tty_confirm() -> Callable[[str], bool] | None:
+    """A yes/no prompt (``click.confirm``, default no, on stderr so stdout stays clean) when stdin and
+    stderr are terminals; None otherwise (non-interactive: nothing is imported without another opt-in)."""
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return None
+    import click
+
+    return lambda question: bool(click.confirm(question, default=False, err=True))
+
+
+def find_module_file(path: str) -> str | None:
+    """The file of the module ``"<module>.<qualname>"`` names (the longest importable prefix, so a nested
+    class ``mod.Outer.Inner`` finds ``mod``), located WITHOUT importing or running anything: loaded modules
+    are looked up in ``sys.modules``; others through the import system's finders, one package level at a
+    time (``importlib.util.find_spec`` would import parent packages). ``"built-in"`` for a module without a
+    file; None when no prefix is found."""
+    from importlib.machinery import PathFinder
+
+    parts = path.split(".")
+    for n in range(len(parts) - 1, 0, -1):
+        name = ".".join(parts[:n])
+        loaded = sys.modules.get(name)
+        if loaded is not None:
+            return getattr(loaded, "__file__", None) or "built-in"
+        search: list[str] | None = None
+        spec: Any = None
+        for i in range(1, n + 1):
+            head = ".".join(parts[:i])
+            parent = sys.modules.get(head) if i < n else None
+            if parent is not None:
+                search = list(getattr(parent, "__path__", []) or [])
+                continue
+            spec = None
+            for finder in sys.meta_path:
+                find = getattr(finder, "find_spec", None)
+                try:
+                    spec = find(head, search) if find is not None else None
+                except Exception:  # noqa: BLE001  (a third-party finder failing: try the next one)
+                    spec = None
+                if spec is not None:
+                    break
+            if spec is None and search is None:  # top level: the working folder, after sys.path
+                spec = PathFinder.find_spec(head, [os.getcwd()])
+            if spec is None:
+                break
+            search = list(spec.submodule_search_locations or [])
+        if spec is not None:
+            if spec.has_location and spec.origin:
+                return str(spec.origin)
+            return next(iter(spec.submodule_search_locations or []), None) or "built-in"  # namespace package
+    return None
+
+
+def import_class(path: str) -> Any:
+    """Import ``"<module>.<qualname>"`` (this runs the module's code: callers import only what the user
+    opted in to); the working folder is searched after ``sys.path`` (after installed packages, so it never
+    shadows them) when the module is not found there.
 
     Raises:
         CkptError: one line naming the class path and why it cannot be imported.
@@ -130,13 +211,13 @@ def import_class(path: str, search: Sequence[str | os.PathLike[str]] = ()) -> An
                         "into a module, or restore in code with crewckpt.crewai.restore(rev, cls=YourFlow)")
     while module_name:
         try:
-            module = _import(module_name, search)
+            module = _import(module_name)
             break
         except ModuleNotFoundError as exc:
             if exc.name != module_name or "." not in module_name:
                 raise CkptError(f"cannot import flow class {path} recorded in the checkpoint ({exc}); was it "
-                                "renamed or removed? Run `ckpt resume` where its module is importable, or "
-                                "restore in code with crewckpt.crewai.restore(rev, cls=YourFlow)") from None
+                                "renamed or removed? Name the class with --flow-class MODULE.CLASS, or run "
+                                "`ckpt resume` in the folder its module is in") from None
             module_name, _, head = module_name.rpartition(".")  # a nested class: outer.Inner
             qualname = f"{head}.{qualname}"
         except Exception as exc:  # noqa: BLE001  (the module's own code failed while importing)
@@ -153,13 +234,13 @@ def import_class(path: str, search: Sequence[str | os.PathLike[str]] = ()) -> An
     return found
 
 
-def _import(module_name: str, search: Sequence[str | os.PathLike[str]]) -> Any:
+def _import(module_name: str) -> Any:
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError:
-        extra = [os.fspath(p) for p in search if os.fspath(p) not in sys.path]
-        if not extra:
+        cwd = os.getcwd()
+        if cwd in sys.path or "" in sys.path:
             raise
-        sys.path.extend(extra)
+        sys.path.append(cwd)  # the user's project, last: it never shadows an installed package
         importlib.invalidate_caches()
         return importlib.import_module(module_name)

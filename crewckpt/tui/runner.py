@@ -8,11 +8,10 @@ the usual way (docs/tui.md, 'Where runs happen'). ``crewai`` is imported only he
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable
 from typing import Any
 
-from crewckpt.errors import INSTALL_HINT, CrewAIMissing, crewai_available, require_crewai
+from crewckpt.errors import INSTALL_HINT, CkptError, CrewAIMissing, crewai_available, require_crewai
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,12 +55,16 @@ def execute(plan: RunPlan, store_path: str, echo: Callable[[str], None] = print)
     require_crewai(plan.action.title())
     from crewckpt.crewai import restore
     from crewckpt.crewai.edits import fork_with_edits
-    from crewckpt.crewai.run import restore_class, run_restored
+    from crewckpt.crewai.run import restore_class, run_restored, tty_confirm
     from crewckpt.crewai.writer import open_store
 
     store = open_store(store_path)
-    cls = restore_class(store.read(plan.rev), store.info(plan.rev).meta,
-                        search=[os.getcwd(), os.path.dirname(os.path.abspath(store_path))])
+    # a flow's recorded class is imported only with the user's opt-in: the variable, or a yes at a prompt
+    # here in the terminal (the app has closed); no terminal: one line refusing, nothing imported
+    try:
+        cls = restore_class(store.read(plan.rev), store.info(plan.rev).meta, confirm=tty_confirm())
+    except CkptError as exc:
+        raise CkptError(f"cannot {plan.action} {plan.rev[:12]}: {exc}") from None
     fork_commit = None
     rerun: list[tuple[int, int]] = []
     if plan.action == "fork":
