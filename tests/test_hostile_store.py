@@ -269,3 +269,186 @@ def test_every_hostile_store_failure_is_a_ckpt_error(tmp_path: Path) -> None:
     for call in (lambda: s.read(cid), lambda: s.resolve("\udcff")):
         with pytest.raises(CkptError):
             call()
+
+
+# -- open and write errors are named, never "corrupt" ---------------------------------------------------------
+
+@pytest.mark.parametrize("message, expect", [
+    ("database or disk is full", "disk full"),
+    ("disk I/O error", "I/O error"),
+    ("unable to open database file", "no permission, or a read-only filesystem"),
+    ("attempt to write a readonly database", "no permission, or a read-only filesystem"),
+])
+def test_open_errors_are_named_with_their_fix_not_as_corruption(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                message: str, expect: str) -> None:
+    from crewckpt.backends import sqlite as backend_module
+    from crewckpt.backends.base import StoreWriteError
+    Store.init(tmp_path / "s").close()
+    real = sqlite3.connect
+
+    class Failing:
+        def __init__(self, conn: sqlite3.Connection) -> None:
+            self._c = conn
+
+        def execute(self, sql: str, *a: Any) -> Any:
+            if sql.startswith("PRAGMA journal_mode"):
+                raise sqlite3.OperationalError(message)
+            return self._c.execute(sql, *a)
+
+        def close(self) -> None:
+            self._c.close()
+
+    monkeypatch.setattr(backend_module.sqlite3, "connect", lambda *a, **k: Failing(real(*a, **k)))
+    with pytest.raises(StoreWriteError, match=expect) as e:
+        Store.open(tmp_path / "s")
+    assert "restore it from a backup" not in str(e.value) and "not damaged" in str(e.value)
+    monkeypatch.setattr(backend_module.sqlite3, "connect", real)
+    Store.open(tmp_path / "s").close()  # nothing was damaged
+
+
+def test_a_hard_linked_store_db_opens_read_only_and_refuses_writes(tmp_path: Path) -> None:
+    from crewckpt.backends.base import StoreWriteError
+    s = Store.init(tmp_path / "a")
+    cid = s.commit({"x": 1})
+    s.close()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "store.db").hardlink_to(tmp_path / "a" / "store.db")  # what `cp -al a b` makes
+    for folder in ("a", "b"):
+        with Store.open(tmp_path / folder) as t:
+            assert t.read(cid) == {"x": 1}
+            with pytest.raises(StoreWriteError, match="2 hard links") as e:
+                t.commit({"x": 2})
+            assert "\n" not in str(e.value) and "cp store.db store.db.new" in str(e.value)
+    code, _, err = _run(["gc"], tmp_path / "b")
+    assert code == 1 and "hard links" in err
+    (tmp_path / "b" / "store.db").unlink()
+    with Store.open(tmp_path / "a") as t:  # one name again: writable
+        t.commit({"x": 3})
+
+
+# -- fsck sees what hashes cannot ------------------------------------------------------------------------------
+
+def test_fsck_runs_sqlites_own_check(tmp_path: Path) -> None:
+    s = Store.init(tmp_path / "s")
+    for i in range(50):
+        s.commit({"n": i, "pad": "x" * 50})
+    s.close()
+    with _db(tmp_path / "s") as c:  # an index whose entries no longer match its table: every row reads fine
+        c.execute("PRAGMA writable_schema=ON")
+        c.execute("UPDATE sqlite_master SET sql='CREATE INDEX commits_seq ON commits(time_ns)' "
+                  "WHERE name='commits_seq'")
+        c.execute("PRAGMA writable_schema=OFF")
+    with Store.open(tmp_path / "s") as t:
+        rep = t.fsck(full=True)
+    assert not rep.ok and any(p.startswith("SQLite integrity_check") for p in rep.problems), rep.problems
+
+
+def _hand_tree(s: Store, payload: Any, form: int = ob.ARRAY) -> bytes:
+    return _put(s, ob.TREE, ob.encode_tree(form, payload))
+
+
+def test_fsck_full_reports_links_refs_and_chunk_lists_of_the_wrong_kind(tmp_path: Path) -> None:
+    s = Store.init(tmp_path / "s")
+    blob = _put(s, ob.BLOB, b"a blob, not a tree" * 600)
+    bad_utf8 = _put(s, ob.BLOB, b"\xff\xfe not utf-8" * 1000)
+    inner = _hand_tree(s, [1, 2])
+    obj_leaf = _hand_tree(s, {"k": 1}, ob.OBJECT)
+    first = s.commit({"ok": True})
+    commit_as_tree = bytes.fromhex(first)
+    cids = {
+        "tree link to a blob": _commit_root(s, ob.Link(_hand_tree(s, [ob.Link(blob, ob.TREE).ext()]), ob.TREE), "a"),
+        "tree link to a commit": _commit_root(s, ob.Link(_hand_tree(s, [ob.Link(commit_as_tree, ob.TREE).ext()]),
+                                                         ob.TREE), "b"),
+        "string link to a tree": _commit_root(s, ob.Link(_hand_tree(s, [ob.Link(inner, ob.BLOB).ext()]), ob.TREE),
+                                              "c"),
+        "array chunks holding an object": _commit_root(s, ob.Link(_hand_tree(
+            s, [ob.Link(inner, ob.TREE).ext(), ob.Link(obj_leaf, ob.TREE).ext()], ob.ARRAY_CHUNKS), ob.TREE), "d"),
+        "non-UTF-8 string": _commit_root(s, ob.Link(_hand_tree(s, [ob.Link(bad_utf8, ob.BLOB).ext()]), ob.TREE),
+                                         "e"),
+    }
+    with s.backend.transaction() as txn:
+        txn.set_ref_if_equals("refs/heads/tree-ref", None, inner)
+    assert s.fsck().ok or True  # quick fsck may not look this deep
+    rep = s.fsck(full=True)
+    text = "\n".join(rep.problems)
+    assert "ref refs/heads/tree-ref names" in text and "a tree, not a commit" in text
+    assert f"links {blob.hex()} as a tree, but it is a blob" in text
+    assert f"links {commit_as_tree.hex()} as a tree, but it is a commit" in text
+    assert f"links {inner.hex()} as a blob, but it is a tree" in text
+    assert f"holds {obj_leaf.hex()} of form 0" in text
+    assert bad_utf8.hex() in text and "not UTF-8" in text
+    assert s.fsck(full=True).problems == rep.problems  # deterministic
+    for cid in cids.values():
+        with pytest.raises(CkptError):
+            s.read(cid)
+
+
+# -- damaged rows: one line, or read from the authoritative object ---------------------------------------------
+
+def test_a_frame_stored_as_text_reads_as_its_bytes(tmp_path: Path) -> None:
+    s = Store.init(tmp_path / "s")
+    cid = s.commit({"k": "v" * 100})
+    tree = s.objects.commit(bytes.fromhex(cid)).tree.oid
+    s.close()
+    with _db(tmp_path / "s") as c:
+        c.execute("UPDATE objects SET frame=CAST(frame AS TEXT) WHERE oid=?", (tree,))
+        assert c.execute("SELECT typeof(frame) FROM objects WHERE oid=?", (tree,)).fetchone()[0] == "text"
+    with Store.open(tmp_path / "s") as t:  # the bytes are intact: read as a BLOB they verify
+        assert t.read(cid) == {"k": "v" * 100}
+        assert t.fsck(full=True).ok
+    for verb in (["stats"], ["list"], ["log"], ["gc", "--dry-run"], ["show", cid]):
+        code, _, err = _run(verb, tmp_path / "s")
+        assert code == 0 and err == "", (verb, err)
+
+
+@pytest.mark.parametrize("column, value", [("summary", b"\xc1garbage"), ("summary", "text, not msgpack"),
+                                           ("meta", "{not json"), ("parents", "short")])
+def test_a_damaged_index_row_is_read_from_its_commit_object(tmp_path: Path, column: str, value: Any) -> None:
+    s = Store.init(tmp_path / "s")
+    ids = [s.commit({"n": i}, meta={"m": i}) for i in range(3)]
+    s.close()
+    with _db(tmp_path / "s") as c:
+        c.execute(f"UPDATE commits SET {column}=? WHERE id=?", (value, bytes.fromhex(ids[1])))
+    with Store.open(tmp_path / "s") as t:
+        assert sorted(c.id for c in t.list()) == sorted(ids)
+        assert t.info(ids[1]).meta == {"m": 1}
+        assert t.stats()["commits"] == 3
+    for verb in (["stats"], ["list"], ["log"], ["gc"]):
+        code, _, err = _run(verb, tmp_path / "s")
+        assert code == 0 and err == "", (verb, err)
+
+
+def test_a_damaged_row_whose_object_is_gone_fails_in_one_line(tmp_path: Path) -> None:
+    s = Store.init(tmp_path / "s")
+    ids = [s.commit({"n": i}) for i in range(2)]
+    s.close()
+    with _db(tmp_path / "s") as c:
+        c.execute("UPDATE commits SET meta='{bad' WHERE id=?", (bytes.fromhex(ids[0]),))
+        c.execute("DELETE FROM objects WHERE oid=?", (bytes.fromhex(ids[0]),))
+    for verb in (["list"], ["log"], ["stats"]):
+        code, _, err = _run(verb, tmp_path / "s")
+        assert code == 1 and err.count("\n") == 1 and "commit-index row" in err and "JSONDecodeError" not in err
+
+
+@pytest.mark.parametrize("key, value", [("gc_epoch", "banana"), ("dictionary", "zz-not-hex"),
+                                        ("counter:seq", "oops")])
+def test_damaged_meta_rows_do_not_stop_the_store(tmp_path: Path, key: str, value: str) -> None:
+    s = Store.init(tmp_path / "s")
+    first = s.commit({"n": 0})
+    s.close()
+    with _db(tmp_path / "s") as c:
+        c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+    with Store.open(tmp_path / "s") as t:
+        second = t.commit({"n": 1})
+        assert [c.id for c in t.log()] == [second, first]  # seq never goes back: no false cycle
+        t.gc()
+        assert t.read(first) == {"n": 0}
+
+
+def test_gc_batches_by_declared_size(tmp_path: Path) -> None:
+    from crewckpt.history.gc import size_batches
+    ids = [bytes([i]) * 32 for i in range(10)]
+    sizes = {o: 600 << 20 for o in ids[:3]} | {o: 10 for o in ids[3:]}
+    batches = size_batches(ids, sizes, limit=64 << 20)
+    assert [len(b) for b in batches] == [1, 1, 1, 7]
+    assert size_batches(ids, None, count=4) == [ids[:4], ids[4:8], ids[8:]]

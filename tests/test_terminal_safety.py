@@ -112,3 +112,27 @@ def test_the_stream_filter_passes_click_checks() -> None:
         s.write(b"")  # type: ignore[arg-type]  # click probes text streams this way
     s.write("a\x1b]0;title\x07")
     assert buf.getvalue() == "a\\x1b]0;title\\x07"
+
+
+def test_the_tui_shows_stored_text_escaped(hostile: Path) -> None:
+    import asyncio
+
+    from crewckpt.tui.app import CheckpointBrowser
+
+    async def main() -> str:
+        with Store.open(hostile) as s:
+            app = CheckpointBrowser(s)
+            app.animation_level = "none"
+            async with app.run_test(size=(170, 48)) as pilot:
+                for _ in range(50):  # wait (bounded) until the overview shows the selected checkpoint
+                    await pilot.pause()
+                    shot = app.export_screenshot()
+                    if "crew" in shot and "task_completed" in shot:
+                        break
+                labels = [str(n.label.plain) for n in app.query_one("#tree").root.children]
+                return shot + "".join(labels)
+
+    text = asyncio.run(main())
+    assert "task_completed" in text
+    assert "\x1b" not in text and "\u202e" not in text and "\x9b" not in text
+    assert "\\x1b]52" in text or "\\x1b[2J" in text or "\\u202e" in text

@@ -60,10 +60,20 @@ def _batches(items: Sequence[bytes]) -> Iterator[Sequence[bytes]]:
         yield items[i:i + BATCH]
 
 
+def _bin(v: object) -> bytes:
+    """A BLOB column's value as bytes, whatever a hostile or damaged row holds (TEXT, a number, NULL): the
+    object layer then fails to decode or verify it and names the object, instead of a raw TypeError here."""
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v)
+    if isinstance(v, str):
+        return v.encode("utf-8", "surrogateescape")
+    return b"" if v is None else str(v).encode()
+
+
 def _row(r: tuple) -> IndexRow:  # type: ignore[type-arg]
-    p = bytes(r[6])
-    return IndexRow(bytes(r[0]), r[1], r[2], r[3], r[4], r[5], tuple(p[i:i + 32] for i in range(0, len(p), 32)),
-                    bytes(r[7]), bytes(r[8]), r[9], r[10])
+    p = _bin(r[6])
+    return IndexRow(_bin(r[0]), r[1], r[2], r[3], r[4], r[5], tuple(p[i:i + 32] for i in range(0, len(p), 32)),
+                    _bin(r[7]), _bin(r[8]), r[9], r[10])
 
 
 class _SqlReader:
@@ -74,17 +84,18 @@ class _SqlReader:
 
     def get_prefix(self, prefix: bytes, kind: int) -> list[StoredObject]:
         lo, hi = prefix + b"\x00" * (32 - len(prefix)), prefix + b"\xff" * (32 - len(prefix))
-        rows = self._q("SELECT oid, kind, size, frame FROM objects WHERE oid BETWEEN ? AND ? AND kind=?",
+        rows = self._q("SELECT oid, kind, size, CAST(frame AS BLOB) FROM objects WHERE oid BETWEEN ? AND ? AND kind=?",
                        (lo, hi, kind))
-        return [StoredObject(bytes(o), k, sz, bytes(f)) for o, k, sz, f in rows]
+        return [StoredObject(_bin(o), k, sz, _bin(f)) for o, k, sz, f in rows]
 
     def get_many(self, oids: Iterable[bytes]) -> dict[bytes, StoredObject]:
         ids = list(dict.fromkeys(oids))
         out: dict[bytes, StoredObject] = {}
         for b in _batches(ids):
             for oid, kind, size, frame in self._q(
-                    f"SELECT oid, kind, size, frame FROM objects WHERE oid IN ({','.join('?' * len(b))})", b):
-                out[bytes(oid)] = StoredObject(bytes(oid), kind, size, bytes(frame))
+                    f"SELECT oid, kind, size, CAST(frame AS BLOB) FROM objects WHERE oid IN ({','.join('?' * len(b))})",
+                    b):
+                out[_bin(oid)] = StoredObject(_bin(oid), kind, size, _bin(frame))
         return out
 
     def has_many(self, oids: Iterable[bytes]) -> set[bytes]:
@@ -97,9 +108,12 @@ class _SqlReader:
 
     def iter_objects(self) -> Iterator[ObjectMeta]:
         for oid, kind, size, touched, head in self._q(
-                f"SELECT oid, kind, size, touched, coalesce(substr(frame, 1, {HEAD_BYTES}), x'') FROM objects"):
-            # substr() of a zero-length blob is NULL: an emptied frame (lost write) must list, not crash
-            yield ObjectMeta(bytes(oid), kind, size, touched, bytes(head))
+                f"SELECT oid, kind, size, touched, coalesce(substr(CAST(frame AS BLOB), 1, {HEAD_BYTES}), x'') "
+                f"FROM objects"):
+            # substr() of a zero-length blob is NULL: an emptied frame (lost write) must list, not crash;
+            # a frame stored as TEXT is cast (it then fails verification, named, instead of a TypeError)
+            yield ObjectMeta(_bin(oid), kind, size if isinstance(size, int) else -1,
+                             touched if isinstance(touched, int) else 0, _bin(head))
 
     def object_stats(self) -> tuple[int, int, int]:
         n, size, stored = self._q("SELECT count(*), coalesce(sum(size),0), coalesce(sum(length(frame)),0) "
@@ -235,8 +249,12 @@ class SqliteTxn(_SqlReader, Txn):
     def counter_next(self, name: str) -> int:
         c = self._b._conn
         key = "counter:" + name
-        c.execute("INSERT INTO meta(key, value) VALUES (?, '1') "
-                  "ON CONFLICT(key) DO UPDATE SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT)", (key,))
+        # never below the highest seq written (a damaged counter row must not hand out old numbers: parents
+        # are older than their children, and graph walks rely on it to detect cycles)
+        floor = "coalesce((SELECT max(seq) FROM commits), 0)" if name == "seq" else "0"
+        c.execute(f"INSERT INTO meta(key, value) VALUES (?, CAST({floor} + 1 AS TEXT)) "
+                  f"ON CONFLICT(key) DO UPDATE SET value = CAST(max(CAST(value AS INTEGER), {floor}) + 1 AS TEXT)",
+                  (key,))
         return int(c.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()[0])
 
     def meta_set(self, key: str, value: str) -> None:
@@ -264,8 +282,12 @@ class SqliteBackend(_SqlReader, Backend):
             raise CorruptStore(f"{self.path}: database file is missing; the store is damaged")
         _check_not_truncated(self.path)
         self.read_only = not (os.access(self.path, os.W_OK) and os.access(self.folder, os.W_OK))
+        self._read_only_why: str | None = None
         if not self.read_only:  # an init killed between publishing store.db and cleaning up left its temp file
             _remove_dead_inits(self.folder)
+            self._read_only_why = _hard_link_problem(self.path)
+            if self._read_only_why:  # readable as a read-only store; every write refuses with the fix
+                self.read_only = True
         # as_uri() percent-encodes: a raw '?' or '#' in the folder name would end the path early and make
         # SQLite open (and create) a different file outside the store
         uri = self.path.resolve().as_uri()
@@ -288,8 +310,7 @@ class SqliteBackend(_SqlReader, Backend):
                 # read-only folder without a -shm file: WAL readers need one, so read it as immutable
                 if n + 1 < len(modes) and ("unable to open" in str(e) or "readonly" in str(e)):
                     continue
-                raise CorruptStore(f"{self.path}: not a readable crewckpt database ({e}); restore it from a "
-                                   f"backup or re-import") from None
+                raise _open_error(self.path, e) from None
             except sqlite3.DatabaseError as e:
                 raise CorruptStore(f"{self.path}: not a readable crewckpt database ({e}); restore it from a "
                                    f"backup or re-import") from None
@@ -394,8 +415,8 @@ class SqliteBackend(_SqlReader, Backend):
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Txn]:
         if self.read_only:
-            raise StoreWriteError(f"{self.folder}: the store is read-only; nothing was written; make the folder "
-                                  f"and {DB_NAME} writable to change it")
+            raise StoreWriteError(self._read_only_why or f"{self.folder}: the store is read-only; nothing was "
+                                  f"written; make the folder and {DB_NAME} writable to change it")
         with self._lock:
             self._retry(lambda: self._conn.execute("BEGIN IMMEDIATE"))
             try:
@@ -416,7 +437,7 @@ class SqliteBackend(_SqlReader, Backend):
     def gc_lock(self, wait_s: float = 0.0) -> Iterator[bool]:
         import filelock  # only gc needs it
         if self.read_only:
-            raise StoreWriteError(f"{self.folder}: the store is read-only; gc cannot run")
+            raise StoreWriteError(self._read_only_why or f"{self.folder}: the store is read-only; gc cannot run")
         try:  # the lock file is as private as the database
             mode = os.stat(self.folder / DB_NAME).st_mode & 0o666
         except OSError:
@@ -445,9 +466,56 @@ class SqliteBackend(_SqlReader, Backend):
                     pass
             self._retry(lambda: self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
 
+    def database_check(self, full: bool = False) -> list[str]:
+        """SQLite's own consistency check of the file: ``integrity_check`` (``full``) or ``quick_check``
+        (no index-content cross-check). Returns its findings (at most 20), empty when the file is sound."""
+        pragma = "integrity_check(20)" if full else "quick_check(20)"
+        rows = self._q(f"PRAGMA {pragma}")
+        lines = [str(r[0]) for r in rows]
+        return [] if lines == ["ok"] else lines
+
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+def _hard_link_problem(path: Path) -> str | None:
+    """Why ``path`` must not be written, if another name links to the same file (``cp -al`` backups): SQLite
+    keeps its WAL and shared-memory index per *path*, so writers through two names corrupt the database."""
+    st = path.stat()
+    links = st.st_nlink
+    if links <= 1:
+        return None
+    # a creator publishes store.db as a hard link of its temp file and removes the temp a moment later
+    with contextlib.suppress(OSError):
+        links -= sum(1 for f in path.parent.glob(f".{DB_NAME}.*.init") if f.stat().st_ino == st.st_ino)
+    if links <= 1:
+        return None
+    return (f"{path}: the database file has {links} hard links (a `cp -al` copy?); writing through two names "
+            f"corrupts it, so this store opened read-only; make this copy independent with `cp {DB_NAME} "
+            f"{DB_NAME}.new && mv {DB_NAME}.new {DB_NAME}` in its folder (with no writer running)")
+
+
+def _open_error(path: Path, e: sqlite3.OperationalError) -> Exception:
+    """The error for an SQLite failure while opening: a full disk, a permission problem, a read-only
+    filesystem, an I/O error or a lock are named as such, with their fix; none of them means the store is
+    damaged, so none says "restore from a backup". Only what remains (missing tables...) is CorruptStore."""
+    msg = str(e)
+    low = msg.lower()
+    if "full" in low:
+        return StoreWriteError(f"{path}: disk full, the store cannot be opened ({msg}); free some space and "
+                               f"retry (the store itself is not damaged)")
+    if "readonly" in low or "read-only" in low or "unable to open" in low or "permission" in low:
+        return StoreWriteError(f"{path}: cannot open the store ({msg}): no permission, or a read-only "
+                               f"filesystem; check the permissions of the folder and {DB_NAME} (the store is "
+                               f"not damaged)")
+    if "disk i/o error" in low:
+        return StoreWriteError(f"{path}: I/O error opening the store ({msg}): the disk may be full or failing; "
+                               f"free some space or check the disk, then retry (the store is not damaged)")
+    if "locked" in low or "busy" in low:
+        return StoreBusy(f"{path}: store is locked by another process; retry later")
+    return CorruptStore(f"{path}: not a readable crewckpt database ({msg}); restore it from a backup or "
+                        f"re-import")
 
 
 def _remove_dead_inits(folder: Path) -> None:

@@ -26,6 +26,9 @@ def branch(
 ) -> None:
     """List branches, or create branch NAME at REV (default HEAD).
 
+    In the list, `*` marks the branch the next checkpoint goes to: the branch of HEAD (the latest
+    checkpoint), which `ckpt resume` without REV continues.
+
     \b
     Examples:
       ckpt branch                        # list, with each tip

@@ -192,3 +192,14 @@ class TerminalSafeStream:
 
     def __getattr__(self, name: str) -> Any:  # flush, isatty, fileno, encoding, errors, buffer...
         return getattr(self.unfiltered, name)
+
+
+def control_escape_table() -> dict[int, str]:
+    """``str.translate`` table for the same rule as :func:`safe_text` with ``multiline=True`` (newlines and
+    tabs kept): used by the TUI, whose widgets render through rich/Textual text that keeps ESC."""
+    table: dict[int, str] = {}
+    for lo, hi in ((0x00, 0x08), (0x0B, 0x1F), (0x7F, 0x9F), (0x61C, 0x61C), (0x200B, 0x200F), (0x2028, 0x202E),
+                   (0x2060, 0x2069), (0xFEFF, 0xFEFF), (0xD800, 0xDFFF)):
+        for o in range(lo, hi + 1):
+            table[o] = _escape_char(chr(o))
+    return table

@@ -10,6 +10,7 @@ import msgpack
 import orjson
 
 from crewckpt.backends.base import IndexRow
+from crewckpt.errors import DecodeError
 from crewckpt.format import objects as ob
 
 
@@ -72,9 +73,23 @@ def _summary(packed: bytes) -> ob.Summary:
 
 
 def from_row(r: IndexRow) -> CommitInfo:
-    """CommitInfo from a commit-index row (no object read)."""
-    return CommitInfo(r.id.hex(), r.tree.hex(), tuple(p.hex() for p in r.parents), r.time_ns, r.seq, r.branch,
-                      r.run_id, r.trigger, _summary(r.summary), _meta(r.meta_json), r.alias)
+    """CommitInfo from a commit-index row (no object read).
+
+    Raises:
+        DecodeError: the row is damaged (summary or meta undecodable, a field of the wrong type); the message
+            names the commit. The commit object is authoritative: callers may fall back to it.
+    """
+    try:
+        info = CommitInfo(r.id.hex(), r.tree.hex(), tuple(p.hex() for p in r.parents), r.time_ns, r.seq,
+                          r.branch, r.run_id, r.trigger, _summary(r.summary), _meta(r.meta_json), r.alias)
+        ok = (isinstance(r.seq, int) and isinstance(r.time_ns, int) and isinstance(r.branch, str)
+              and isinstance(r.run_id, str) and all(isinstance(x, (str, type(None))) for x in (r.trigger, r.alias))
+              and len(r.id) == ob.ID_BYTES and all(len(p) == ob.ID_BYTES for p in r.parents))
+    except (DecodeError, ValueError, TypeError):  # orjson.JSONDecodeError is a ValueError
+        ok = False
+    if not ok:
+        raise DecodeError(f"the commit-index row of {r.id.hex()[:64]} is damaged; run `ckpt fsck --full`")
+    return info
 
 
 def from_commit(cid: bytes, c: ob.Commit, live: bool) -> CommitInfo:

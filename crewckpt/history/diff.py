@@ -39,7 +39,6 @@ Values larger than VALUE_PREVIEW_BYTES in a Change become a string like ``"<obje
 
 from __future__ import annotations
 
-import difflib
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
@@ -47,6 +46,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from crewckpt.history.jsonpath import PathPart, format_path
+from crewckpt.history.linediff import unified_diff
 
 SCHEMA = "crewckpt.diff/1"
 MAX_CHANGES = 500
@@ -327,7 +327,7 @@ def _output_diff(a: Any, b: Any, name: str, context_lines: int) -> tuple[str | N
     if old_text == new_text:
         return None, 0, 0
     lines = list(
-        difflib.unified_diff(
+        unified_diff(  # difflib's format, near-linear (crewckpt.history.linediff)
             (old_text or "").splitlines(),
             (new_text or "").splitlines(),
             fromfile=f"a/{name}" if old_text is not None else "/dev/null",

@@ -14,10 +14,11 @@ Renderers return a list of ``(tag, text)`` lines. Tags name the kind of line, no
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from typing import Any
+
+from crewckpt.history.linediff import FastMatcher
 
 Line = tuple[str, str]
 
@@ -323,7 +324,7 @@ def _mark_words(old: str, new: str) -> str:
     """``new`` with the words that differ from ``old`` marked: ``[-removed-]`` and ``{+added+}``."""
     a, b = _WORD.findall(old), _WORD.findall(new)
     parts: list[str] = []
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+    for op, i1, i2, j1, j2 in FastMatcher(a, b).get_opcodes():
         if op == "equal":
             parts.append("".join(a[i1:i2]))
             continue

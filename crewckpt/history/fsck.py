@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from crewckpt.errors import CorruptStore, IntegrityError, MissingObject
+from crewckpt.errors import CkptError, CorruptStore, IntegrityError, MissingObject
 from crewckpt.format import objects as ob
 from crewckpt.history.commits import to_row
 from crewckpt.history.snapshot import links_in
@@ -46,7 +46,9 @@ def fsck(store: Store, *, full: bool = False, progress: Progress | None = None) 
     row with its commit object. A database file too damaged to read is one problem in the report (with the
     way out), not an exception."""
     try:
-        return _fsck(store, full, progress)
+        report = _fsck(store, full, progress)
+        extra = _database_problems(store, full) + (_shape_problems(store, report.broken) if full else [])
+        return dataclasses.replace(report, problems=report.problems + extra) if extra else report
     except CorruptStore as e:
         return FsckReport({}, {}, 0, [
             f"the database file itself is damaged ({e}); restore store.db from a backup, or salvage what SQLite "
@@ -151,3 +153,81 @@ def _affected(commits: Mapping[bytes, object], children: dict[bytes, list[bytes]
                 acc |= under.get(k, empty)
             under[node] = frozenset(acc) if acc else empty
     return {c.hex(): sorted(x.hex() for x in under[c]) for c in commits if under.get(c)}
+
+
+def _database_problems(store: Store, full: bool) -> list[str]:
+    """SQLite's own check of the database file (``quick_check``; ``integrity_check`` with --full): damage
+    below the rows crewckpt reads (a broken index, a page two tables claim) shows here first."""
+    check = getattr(store.backend, "database_check", None)
+    if check is None:
+        return []
+    return [f"SQLite {'integrity_check' if full else 'quick_check'}: {line}; restore store.db from a backup, or "
+            f"rebuild it with `sqlite3 store.db .recover | sqlite3 recovered.db`" for line in check(full)]
+
+
+def _shape_problems(store: Store, broken: Mapping[str, str]) -> list[str]:
+    """What hashes cannot see (fsck --full): every link names an object of the kind it says (a tree link a
+    tree, a string link a blob), chunk lists hold children of their form, strings decode as UTF-8 (WTF-8),
+    refs name commits. Each distinct object is looked at once; objects already reported broken are skipped."""
+    b = store.backend
+    problems: list[str] = []
+    for name, target in b.refs().items():
+        got = b.get_many([target]).get(target)
+        if got is not None and got.kind != ob.COMMIT:
+            problems.append(f"ref {name} names {target.hex()}, a {_kind(got.kind)}, not a commit")
+    want: dict[bytes, tuple[int, bytes, tuple[int, ...] | None]] = {}  # oid -> (kind, referrer, forms allowed)
+    for row in b.index_rows():
+        try:
+            c = store.objects.commit(row.id)
+        except CkptError:
+            continue
+        want.setdefault(c.tree.oid, (c.tree.kind, row.id, None))
+    seen: set[bytes] = set()
+    while want:
+        batch, want = want, {}
+        kinds = {o: s.kind for o, s in b.get_many(list(batch)).items()}
+        for oid, (kind, parent, forms) in batch.items():
+            if oid in seen or oid.hex() in broken or oid not in kinds:
+                continue
+            seen.add(oid)
+            if kinds[oid] != kind:
+                problems.append(f"{parent.hex()} links {oid.hex()} as a {_kind(kind)}, but it is a {_kind(kinds[oid])}")
+                continue
+            try:
+                if kind == ob.BLOB:
+                    if forms is None:  # a whole string (chunk pieces may split a character)
+                        ob.bytes_str(store.objects.blobs([oid])[oid])
+                    continue
+                form, payload = store.objects.trees([oid])[oid]
+            except CkptError as e:
+                problems.append(f"object {oid.hex()}: {e}")
+                continue
+            if forms is not None and form not in forms:
+                problems.append(f"chunk list {parent.hex()} holds {oid.hex()} of form {form}, expected one of "
+                                f"{sorted(forms)}")
+                continue
+            if form == ob.STRING_CHUNKS and forms != _CHILD_FORMS[ob.STRING_CHUNKS]:  # whole strings only
+                problems.extend(_string_problem(store, oid))
+            for ln in links_in(payload):
+                want.setdefault(ln.oid, (ln.kind, oid, _CHILD_FORMS.get(form)))
+    return problems
+
+
+_CHILD_FORMS = {ob.OBJECT_CHUNKS: (ob.OBJECT, ob.OBJECT_CHUNKS), ob.ARRAY_CHUNKS: (ob.ARRAY, ob.ARRAY_CHUNKS),
+                ob.STRING_CHUNKS: (ob.STRING_CHUNKS,)}
+
+
+def _string_problem(store: Store, oid: bytes) -> list[str]:
+    """A STRING_CHUNKS tree whose concatenated pieces are not UTF-8 (WTF-8)."""
+    from crewckpt.history.snapshot import _chunk_leaves, prefetch
+
+    try:
+        t, blobs = prefetch(ob.Link(oid, ob.TREE), store.objects.trees, store.objects.blobs)
+        ob.bytes_str(b"".join(blobs[ln.oid] for ln in _chunk_leaves(oid, t, ob.STRING_CHUNKS, None)))
+    except CkptError as e:
+        return [f"string tree {oid.hex()}: {e}"]
+    return []
+
+
+def _kind(kind: int) -> str:
+    return ob.KIND_NAMES.get(kind, b"object").decode()

@@ -81,16 +81,46 @@ def mark(store: Store, progress: Progress | None = None) -> set[bytes]:
         todo = [o for o in dict.fromkeys(level) if o not in live]
         live.update(todo)
         level = []
-        kinds = {o: s.kind for o, s in store.backend.get_many(todo).items()}
-        trees = [o for o in todo if kinds.get(o) == ob.TREE]
-        for i in range(0, len(trees), 2000):
-            got = store.objects.trees(trees[i:i + 2000])
+        found = store.backend.get_many(todo)
+        trees = [o for o, s in found.items() if s.kind == ob.TREE]
+        for batch in size_batches(trees, {o: found[o].size for o in trees}):
+            got = store.objects.trees(batch)
             for _, payload in got.values():
                 level.extend(ln.oid for ln in links_in(payload))
         done += len(todo)
         if progress:
             progress("mark", done, None)
     return live
+
+
+BATCH_BYTES = 64 << 20  # declared body bytes decoded per batch (frames never decode past their declared size)
+
+
+def size_batches(oids: list[bytes], sizes: dict[bytes, int] | None, limit: int = BATCH_BYTES,
+                 count: int = 2000) -> list[list[bytes]]:
+    """Cut ``oids`` into batches of at most ``count`` objects and ``limit`` declared bytes (a single bigger
+    object is a batch alone): a store whose objects declare huge bodies costs memory one object at a time,
+    not 2000 at once. ``sizes`` None: by count only."""
+    out: list[list[bytes]] = []
+    cur: list[bytes] = []
+    used = 0
+    for o in oids:
+        n = max((sizes or {}).get(o, 0), 0) if sizes is not None else 0
+        if cur and (len(cur) >= count or used + n > limit):
+            out.append(cur)
+            cur, used = [], 0
+        cur.append(o)
+        used += n
+    if cur:
+        out.append(cur)
+    return out
+
+
+def next_epoch(current: str | None) -> str:
+    """The gc epoch after ``current``; a damaged value (not a number) is replaced by a fresh one (writers only
+    compare epochs for equality)."""
+    text = (current or "0").strip()
+    return str(int(text) + 1) if text.isdigit() and len(text) < 30 else str(time.time_ns())
 
 
 def _pack_of(head: bytes) -> bytes | None:
@@ -108,7 +138,7 @@ def repack(store: Store, live: set[bytes], metas: dict[bytes, ObjectMeta],
     Each new pack lands with its members' new frames in one transaction, so a crash leaves either frame.
     """
     moving = repack_plan(live, metas)
-    return write_packs(store, moving, progress) if moving else 0
+    return write_packs(store, moving, progress, {o: metas[o].size for o in moving if o in metas}) if moving else 0
 
 
 def repack_plan(live: set[bytes], metas: dict[bytes, ObjectMeta]) -> list[bytes]:
@@ -143,13 +173,15 @@ def repack_plan(live: set[bytes], metas: dict[bytes, ObjectMeta]) -> list[bytes]
     return loose + [o for p in chosen for o in by_pack[p]]
 
 
-def write_packs(store: Store, oids: list[bytes], progress: Progress | None = None) -> int:
+def write_packs(store: Store, oids: list[bytes], progress: Progress | None = None,
+                sizes: dict[bytes, int] | None = None) -> int:
     """Move objects into new packs of up to PACK_MAX body bytes at PACK_LEVEL, ordered by kind and body
     prefix; returns how many frames changed. Objects gone meanwhile are skipped. Each pack lands with its
-    members' new frames in one transaction, so a crash leaves either frame."""
+    members' new frames in one transaction, so a crash leaves either frame. ``sizes`` (declared body
+    bytes) bounds each decoding batch to BATCH_BYTES."""
     bodies = {}
-    for i in range(0, len(oids), 2000):
-        bodies.update(store.objects.get_many(oids[i:i + 2000]))
+    for ids in size_batches(oids, sizes):
+        bodies.update(store.objects.get_many(ids))
     items = sorted(((o, k, b) for o, (k, b) in bodies.items()), key=lambda x: (x[1], x[2][:48], x[0]))
     moved = 0
     batch: list[tuple[bytes, int, bytes]] = []
@@ -220,7 +252,7 @@ def gc(store: Store, *, dry_run: bool = False, grace_ns: int = 0, progress: Prog
         cutoff = time.time_ns() - grace_ns
         if not dry_run:
             with b.transaction() as txn:
-                txn.meta_set("gc_epoch", str(int(txn.meta_get("gc_epoch") or "0") + 1))
+                txn.meta_set("gc_epoch", next_epoch(txn.meta_get("gc_epoch")))
         live = mark(store, progress)
         metas = {m.oid: m for m in b.iter_objects()}
         dead = [o for o, m in metas.items() if m.kind != ob.PACK and o not in live and m.touched_ns < cutoff]

@@ -73,8 +73,10 @@ class ObjectDB:
             MissingObject: its pack is gone (a ``_PackGone``; get_many re-reads once, then raises IntegrityError).
         """
         try:
-            if stored.kind not in ob.KIND_NAMES:
-                raise DecodeError(f"unknown kind {stored.kind}")
+            if stored.kind not in ob.KIND_NAMES or isinstance(stored.kind, bool):
+                raise DecodeError(f"unknown kind {stored.kind!r}")
+            if not isinstance(stored.size, int):
+                raise DecodeError(f"its size column holds {type(stored.size).__name__} {str(stored.size)[:20]!r}")
             if stored.frame[:1] == b"\x03":
                 return self._unpack(stored, reader, budget)
             if budget is not None:

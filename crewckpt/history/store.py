@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from crewckpt.backends.base import Backend, ReflogEntry
+from crewckpt.backends.base import Backend, IndexRow, ReflogEntry
 from crewckpt.backends.memory import MemoryBackend
 from crewckpt.backends.sqlite import DB_NAME, SqliteBackend
 from crewckpt.errors import (
     AmbiguousRevision,
     BranchExists,
     CkptError,
+    DecodeError,
     FormatVersionError,
     IntegrityError,
     MissingObject,
@@ -75,8 +76,12 @@ class Store:
         self._check_version()
         dict_id = backend.meta_get("dictionary")
         if dict_id:
-            oid = bytes.fromhex(dict_id)
-            self.objects.codec.use_dictionary(oid, self.objects.get(oid)[1])
+            try:  # only new writes use it (frames name their own dictionary): a damaged row must not block opening
+                oid = bytes.fromhex(dict_id)
+                self.objects.codec.use_dictionary(oid, self.objects.get(oid)[1])
+            except (ValueError, TypeError, CkptError) as e:
+                _log.warning("crewckpt: %s: ignoring the store's zstd dictionary (meta row %r: %s); new "
+                             "checkpoints are written without it", path or "memory store", str(dict_id)[:80], e)
 
     # -- opening ---------------------------------------------------------------------------------------------
 
@@ -297,8 +302,19 @@ class Store:
     def _info(self, cid: bytes) -> CommitInfo:
         row = self.backend.index_get(cid)
         if row is not None:
-            return from_row(row)
+            return self._row_info(row)
         return from_commit(cid, self.objects.commit(cid), live=False)
+
+    def _row_info(self, row: IndexRow) -> CommitInfo:
+        """CommitInfo of an index row; a damaged row (a cache) is read from its commit object instead, and
+        raises the row's one-line DecodeError only when the object cannot be read either."""
+        try:
+            return from_row(row)
+        except DecodeError as e:
+            try:
+                return from_commit(row.id, self.objects.commit(row.id), live=True)
+            except CkptError:
+                raise e from None
 
     def _parents(self, cid: bytes) -> tuple[bytes, ...]:
         row = self.backend.index_get(cid)
@@ -433,7 +449,7 @@ class Store:
         """Live commits of ``branch`` (or all branches), in write order (seq)."""
         if branch is not None:
             branch = refnames.check_branch(branch)
-        return [from_row(r) for r in self.backend.index_rows(branch)]
+        return [self._row_info(r) for r in self.backend.index_rows(branch)]
 
     def branches(self) -> dict[str, str]:
         """``branch name -> tip commit id``, sorted by name."""
@@ -591,7 +607,7 @@ class Store:
         rows = self.backend.index_rows()
         per: dict[str, dict[str, int]] = {}
         for r in rows:
-            s = ob.Summary.decode(ob.unpackb(r.summary))
+            s = self._row_info(r).summary
             d = per.setdefault(r.branch, {"commits": 0, "logical_bytes": 0})
             d["commits"] += 1
             d["logical_bytes"] += s.logical_bytes

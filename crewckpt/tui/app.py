@@ -197,6 +197,22 @@ class ConfirmRun(ModalScreen[str | None]):
         self.dismiss(None)
 
 
+def escape_terminal_controls() -> None:
+    """Make every rich/Textual text in this process show terminal-active characters escaped (``\\x1b``,
+    ``\\u202e``), as the CLI does (crewckpt.cli.fmt.safe_text): names, triggers, task outputs and events come
+    from a store someone else may have written, and both libraries pass ESC through to the terminal (they
+    strip only BEL, BS, VT, FF and CR). Done once, by updating their control-code translation tables, so no
+    widget can be missed."""
+    from rich import control
+    from textual import content
+
+    from crewckpt.cli.fmt import control_escape_table
+
+    table = control_escape_table()
+    for t in (control._CONTROL_STRIP_TRANSLATE, content._CONTROL_STRIP_TRANSLATE):
+        t.update(table)  # type: ignore[arg-type]
+
+
 class CheckpointBrowser(App[RunPlan | None]):
     """Browse a crewckpt store; returns a :class:`RunPlan` (Fork or Resume confirmed) or None (quit).
 
@@ -250,6 +266,7 @@ class CheckpointBrowser(App[RunPlan | None]):
 
     def __init__(self, store: Store, *, now_ns: int | None = None) -> None:
         super().__init__()
+        escape_terminal_controls()
         self.store = store
         self.now_ns = now_ns
         self.history: History = build_history([])

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from crewckpt.errors import BadRefName, CkptError
+from crewckpt.errors import BadRefName, CkptError, DecodeError, IntegrityError
 from crewckpt.history import refnames
 from crewckpt.history.lineage import continuation_branch, free_branch
 from crewckpt.views import layout
@@ -145,7 +145,12 @@ class _Importer:
         order = _lineage_order(entries, self.report)
         total = len(order)
         for n, (rec, key) in enumerate(order, 1):
-            self._commit_one(rec, key)
+            try:
+                self._commit_one(rec, key)
+            except _UNSTORABLE as exc:  # this checkpoint's data (NaN, too deep, ...): skip it, import the rest
+                if isinstance(exc, (DecodeError, IntegrityError)):  # the store's own damage: not this entry's
+                    raise
+                self._problem(rec, "skipped", "cannot be stored: " + " ".join(str(exc).split())[:200])
             self.tick("committing", n, total)
         tips = self.store.branches()
         touched = {self._target(r) for r, _ in order} | {b for _, b in self.moved.values()}
@@ -168,6 +173,10 @@ class _Importer:
                 self._problem(rec, "skipped", str(exc))
                 continue
             if not self._branch_ok(rec):
+                continue
+            if not _TIME_NS_MIN <= _time_ns(rec.created_at) <= _TIME_NS_MAX:
+                self._problem(rec, "skipped", f"its date {rec.created_at} is outside what the store records "
+                                              "(1677-09-21 to 2262-04-11 UTC, 64-bit nanoseconds)")
                 continue
             if rec.checkpoint_id in entries:
                 first = entries[rec.checkpoint_id][0]
@@ -282,10 +291,15 @@ def _run_id(checkpoint_id: str) -> str:
         return "crewai-" + hashlib.blake2b(checkpoint_id.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
+_TIME_NS_MIN, _TIME_NS_MAX = -(1 << 63), (1 << 63) - 1
+_UNSTORABLE = (ValueError, TypeError, OverflowError, RecursionError)
+"""What Store.commit raises for a document it cannot hold (NaN, Infinity, nesting, sizes)."""
+
+
 def _time_ns(ts: str) -> int:
     try:
         return layout.ts_to_ns(ts)
-    except ValueError:
+    except (ValueError, OverflowError):
         return 0
 
 

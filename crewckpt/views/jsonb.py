@@ -265,7 +265,10 @@ def _scalar_value(etype: int, buf: bytes | memoryview, i: int, start: int, end: 
         return json.loads(_scalar_text(etype, buf, i, start, end))
     text = _number_text(etype, i, s)
     if etype == INT or (etype == INT5 and "e" not in text):
-        return int(text)
+        try:
+            return int(text)
+        except ValueError:  # over sys.get_int_max_str_digits(): json.loads (so CrewAI) refuses it too
+            raise JsonbError(i, f"integer of {len(text):,} digits, more than Python's json reads") from None
     return float(text)
 
 
@@ -287,7 +290,10 @@ def _number_text(etype: int, i: int, s: str) -> str:
             # SQLite stops at 64 bits and prints an infinity (json.c, JSONB_INT5).
             return sign + ("9.0e999" if u >= 1 << 64 else str(u))
         if _DEC5_RE.fullmatch(s):
-            return str(int(s))
+            try:
+                return str(int(s))
+            except ValueError:  # over sys.get_int_max_str_digits()
+                raise JsonbError(i, f"integer of {len(s):,} digits, more than Python's json reads") from None
         raise JsonbError(i, f"bad INT5 payload {s[:40]!r}")
     if etype == FLOAT5:
         # Supply the digit missing beside ".": ".5" -> "0.5", "5." -> "5.0", "5.e3" -> "5.0e3".

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import calendar
 import json
+import os
 import re
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -53,12 +55,20 @@ JSON_STYLE_COMPACT = "compact"
 
 
 def is_sqlite_file(path: str | Path) -> bool:
-    """True when ``path`` is a file starting with SQLite's magic bytes (CrewAI's ``detect_provider``)."""
+    """True when ``path`` is a regular file starting with SQLite's magic bytes (CrewAI's ``detect_provider``).
+
+    Opened non-blocking and checked with fstat first, so a FIFO or device at ``path`` is never read (a
+    FIFO would block the open, ``/dev/zero`` would be read as "not SQLite" only after the fact)."""
     try:
-        with open(path, "rb") as f:
-            return f.read(16) == SQLITE_MAGIC
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except (OSError, ValueError):  # ValueError: NUL in the path
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, 16) == SQLITE_MAGIC
     except OSError:
         return False
+    finally:
+        os.close(fd)
 
 
 def split_location(path: str) -> tuple[str, str | None]:

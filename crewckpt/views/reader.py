@@ -4,14 +4,25 @@
 JSON) and lists the checkpoints without parsing them; :meth:`CrewaiSource.load` parses one, and
 :meth:`CrewaiSource.checkpoints` parses each in turn, turning damaged ones into :class:`Problem` entries
 instead of errors. No crewai import.
+
+A location someone sent is treated as hostile (docs/invariants.md, "Untrusted checkpoints, folders, dbs and
+stores"): only regular files are read, opened non-blocking and without following a final symbolic link (a
+FIFO or device named ``*.json`` is skipped, never opened for reading); symbolic links are followed only to
+files inside the folder; a checkpoint over :func:`max_checkpoint_bytes` is skipped unread; SQLite is opened
+read-only (``mode=ro``, or ``immutable=1`` for a WAL database without a ``-wal`` file) with untrusted
+schema code off, temporary storage in memory, a per-value size limit and a step budget per statement
+(:data:`SQLITE_STEP_BUDGET`), and ``checkpoints`` must be a plain table (a view could run any query).
+Each odd entry becomes a :class:`Problem` with a one-line reason; the rest is read.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import sqlite3
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +33,29 @@ from crewckpt.views import layout
 from crewckpt.views.jsonb import JsonbError, jsonb_to_value, looks_like_jsonb
 
 SourceKind = Literal["json-folder", "json-file", "sqlite"]
+
+MAX_CHECKPOINT_BYTES = 256 * 1024 * 1024
+"""Default size limit of one checkpoint (file or ``data`` cell); larger ones are skipped unread. CrewAI's
+checkpoints are kilobytes to a few megabytes; ``$CKPT_MAX_CHECKPOINT_BYTES`` raises (or lowers) it."""
+
+SQLITE_STEP_BUDGET = 20_000_000
+"""SQLite virtual-machine steps one statement may take, plus one per byte of the database file (a real
+table is scanned in far fewer); past it the statement is interrupted and reported, never left running."""
+
+
+def max_checkpoint_bytes() -> int:
+    """The size limit of one checkpoint in bytes: ``$CKPT_MAX_CHECKPOINT_BYTES`` if set to a positive integer,
+    else :data:`MAX_CHECKPOINT_BYTES`."""
+    raw = os.environ.get("CKPT_MAX_CHECKPOINT_BYTES", "").strip()
+    if raw.isdigit() and 0 < len(raw) < 19 and int(raw) > 0:
+        return int(raw)
+    return MAX_CHECKPOINT_BYTES
+
+
+def _too_big(size: int | None, limit: int, what: str = "file") -> str:
+    """The skip reason for a checkpoint over the size limit (``size`` None: SQLite only said "too big")."""
+    how = f"is {size:,} bytes, over" if size is not None else "is over"
+    return f"{what} {how} the {limit:,}-byte limit for one checkpoint; not read (set CKPT_MAX_CHECKPOINT_BYTES to import it)"
 ProblemKind = Literal["skipped", "orphan", "note"]
 
 
@@ -89,17 +123,21 @@ def detect_kind(path: str | Path) -> SourceKind:
         return "json-folder"
     if p.is_file():
         return "json-file"
+    if p.exists():
+        raise SourceError(f"{path}: not a regular file or folder (a FIFO, socket or device); pass a CrewAI "
+                          f"checkpoint folder, .json file or SQLite db")
     raise SourceError(f"{path}: no such file or folder; pass a CrewAI checkpoint folder, .json file or SQLite db")
 
 
-def open_source(path: str | Path) -> CrewaiSource:
-    """Open a CrewAI checkpoint location for reading. Raises SourceError (see :func:`detect_kind`)."""
+def open_source(path: str | Path, *, max_bytes: int | None = None) -> CrewaiSource:
+    """Open a CrewAI checkpoint location for reading; checkpoints over ``max_bytes`` (default
+    :func:`max_checkpoint_bytes`) are skipped unread. Raises SourceError (see :func:`detect_kind`)."""
     kind = detect_kind(path)
     if kind == "sqlite":
-        return SqliteSource(str(path))
+        return SqliteSource(str(path), max_bytes=max_bytes)
     if kind == "json-folder":
-        return JsonFolderSource(Path(path))
-    return JsonFileSource(Path(path))
+        return JsonFolderSource(Path(path), max_bytes=max_bytes)
+    return JsonFileSource(Path(path), max_bytes=max_bytes)
 
 
 class CrewaiSource:
@@ -108,14 +146,19 @@ class CrewaiSource:
 
     kind: SourceKind
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, max_bytes: int | None = None) -> None:
         self.path = path
+        self.max_bytes = max_bytes if max_bytes is not None else max_checkpoint_bytes()
         self.records: list[CheckpointRecord] = []
         self.problems: list[Problem] = []
 
     def load(self, record: CheckpointRecord) -> Checkpoint:
-        """Parse one checkpoint. Raises DamagedCheckpoint with a one-line reason."""
-        value, text = self._load(record)
+        """Parse one checkpoint. Raises DamagedCheckpoint with a one-line reason (also for a checkpoint too
+        large to parse in memory)."""
+        try:
+            value, text = self._load(record)
+        except MemoryError:
+            raise DamagedCheckpoint(f"too large to parse in memory ({record.size:,} bytes stored)") from None
         if not isinstance(value, dict):
             raise DamagedCheckpoint(f"data is a JSON {type(value).__name__}, not an object")
         why = _not_runtime_state(value)
@@ -166,25 +209,77 @@ def _parse_text(text: str) -> Any:
         cut = exc.pos >= len(end) or exc.msg.startswith("Unterminated string") or not end.endswith(("}", "]"))
         why = "truncated JSON" if cut else "invalid JSON"
         raise DamagedCheckpoint(f"{why}: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError as exc:  # int() refusing a number of more than sys.get_int_max_str_digits() digits
+        why = " ".join(str(exc).split()).split(":")[0][:120]  # "Exceeds the limit (4300 digits) for ..."
+        raise DamagedCheckpoint(f"holds a number Python's json module (so CrewAI too) cannot read ({why})") from None
 
 
-def _read_file(path: Path) -> str:
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link"))
+
+
+def _not_regular(mode: int) -> str | None:
+    """Why a file of this ``st_mode`` is not read ("not a regular file (a FIFO); not read"), or None."""
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((name for test, name in _KINDS if test(mode)), "not a file")
+    return f"not a regular file ({kind}); not read"
+
+
+def _read_file(path: Path, limit: int) -> str:
+    """The UTF-8 text of a regular file of at most ``limit`` bytes. Opened non-blocking and without
+    following a final symbolic link, then checked with fstat, so a file swapped for a FIFO, device or link
+    after listing is refused, not read. Raises DamagedCheckpoint."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NOCTTY", 0)
     try:
-        return path.read_bytes().decode("utf-8")
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise DamagedCheckpoint("is a symbolic link; not followed") from None
+        raise DamagedCheckpoint(f"cannot read file: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        why = _not_regular(st.st_mode)
+        if why:
+            raise DamagedCheckpoint(why)
+        if st.st_size > limit:
+            raise DamagedCheckpoint(_too_big(st.st_size, limit))
+        chunks: list[bytes] = []
+        got = 0
+        while got <= limit:  # read at most limit + 1 bytes: a file growing under us is refused, not slurped
+            chunk = os.read(fd, min(1 << 20, limit + 1 - got))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        if got > limit:
+            raise DamagedCheckpoint(_too_big(got, limit) + " (it grew while being read)")
+        return b"".join(chunks).decode("utf-8")
     except OSError as exc:
         raise DamagedCheckpoint(f"cannot read file: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise DamagedCheckpoint(f"not UTF-8 text (byte {exc.start})") from None
+    finally:
+        os.close(fd)
 
 
-def _created_at(checkpoint_id: str, path: Path) -> str:
+def _created_at(checkpoint_id: str, mtime: float) -> str:
     ts = layout.timestamp_of(checkpoint_id)
     if ts:
         return ts
     try:
-        return time.strftime(layout.TS_FORMAT, time.gmtime(path.stat().st_mtime))
-    except OSError:
+        return time.strftime(layout.TS_FORMAT, time.gmtime(mtime))
+    except (OSError, OverflowError, ValueError):  # an mtime set far outside time_t / 4-digit years
         return "19700101T000000"
+
+
+def _is_utf8(text: str) -> bool:
+    """False for a name holding lone surrogates (os.fsdecode's escapes of non-UTF-8 bytes)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class JsonFolderSource(CrewaiSource):
@@ -193,133 +288,261 @@ class JsonFolderSource(CrewaiSource):
     Hidden files and folders are skipped, as CrewAI's ``glob("**/*.json")`` does. A folder that holds
     checkpoint files itself is read as one branch folder (its name, or the branch recorded in the data
     when the folder path ends with it, e.g. ``.../fork/abc``).
+
+    Hostile entries are skipped with a reason (see the module docstring): anything but a regular file,
+    symbolic links to anything outside the folder (and broken or looping ones), symbolically linked
+    folders, names that are not UTF-8, files over ``max_bytes``. The walk is iterative (any depth).
     """
 
     kind: SourceKind = "json-folder"
 
-    def __init__(self, root: Path) -> None:
-        super().__init__(str(root))
+    def __init__(self, root: Path, max_bytes: int | None = None) -> None:
+        super().__init__(str(root), max_bytes)
         self.root = root
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-            rel = Path(dirpath).relative_to(root).as_posix()
-            for name in sorted(filenames):
-                if name.endswith(".json") and not name.startswith("."):
-                    self._add(Path(dirpath) / name, None if rel == "." else rel)
+        self._real_root = root.resolve()
+        stack: list[tuple[Path, str | None]] = [(root, None)]
+        while stack:
+            folder, rel = stack.pop()
+            subfolders: list[tuple[Path, str | None]] = []
+            try:
+                with os.scandir(folder) as it:
+                    entries = sorted(it, key=lambda e: e.name)
+            except OSError as exc:
+                self.problems.append(Problem(str(folder), None, "skipped",
+                                             f"cannot list folder: {exc.strerror or exc}"))
+                continue
+            for entry in entries:
+                name = entry.name
+                if name.startswith("."):
+                    continue
+                path = Path(entry.path)
+                try:
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                    is_link = entry.is_symlink()
+                except OSError:
+                    is_dir = is_link = False
+                if is_dir:
+                    if not _is_utf8(name):
+                        self._skip(path, None, "folder name is not valid UTF-8; rename it to import what it holds")
+                    else:
+                        subfolders.append((path, name if rel is None else f"{rel}/{name}"))
+                elif name.endswith(".json"):
+                    self._add(path, rel, is_link)
+                elif is_link and path.is_dir():
+                    self._skip(path, None, "symbolic link to a folder; not followed (import its target itself)")
+            stack.extend(reversed(subfolders))  # depth-first, sorted: the order os.walk gave
 
-    def _add(self, path: Path, branch: str | None) -> None:
+    def _skip(self, path: Path, checkpoint_id: str | None, reason: str) -> None:
+        self.problems.append(Problem(str(path), checkpoint_id, "skipped", reason))
+
+    def _target(self, path: Path, is_link: bool, confine: bool) -> tuple[Path, os.stat_result] | None:
+        """The regular file to read for ``path`` (a symbolic link resolved, inside the folder when
+        ``confine``) and its lstat, or None after recording why it is skipped."""
+        parsed = layout.parse_filename(path.name)
+        cid = parsed[0] if parsed else None
+        if not _is_utf8(path.name):
+            self._skip(path, None, "file name is not valid UTF-8 (CrewAI names checkpoints in ASCII); rename it")
+            return None
+        key = path
+        if is_link:
+            try:
+                key = path.resolve(strict=True)
+            except (OSError, RuntimeError) as exc:  # RuntimeError: a link loop on Python < 3.13
+                self._skip(path, cid, f"broken symbolic link ({getattr(exc, 'strerror', None) or exc}); not followed")
+                return None
+            if confine and self._real_root not in key.parents:
+                self._skip(path, cid, f"symbolic link to {key}, outside {self.root}; not followed")
+                return None
+        try:
+            st = os.lstat(key)
+        except OSError as exc:
+            self._skip(path, cid, f"cannot read file: {exc.strerror or exc}")
+            return None
+        why = _not_regular(st.st_mode) or (_too_big(st.st_size, self.max_bytes) if st.st_size > self.max_bytes
+                                           else None)
+        if why:
+            self._skip(path, cid, why)
+            return None
+        return key, st
+
+    def _add(self, path: Path, branch: str | None, is_link: bool = False, confine: bool = True) -> None:
+        found = self._target(path, is_link, confine)
+        if found is None:
+            return
+        key, st = found
         parsed = layout.parse_filename(path.name)
         data: dict[str, Any] = {}
         if parsed is None or branch is None:
             try:
-                loaded = _parse_text(_read_file(path))
+                loaded = _parse_text(_read_file(key, self.max_bytes))
                 data = loaded if isinstance(loaded, dict) else {}
+            except MemoryError:
+                self._skip(path, None, f"too large to parse in memory ({st.st_size:,} bytes)")
+                return
             except DamagedCheckpoint as exc:
                 if parsed is None:  # no name to go by: not recognisably a checkpoint
-                    self.problems.append(Problem(str(path), None, "skipped", str(exc)))
+                    self._skip(path, None, str(exc))
                     return
         if parsed is None:
             if "entities" not in data:
-                self.problems.append(Problem(str(path), None, "skipped", "not a CrewAI checkpoint (no 'entities')"))
+                self._skip(path, None, "not a CrewAI checkpoint (no 'entities')")
                 return
             pid = data.get("parent_id")
-            parsed = (path.stem, pid if isinstance(pid, str) else None)
+            parsed = (path.stem, pid if isinstance(pid, str) and _is_utf8(pid) else None)
         if branch is None:
             branch = self._branch_of_top_folder(data.get("branch"))
         cid, parent = parsed
-        size = path.stat().st_size
-        self.records.append(CheckpointRecord(cid, parent, branch, _created_at(cid, path), str(path), size, path))
+        self.records.append(CheckpointRecord(cid, parent, branch, _created_at(cid, st.st_mtime), str(path),
+                                             st.st_size, key))
 
     def _branch_of_top_folder(self, recorded: Any) -> str:
-        resolved = self.root.resolve().as_posix()
+        resolved = self._real_root.as_posix()
         if isinstance(recorded, str) and layout.branch_is_safe(recorded) and resolved.endswith("/" + recorded):
             return recorded
-        return self.root.resolve().name or "main"
+        return self._real_root.name or "main"
 
     def _load(self, record: CheckpointRecord) -> tuple[Any, str | None]:
-        text = _read_file(record._key)
+        text = _read_file(record._key, self.max_bytes)
         return _parse_text(text), text
 
 
 class JsonFileSource(JsonFolderSource):
-    """One checkpoint file; its branch is the one recorded in its data (else its folder's name)."""
+    """One checkpoint file; its branch is the one recorded in its data (else its folder's name). The path was
+    named by the user: a symbolic link there is followed (to a regular file only)."""
 
     kind: SourceKind = "json-file"
 
-    def __init__(self, path: Path) -> None:
-        CrewaiSource.__init__(self, str(path))
+    def __init__(self, path: Path, max_bytes: int | None = None) -> None:
+        CrewaiSource.__init__(self, str(path), max_bytes)
         self.root = path.parent
-        self._add(path, None)
+        self._real_root = self.root.resolve()
+        self._add(path, None, is_link=path.is_symlink(), confine=False)
 
 
 class SqliteSource(CrewaiSource):
     """CrewAI's ``checkpoints`` table; ``data`` as JSONB (decoded without SQLite >= 3.45) or text.
 
     ``<db>#<id>`` reads that one row. Listing is in rowid order (CrewAI's write order). The database is
-    opened read-only.
+    opened read-only and bounded (see the module docstring and :func:`_connect_readonly`): ``checkpoints``
+    must be a table without generated columns, each statement has a step budget, values over ``max_bytes``
+    are refused by SQLite itself.
     """
 
     kind: SourceKind = "sqlite"
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, max_bytes: int | None = None) -> None:
         db, only_id = layout.split_location(path)
-        super().__init__(db)
-        self.conn = _connect_readonly(db)
+        super().__init__(db, max_bytes)
+        self.conn, self._steps = _connect_readonly(db, self.max_bytes)
         try:
-            cols = [r[1] for r in self.conn.execute("PRAGMA table_info(checkpoints)")]
-            if not cols:
-                raise SourceError(f"{db}: SQLite database without a 'checkpoints' table; not a CrewAI checkpoint db")
-            missing = [c for c in layout.TABLE_COLUMNS if c not in cols]
-            if missing:
-                raise SourceError(f"{db}: 'checkpoints' table lacks column(s) {', '.join(missing)}; not CrewAI's layout")
-            query = "SELECT rowid, id, created_at, parent_id, branch, length(data) FROM checkpoints"
-            args: tuple[Any, ...] = ()
-            if only_id is not None:
-                query += " WHERE id = ?"
-                args = (only_id,)
-            rows = self.conn.execute(query + " ORDER BY rowid", args).fetchall()
-        except sqlite3.DatabaseError as exc:
-            self.conn.close()
-            raise SourceError(f"{db}: cannot read SQLite database: {exc}") from None
+            self._check_table(db)
+            rows = self._list(db, only_id)
         except SourceError:
             self.conn.close()
             raise
+        except (sqlite3.DatabaseError, MemoryError) as exc:
+            self.conn.close()
+            raise SourceError(f"{db}: cannot read SQLite database: {self._why(exc)}") from None
         if only_id is not None and not rows:
             self.conn.close()
             raise SourceError(f"{db}: no checkpoint with id {only_id!r}")
         for rowid, cid, created, parent, branch, size in rows:
             self._add_row(db, rowid, cid, created, parent, branch, size)
 
+    def _why(self, exc: BaseException) -> str:
+        """One line for an SQLite failure; names the step budget when it interrupted the statement."""
+        if self._steps.tripped:
+            return (f"gave up after {self._steps.limit:,} SQLite steps in one statement (a hostile or damaged "
+                    f"database; CrewAI's table is read in far fewer)")
+        if isinstance(exc, MemoryError):
+            return "out of memory"
+        return " ".join(str(exc).split()) or type(exc).__name__
+
+    def _run(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        self._steps.reset()
+        return self.conn.execute(sql, args).fetchall()
+
+    def _check_table(self, db: str) -> None:
+        """Refuse anything but a plain table named ``checkpoints`` with CrewAI's five stored columns: a view
+        (or a generated column) could run any query, e.g. an endless recursive CTE."""
+        found = self._run("SELECT type, sql FROM sqlite_master WHERE name = 'checkpoints' COLLATE NOCASE")
+        if not found:
+            raise SourceError(f"{db}: SQLite database without a 'checkpoints' table; not a CrewAI checkpoint db")
+        kind, sql = found[0]
+        if kind != "table" or (isinstance(sql, str) and sql.lstrip()[:21].upper().startswith("CREATE VIRTUAL")):
+            raise SourceError(f"{db}: 'checkpoints' is {'a virtual table' if kind == 'table' else 'a ' + str(kind)}, "
+                              f"not CrewAI's table; not read")
+        cols = {r[1]: r[6] for r in self._run("PRAGMA table_xinfo(checkpoints)")}
+        missing = [c for c in layout.TABLE_COLUMNS if c not in cols]
+        if missing:
+            raise SourceError(f"{db}: 'checkpoints' table lacks column(s) {', '.join(missing)}; not CrewAI's layout")
+        computed = [c for c in layout.TABLE_COLUMNS if cols[c]]
+        if computed:
+            raise SourceError(f"{db}: 'checkpoints' column(s) {', '.join(computed)} are computed, not stored; "
+                              f"not CrewAI's table; not read")
+
+    def _list(self, db: str, only_id: str | None) -> list[tuple[Any, ...]]:
+        """(rowid, id, created_at, parent_id, branch, size) rows in rowid order. A cell over the size limit
+        makes SQLite refuse the whole statement, so then rows are listed one by one and such rows skipped."""
+        where, args = (" WHERE id = ?", (only_id,)) if only_id is not None else ("", ())
+        query = "SELECT rowid, id, created_at, parent_id, branch, length(data) FROM checkpoints"
+        try:
+            return self._run(query + where + " ORDER BY rowid", args)
+        except sqlite3.DataError:
+            pass
+        rows = []
+        for (rowid,) in self._run("SELECT rowid FROM checkpoints" + where + " ORDER BY rowid", args):
+            try:
+                rows += self._run(query + " WHERE rowid = ?", (rowid,))
+            except sqlite3.DataError:
+                self.problems.append(Problem(f"{db} rowid {rowid}", None, "skipped",
+                                             _too_big(None, self.max_bytes, "a cell of the row")))
+        return rows
+
     def _add_row(self, db: str, rowid: int, cid: Any, created: Any, parent: Any, branch: Any, size: Any) -> None:
         where = f"{db}#{cid}" if isinstance(cid, str) else f"{db} rowid {rowid}"
         if not isinstance(cid, str) or not cid:
-            self.problems.append(Problem(where, None, "skipped", f"row has no text id ({cid!r})"))
+            self.problems.append(Problem(where, None, "skipped", f"row has no text id ({_short(cid)})"))
             return
         if parent is not None and not isinstance(parent, str):
-            self.problems.append(Problem(where, cid, "skipped", f"parent_id is not text ({parent!r})"))
+            self.problems.append(Problem(where, cid, "skipped", f"parent_id is not text ({_short(parent)})"))
+            return
+        if isinstance(size, int) and size > self.max_bytes:
+            self.problems.append(Problem(where, cid, "skipped", _too_big(size, self.max_bytes, "data")))
             return
         if not isinstance(branch, str) or not branch:
-            self.problems.append(Problem(where, cid, "note", f"branch {branch!r} is not a name; read as 'main'"))
+            self.problems.append(Problem(where, cid, "note", f"branch {_short(branch)} is not a name; read as 'main'"))
             branch = "main"
         ts = layout.timestamp_of(cid) or (created if isinstance(created, str) else None) or "19700101T000000"
-        self.records.append(CheckpointRecord(cid, parent or None, branch, ts, where, int(size or 0), rowid))
+        self.records.append(CheckpointRecord(cid, parent or None, branch, ts, where,
+                                             size if isinstance(size, int) else 0, rowid))
 
     def _load(self, record: CheckpointRecord) -> tuple[Any, str | None]:
         try:
-            row = self.conn.execute("SELECT data FROM checkpoints WHERE rowid = ?", (record._key,)).fetchone()
-        except sqlite3.DatabaseError as exc:
-            raise DamagedCheckpoint(f"cannot read row: {exc}") from None
-        if row is None:
+            row = self._run("SELECT typeof(data), data FROM checkpoints WHERE rowid = ?", (record._key,))
+        except sqlite3.DataError:
+            raise DamagedCheckpoint(_too_big(None, self.max_bytes, "data")) from None
+        except (sqlite3.DatabaseError, MemoryError) as exc:
+            raise DamagedCheckpoint(f"cannot read row: {self._why(exc)}") from None
+        if not row:
             raise DamagedCheckpoint("row vanished while reading")
-        data = row[0]
+        sql_type, data = row[0]
         if isinstance(data, str):
             return _parse_text(data), data
         if isinstance(data, bytes):
+            if sql_type == "text":  # the text factory hands back bytes that are not UTF-8
+                raise DamagedCheckpoint("data is text that is not valid UTF-8")
             return _decode_blob(data)
         raise DamagedCheckpoint(f"data is SQL {type(data).__name__}, not JSON text or JSONB")
 
     def close(self) -> None:
         self.conn.close()
+
+
+def _short(value: Any) -> str:
+    """A cell for a one-line reason: its repr, cut to 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _decode_blob(blob: bytes) -> tuple[Any, str | None]:
@@ -331,28 +554,98 @@ def _decode_blob(blob: bytes) -> tuple[Any, str | None]:
             try:
                 text = blob.decode("utf-8")
                 return json.loads(text), text
-            except (UnicodeDecodeError, json.JSONDecodeError):
+            except (UnicodeDecodeError, ValueError, RecursionError):
                 pass
         raise DamagedCheckpoint(f"invalid JSONB data: {exc.reason} (byte {exc.offset})") from None
 
 
-def _connect_readonly(db: str) -> sqlite3.Connection:
-    """Open for reading only. A writable file is opened read-write (only SELECTs are run) so that closing
-    tidies the -wal/-shm files as CrewAI's own readers do; else read-only; else, for a WAL db in a
-    read-only folder (no -shm can be made), as an immutable file."""
+class _StepBudget:
+    """SQLite progress handler: interrupts a statement after ``limit`` virtual-machine steps (counted in
+    units of :data:`_STEP_UNIT`). Deterministic: the same database and query always stop at the same step."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.calls = 0
+        self.tripped = False
+
+    def reset(self) -> None:
+        self.calls = 0
+        self.tripped = False
+
+    def __call__(self) -> int:
+        self.calls += 1
+        if self.calls * _STEP_UNIT > self.limit:
+            self.tripped = True
+            return 1
+        return 0
+
+
+_STEP_UNIT = 1000
+
+
+def _text_or_bytes(raw: bytes) -> str | bytes:
+    """SQLite text as str, or the raw bytes when it is not UTF-8 (so one bad cell skips one row, instead of
+    sqlite3 failing the whole listing)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw
+
+
+def _connect_readonly(db: str, max_bytes: int) -> tuple[sqlite3.Connection, _StepBudget]:
+    """Open ``db`` for reading only, bounded, and its step budget.
+
+    ``mode=ro``; ``immutable=1`` instead for a WAL database without a ``-wal`` file (everything is in the
+    main file, and no ``-shm``/``-wal`` is left in the sender's folder), and as the fallback where ``mode=ro``
+    cannot open (a WAL db in a read-only folder). Then: ``trusted_schema=OFF`` (no functions with side
+    effects from the schema), ``temp_store=MEMORY`` (nothing written to /var/tmp), a small page cache, no
+    mmap, values over ``max_bytes`` refused by SQLite (Python >= 3.11), and a progress handler giving each
+    statement :data:`SQLITE_STEP_BUDGET` steps plus one per byte of the file.
+    """
     uri = Path(db).resolve().as_uri()
-    modes = ("mode=rw", "mode=ro", "immutable=1") if os.access(db, os.W_OK) else ("mode=ro", "immutable=1")
+    try:
+        size = os.stat(db).st_size
+    except OSError as exc:
+        raise SourceError(f"{db}: cannot open SQLite database: {exc.strerror or exc}") from None
+    modes = ("immutable=1", "mode=ro") if _wal_without_log(db) else ("mode=ro", "immutable=1")
+    steps = _StepBudget(SQLITE_STEP_BUDGET + size)
     last: Exception | None = None
     for mode in modes:
+        conn = sqlite3.connect(f"{uri}?{mode}", uri=True, timeout=30)
+        conn.text_factory = _text_or_bytes
+        conn.set_progress_handler(steps, _STEP_UNIT)
+        if hasattr(conn, "setlimit"):
+            conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max(1, min(max_bytes, 1_000_000_000)))
         try:
-            conn = sqlite3.connect(f"{uri}?{mode}", uri=True, timeout=30)
+            for pragma in ("trusted_schema=OFF", "temp_store=MEMORY", "cache_size=-8192", "mmap_size=0",
+                           "query_only=ON"):
+                steps.reset()
+                conn.execute(f"PRAGMA {pragma}")
+            steps.reset()
             conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
-            return conn
+            return conn, steps
         except sqlite3.OperationalError as exc:
+            conn.close()
+            if steps.tripped:
+                raise SourceError(f"{db}: cannot read SQLite database: gave up after {steps.limit:,} steps "
+                                  f"reading its schema (a hostile or damaged database)") from None
             last = exc
-        except sqlite3.DatabaseError as exc:
-            raise SourceError(f"{db}: cannot read SQLite database: {exc}") from None
+        except (sqlite3.DatabaseError, MemoryError) as exc:
+            conn.close()
+            raise SourceError(f"{db}: cannot read SQLite database: {exc or 'out of memory'}") from None
     raise SourceError(f"{db}: cannot open SQLite database: {last}")
+
+
+def _wal_without_log(db: str) -> bool:
+    """True for a database in WAL mode (header bytes 18-19 are 2) that has no ``-wal`` file: its whole
+    content is in the main file, so reading it as immutable is exact."""
+    try:
+        with open(db, "rb") as f:
+            header = f.read(20)
+    except OSError:
+        return False
+    return header[18:20] == b"\x02\x02" and not os.path.lexists(db + "-wal")
+
 
 def orphans(records: list[CheckpointRecord]) -> list[CheckpointRecord]:
     """Records whose recorded parent is not among ``records`` (missing, pruned, or never written)."""

@@ -13,9 +13,11 @@ What real CrewAI reads back (checked against crewai 1.15.30's source and tests):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import secrets
 import sqlite3
 from pathlib import Path
 
@@ -90,19 +92,19 @@ class JsonFolderWriter:
                 (out.present if same else out.conflicts).append(str(path))
                 continue
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp, fd = _create_temp(path)
             try:
-                with open(tmp, "wb") as f:
+                with os.fdopen(fd, "wb") as f:
                     f.write(data)
-                if entry.mtime_ns is not None:
-                    os.utime(tmp, ns=(entry.mtime_ns, entry.mtime_ns))
+                    if entry.mtime_ns is not None:  # by descriptor: never through a name someone could swap
+                        os.utime(f.fileno(), ns=(entry.mtime_ns, entry.mtime_ns))
                 os.replace(tmp, path)
-            finally:
-                if tmp.exists():
-                    tmp.unlink()
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)  # ours (O_EXCL made it); unlink never follows a link
+                raise
             out.written.append(str(path))
         return out
-
 
     def prune(self, branch: str, keep: int) -> int:
         """Delete the oldest checkpoint files of ``branch`` beyond the newest ``keep`` (by mtime), as
@@ -124,6 +126,26 @@ class JsonFolderWriter:
             except OSError:
                 continue
         return removed
+
+
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _create_temp(path: Path) -> tuple[Path, int]:
+    """Create the hidden temporary file for ``path`` (``.<name>.<pid>.tmp``) with O_EXCL|O_NOFOLLOW, so a
+    file or symbolic link planted at that name is never written through or truncated; when the name is
+    taken (a planted link, or a leftover of a killed export with the same pid), a random suffix is tried.
+    Returns (temporary path, open descriptor). Raises ViewWriteError when no name can be had."""
+    names = [f".{path.name}.{os.getpid()}.tmp"] + [f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+                                                   for _ in range(3)]
+    for name in names:
+        tmp = path.with_name(name)
+        try:
+            return tmp, os.open(tmp, _TEMP_FLAGS, 0o666)
+        except FileExistsError:
+            continue
+    raise ViewWriteError(f"cannot create a temporary file next to {path}: {names[0]} and random names exist; "
+                         f"remove the stray .*.tmp files there")
 
 
 class SqliteWriter:
