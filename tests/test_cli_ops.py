@@ -115,20 +115,23 @@ def test_resume_calls_restore_and_kickoff(demo, monkeypatch):
             calls.append(("kickoff", inputs))
             return type("Out", (), {"raw": "final answer"})()
 
-    def restore(rev, store):
+    def restore(rev, store, cls=None, fork=False):
         calls.append(("restore", rev))
         return FakeCrew()
+
+    def run_restored(entity, inputs):  # a run that wrote no checkpoint: head is the restored commit
+        return types.SimpleNamespace(result=entity.kickoff(inputs=inputs), checkpoint_id=None, branch=None)
 
     # The integration's restore is tested with real CrewAI in its own tests; here only the CLI's part.
     monkeypatch.setitem(sys.modules, "crewckpt.crewai", types.SimpleNamespace(restore=restore))
     monkeypatch.setitem(sys.modules, "crewckpt.crewai.run", types.SimpleNamespace(
-        kickoff_restored=lambda entity, inputs: entity.kickoff(inputs=inputs)))
+        restore_class=lambda doc, meta, search: None, run_restored=run_restored))
     record = orjson.loads(
         ok(ckpt(demo.path, "resume", "main~1", "--inputs", '{"topic": "x"}', "--json")).stdout
     )
     assert calls == [("restore", demo.main[2]), ("kickoff", {"topic": "x"})]
     assert record == {"rev": "main~1", "id": demo.main[2], "entity": "FakeCrew", "output": "final answer",
-                      "head": demo.alt[-1]}  # fmt: skip
+                      "head": demo.main[2], "branch": "main"}  # fmt: skip
     human = ok(ckpt(demo.path, "resume", "main")).stdout
     assert human.endswith("final answer\n") and f"from {demo.main[-1][:8]}" in human
 

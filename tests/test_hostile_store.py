@@ -11,6 +11,8 @@ from typing import Any
 import msgpack
 import pytest
 import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from crewckpt import Store
 from crewckpt.backends.base import StoredObject
@@ -62,6 +64,8 @@ def test_a_self_parent_in_the_index_is_a_one_line_integrity_error(chain: tuple[P
             s.merge_base("main", ids[0])
     code, _, err = _run(["rev-parse", "main~1000000000"], path)
     assert code == 1 and err.count("\n") == 1 and "own parent" in err
+    with Store.open(path) as s:
+        assert f"commit {ids[2]} lists itself as its own parent" in s.fsck().problems
 
 
 def test_a_parent_cycle_is_detected_by_every_walk(chain: tuple[Path, list[str]]) -> None:
@@ -78,6 +82,7 @@ def test_a_parent_cycle_is_detected_by_every_walk(chain: tuple[Path, list[str]])
         # the TUI's model treats the looping edge as a missing parent: every path terminates
         hist = build_history(s.list(), s.branches())
         assert all(len(hist.path_to(c)) <= len(ids) for c in ids)
+        assert any(ids[0] in p and "parent cycle" in p for p in s.fsck().problems)
     for args in (["log"], ["log", "--graph", "--all"], ["rev-parse", "main~7"]):
         code, _, err = _run(args, path)
         assert code in (0, 1) and err.count("\n") <= 1, (args, err)
@@ -141,6 +146,8 @@ def test_a_tree_linking_one_subtree_many_times_is_refused_before_expanding(tmp_p
     with pytest.raises(DocumentTooLarge):
         s.read(small, max_nodes=50)
     assert s.fsck().ok  # fsck walks distinct objects, never the expansion
+    rep = s.fsck(full=True)  # ... and --full names the documents `read` would refuse
+    assert [p for p in rep.problems if cid in p and "too large to read" in p]
     code, _, err = _run(["show", cid], tmp_path / "s")
     assert code == 1 and err.count("\n") == 1 and "too large to read" in err
 
@@ -204,6 +211,7 @@ def test_a_tree_nested_deeper_than_the_limit_is_refused_at_read(tmp_path: Path) 
     cid = _commit_root(s, ob.Link(oid, ob.TREE))
     with pytest.raises(DocumentTooLarge, match="nested 301 levels deep"):
         s.read(cid)
+    assert any(cid in p and "nested 301 levels deep" in p for p in s.fsck(full=True).problems)
     for args in (["show", cid], ["show", "--raw", cid], ["diff", cid, cid]):
         code, _, err = _run(args, tmp_path / "s")
         assert code == 1 and err.count("\n") == 1 and "Recursion" not in err, (args, err)
@@ -452,3 +460,40 @@ def test_gc_batches_by_declared_size(tmp_path: Path) -> None:
     batches = size_batches(ids, sizes, limit=64 << 20)
     assert [len(b) for b in batches] == [1, 1, 1, 7]
     assert size_batches(ids, None, count=4) == [ids[:4], ids[4:8], ids[8:]]
+
+
+def test_a_permission_error_at_write_is_named_not_corrupt(tmp_path: Path) -> None:
+    from crewckpt.backends.base import StoreWriteError
+    s = Store.init(tmp_path / "s")
+    err = s.backend._error(sqlite3.OperationalError("unable to open database file"))  # type: ignore[attr-defined]
+    assert isinstance(err, StoreWriteError) and "permissions" in str(err)
+    s.close()
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.lists(st.integers(0, 5), max_size=3), st.integers(-2, 8)), min_size=1, max_size=6),
+       st.integers(0, 12))
+def test_any_hand_made_commit_graph_gives_answers_or_one_line_errors(edges: list[tuple[list[int], int]],
+                                                                     steps: int) -> None:
+    """Fuzz: commit-index rows with arbitrary parents and seqs (cycles, self-parents, dangling ids, ties);
+    every walk terminates with a result or a CkptError, and fsck never raises."""
+    import dataclasses
+    s = Store.memory()
+    ids = [bytes.fromhex(s.commit({"n": i}, branch="main")) for i in range(len(edges))]
+    with s.backend.transaction() as txn:
+        for cid, (parents, seq) in zip(ids, edges):
+            row = txn.index_get(cid)
+            assert row is not None
+            txn.index_remove([cid])
+            ps = tuple(ids[p] if p < len(ids) else bytes([p]) * 32 for p in parents)
+            txn.index_add(dataclasses.replace(row, parents=ps, seq=seq))
+    for call in (lambda: list(s.log("main")), lambda: s.resolve(f"main~{steps}"), lambda: s.resolve("main^2"),
+                 lambda: s.merge_base("main", ids[0].hex())):
+        try:
+            call()
+        except CkptError as e:
+            assert "\n" not in str(e)
+    hist = build_history(s.list(), s.branches())
+    assert all(len(hist.path_to(c.hex())) <= len(ids) for c in ids)
+    s.fsck()
+    s.fsck(full=True)

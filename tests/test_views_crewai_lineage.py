@@ -64,15 +64,18 @@ def test_crewais_tui_shows_an_exported_fork_under_its_parent(tmp_path):
         data = json.loads(path.read_text())
         assert data["parent_id"] == parse_filename(path.name)[1], cid  # type: ignore[index]
         assert data["branch"] == path.parent.name
-    rows = _tree_of("view")
-    labels = [label for _, label, _ in rows]
-    assert not any("orphaned" in label for label in labels), labels
-    # the alt branch node sits right under the fork point's checkpoint node
-    alt = next(i for i, (_, label, _) in enumerate(rows) if "alt" in label)
-    depth = rows[alt][0]
-    parent = next(rows[j] for j in range(alt - 1, -1, -1) if rows[j][0] == depth - 1)
-    parent_id = parse_filename(parent[2]["name"])[0]  # type: ignore[index]
-    assert lookup_alias(store, parent_id) == fork_point
+    store.export_crewai("view.db", "sqlite")
+    for location in ("view", "view.db"):
+        rows = _tree_of(location)
+        labels = [label for _, label, _ in rows]
+        assert not any("orphaned" in label for label in labels), (location, labels)
+        # the alt branch node sits right under the fork point's checkpoint node
+        alt = next(i for i, (_, label, _) in enumerate(rows) if "alt" in label)
+        depth = rows[alt][0]
+        parent = next(rows[j] for j in range(alt - 1, -1, -1) if rows[j][0] == depth - 1)
+        name = parent[2]["name"]
+        parent_id = parse_filename(name)[0] if name.endswith(".json") else name  # type: ignore[index]
+        assert lookup_alias(store, parent_id) == fork_point, location
 
 
 def test_exported_checkpoints_imported_from_crewai_stay_byte_for_byte(tmp_path, fixtures_copy):

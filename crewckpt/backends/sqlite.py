@@ -394,7 +394,7 @@ class SqliteBackend(_SqlReader, Backend):
         if isinstance(e, sqlite3.OperationalError) and "full" in msg:
             return StoreWriteError(f"{self.path}: disk full; nothing was written (the branch is unchanged); "
                                    f"free some space and retry")
-        if "readonly" in msg or "read-only" in msg:
+        if "readonly" in msg or "read-only" in msg or "unable to open" in msg or "ermission" in msg:
             return StoreWriteError(f"{self.path}: the store is read-only ({msg}); nothing was written; check "
                                    f"the permissions of the folder and its files")
         if "disk I/O error" in msg:

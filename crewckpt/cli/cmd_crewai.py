@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -58,14 +61,22 @@ def resume(rev: str, inputs_text: str | None, branch: str | None, as_json: bool)
     app = obj()
     store = app.store()
     full = store.resolve(rev)
+    doc = store.read(full)
     if inputs is None:
-        inputs = recorded_crew_inputs(store.read(full))
-    try:
-        entity = restore(full, store=store, fork=branch) if branch else restore(full, store=store)
-    except ValueError as exc:
-        raise CkptError(f"cannot restore {rev} ({full[:12]}): {_one_line(exc)}") from None
-    result = _kickoff(entity, inputs)
-    output = getattr(result, "raw", result)
+        inputs = recorded_crew_inputs(doc)
+    from crewckpt.crewai.run import restore_class, run_restored
+
+    with _console_to_stderr(as_json) as stdout:
+        try:
+            cls = restore_class(doc, store.info(full).meta, search=_import_folders(store))
+        except (CkptError, ValueError) as exc:
+            raise CkptError(f"cannot restore {rev} ({full[:12]}): {_one_line(exc)}") from None
+        try:
+            entity = restore(full, store=store, cls=cls, fork=branch or False)
+        except ValueError as exc:
+            raise CkptError(f"cannot restore {rev} ({full[:12]}): {_one_line(exc)}") from None
+        run = run_restored(entity, inputs)
+    output = getattr(run.result, "raw", run.result)
     record: dict[str, Any] = {
         "rev": rev,
         "id": full,
@@ -73,16 +84,50 @@ def resume(rev: str, inputs_text: str | None, branch: str | None, as_json: bool)
         "output": output
         if isinstance(output, (str, int, float, bool, type(None), dict, list))
         else str(output),
-        "head": store.resolve("HEAD"),
+        "head": run.checkpoint_id or full,
+        "branch": run.branch or store.info(full).branch,
     }
     if as_json:
-        emit_json(record)
+        emit_json(record, file=stdout)
         return
-    click.echo(f"Resumed {type(entity).__name__} from {full[:8]}; latest checkpoint now {record['head'][:8]}")
+    click.echo(f"Resumed {type(entity).__name__} from {full[:8]}; latest checkpoint now {record['head'][:8]} "
+               f"on branch {record['branch']}")
     if record["output"] is not None:
         click.echo(
             record["output"] if isinstance(record["output"], str) else orjson.dumps(record["output"]).decode()
         )
+
+
+@contextlib.contextmanager
+def _console_to_stderr(active: bool) -> Iterator[Any]:
+    """With --json, send what the run prints (CrewAI's panels, print() in tasks) to stderr so that stdout
+    carries only the JSON answer; yields the real stdout to write it to. CrewAI's console handlers run on
+    its event pool: they are waited for before stdout is given back."""
+    real = sys.stdout
+    if not active:
+        yield real
+        return
+    sys.stdout = sys.stderr
+    try:
+        yield real
+    finally:
+        from crewai.events.event_bus import crewai_event_bus
+
+        crewai_event_bus.flush()
+        if sys.stdout is sys.stderr:
+            sys.stdout = real
+
+
+def _import_folders(store: Any) -> list[str]:
+    """Where a flow's module may live besides sys.path: the working folder and the store's parent folder
+    (the project a default ``./.ckpt`` was created in)."""
+    import os
+
+    folders = [os.getcwd()]
+    path = getattr(store, "path", None)
+    if path is not None:
+        folders.append(os.path.dirname(os.path.abspath(path)))
+    return folders
 
 
 def recorded_crew_inputs(doc: Any) -> dict[str, Any] | None:
@@ -115,12 +160,6 @@ def _one_line(exc: BaseException, limit: int = 240) -> str:
     """An exception as one short line (pydantic's can run to thousands of characters); --debug shows all."""
     text = " ".join(str(exc).split())
     return text if len(text) <= limit else text[: limit - 1] + "… (run with --debug for the whole error)"
-
-
-def _kickoff(entity: Any, inputs: dict[str, Any] | None) -> Any:
-    """Run a restored Crew/Flow/Agent (crewckpt.crewai.run.kickoff_restored, shared with the TUI)."""
-    from crewckpt.crewai.run import kickoff_restored
-    return kickoff_restored(entity, inputs)
 
 
 # -- CrewAI locations (JSON folder, JSON file, SQLite db) ---------------------------------------------------
@@ -311,7 +350,8 @@ def import_(path: str, branch_prefix: str | None, branch: str | None, as_json: b
     """Import CrewAI checkpoints (a JSON folder, one JSON file or an SQLite db) into the store.
 
     Lineage (parent ids) and branches are kept; CrewAI ids become aliases (`ckpt show <crewai id>`).
-    Importing the same source twice adds nothing. Unreadable checkpoints are skipped and reported.
+    Importing the same source twice adds nothing. Unreadable checkpoints are skipped and reported. With no
+    store yet, ./.ckpt (or --store PATH) is created.
 
     \b
     Examples:
@@ -321,7 +361,7 @@ def import_(path: str, branch_prefix: str | None, branch: str | None, as_json: b
     from crewckpt.views import transfer
 
     app = obj()
-    store = app.store()
+    store = app.store(create=True)
     with app.progress(f"import {path}") as update:
         report = transfer.import_checkpoints(
             store, path, branch_prefix=branch_prefix, branch=branch, progress=update

@@ -2,9 +2,43 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from pathlib import Path
+
 import click
 
-from crewckpt.cli.context import obj
+from crewckpt.cli.context import crewai_location, crewai_store_hint, obj
+
+
+def tui_store_path(store_path: str | None, confirm: Callable[[str], bool] = click.confirm) -> str | None:
+    """The store the browser opens: ``store_path`` (None: ``$CKPT_STORE`` / the nearest ``.ckpt``) as it
+    is, unless it holds CrewAI checkpoints: then ``confirm(question)`` is asked, and on yes they are imported
+    into the nearest ``.ckpt`` above the working folder (``./.ckpt``, created, when there is none), whose
+    path is returned. Nothing is ever written into the CrewAI folder or db.
+
+    Raises:
+        StoreNotFound: the user declined (the message says how to import them).
+    """
+    from crewckpt.errors import StoreNotFound
+    from crewckpt.history.store import Store
+    from crewckpt.views import transfer
+
+    named = store_path or os.environ.get("CKPT_STORE") or None
+    hint = crewai_store_hint(named)
+    if named is None or hint is None:
+        return store_path
+    here = Path.cwd()
+    dest = next((str(d / ".ckpt") for d in (here, *here.parents) if (d / ".ckpt" / "store.db").is_file()),
+                str(here / ".ckpt"))
+    if not confirm(f"{named} is {crewai_location(named)}, not a crewckpt store. Import it into {dest} and "
+                   f"browse that?"):
+        raise StoreNotFound(hint)
+    store = Store.open(dest) if os.path.exists(dest) else Store.init(dest)
+    with store:
+        report = transfer.import_checkpoints(store, named)
+    click.echo(report.summary(), err=True)
+    return dest
 
 
 @click.command("tui")
@@ -35,4 +69,4 @@ def tui(store_path: str | None) -> None:
             "`ckpt tui` needs a terminal (stdin and stdout are not one); for scripts use "
             "`ckpt log --graph`, `ckpt show` and `ckpt diff`"
         )
-    run(store_path if store_path is not None else obj().store_path)
+    run(tui_store_path(store_path if store_path is not None else obj().store_path))

@@ -49,12 +49,31 @@ class AppContext:
         self._err: Console | None = None
         self.color = wants_color(sys.stdout)
 
-    def store(self) -> Store:
-        """The store named by --store / CKPT_STORE, or found by walking up from the working directory."""
+    def store(self, *, create: bool = False) -> Store:
+        """The store named by --store / CKPT_STORE, or found by walking up from the working directory.
+
+        With ``create``, a store that does not exist yet is created (at --store / CKPT_STORE, else
+        ``./.ckpt``) and a note goes to stderr; never inside a folder of CrewAI checkpoints.
+
+        Raises:
+            StoreNotFound: no store; when the path holds CrewAI checkpoints the message says to import them.
+        """
         if self._store is None:
+            from crewckpt.errors import StoreNotFound
             from crewckpt.history.store import Store
 
-            self._store = Store.open(self.store_path)
+            try:
+                self._store = Store.open(self.store_path)
+            except StoreNotFound as exc:
+                named = self.store_path or os.environ.get("CKPT_STORE") or None
+                hint = crewai_store_hint(named)
+                if hint is not None:
+                    raise StoreNotFound(hint) from None
+                target = named or ".ckpt"
+                if not create or os.path.lexists(target):
+                    raise StoreNotFound(_with_crewai_nearby(str(exc))) from None
+                self._store = Store.init(target)
+                click.echo(f"ckpt: created the store {target}", err=True)
         return self._store
 
     def close(self) -> None:
@@ -161,6 +180,60 @@ def paint(text: str, style: str | None) -> str:
     return f"\x1b[{code}m{text}\x1b[0m" if code else text
 
 
+def crewai_location(path: str | os.PathLike[str]) -> str | None:
+    """What CrewAI checkpoints ``path`` holds ("a CrewAI SQLite db", "a CrewAI JSON checkpoint", "a folder
+    of CrewAI JSON checkpoints"), or None (not CrewAI's, or a crewckpt store). Looks at file names only, at
+    most a few hundred entries three levels deep, so it is cheap on any folder."""
+    from pathlib import Path
+
+    from crewckpt.backends.sqlite import DB_NAME
+    from crewckpt.views.layout import is_sqlite_file, parse_filename
+
+    p = Path(path)
+    try:
+        if p.is_file():
+            if is_sqlite_file(p):
+                return "a CrewAI SQLite db"
+            return "a CrewAI JSON checkpoint" if p.suffix == ".json" and parse_filename(p.name) else None
+        if not p.is_dir() or (p / DB_NAME).exists():
+            return None
+        folders, budget = [(p, 0)], 400
+        while folders and budget > 0:
+            folder, depth = folders.pop()
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    budget -= 1
+                    if budget <= 0:
+                        break
+                    if entry.name.endswith(".json") and parse_filename(entry.name) \
+                            and entry.is_file(follow_symlinks=False):
+                        return "a folder of CrewAI JSON checkpoints"
+                    if depth < 3 and entry.is_dir(follow_symlinks=False):
+                        folders.append((Path(entry.path), depth + 1))
+    except OSError:
+        return None
+    return None
+
+
+def crewai_store_hint(path: str | os.PathLike[str] | None) -> str | None:
+    """The one-line error for a store path that holds CrewAI checkpoints (pointing at `ckpt import`), or
+    None when ``path`` is None or does not hold them."""
+    if path is None:
+        return None
+    what = crewai_location(path)
+    if what is None:
+        return None
+    return (f"{os.fspath(path)} is {what}, not a crewckpt store; import it with `ckpt import {os.fspath(path)}` "
+            f"(into ./.ckpt, created if missing), or list it as it is with `ckpt list {os.fspath(path)}`")
+
+
+def _with_crewai_nearby(message: str) -> str:
+    """``message`` plus the `ckpt import` hint when the working folder has CrewAI's default ./.checkpoints."""
+    if crewai_location(".checkpoints") is not None:
+        return message + "; CrewAI checkpoints are in ./.checkpoints: import them with `ckpt import ./.checkpoints`"
+    return message
+
+
 def try_resolve(store: Store, rev: str) -> str | None:
     """``store.resolve(rev)``, or None when it names nothing (e.g. HEAD in an empty store)."""
     from crewckpt.errors import CkptError
@@ -241,9 +314,10 @@ def obj() -> AppContext:
     return click.get_current_context().find_object(AppContext)  # type: ignore[return-value]
 
 
-def emit_json(value: Any) -> None:
-    """Write one JSON value on one line (the NDJSON record of a list, or a command's whole answer)."""
-    click.echo(orjson.dumps(value, default=_json_default).decode())
+def emit_json(value: Any, file: Any = None) -> None:
+    """Write one JSON value on one line (the NDJSON record of a list, or a command's whole answer) to
+    ``file`` (default: stdout)."""
+    click.echo(orjson.dumps(value, default=_json_default).decode(), file=file)
 
 
 def emit_ndjson(values: Iterable[Any]) -> None:

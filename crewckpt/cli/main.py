@@ -48,7 +48,9 @@ def launch_tui(ctx: click.Context) -> bool:
     run = getattr(tui, "run", None)
     if run is None:
         return False
-    run(ctx.obj.store_path)
+    from crewckpt.cli.cmd_tui import tui_store_path
+
+    run(tui_store_path(ctx.obj.store_path))
     return True
 
 

@@ -23,6 +23,8 @@ from pydantic import Field, SerializeAsAny, field_validator
 DEFAULT_LOCATION = "./.ckpt"
 RESTORED_CONTEXT = "crewckpt_restored"
 """Validation-context key set when a config is rebuilt from a stored checkpoint (no store is prepared)."""
+SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+"""File suffixes of an SQLite database (CrewAI's SQLite provider habit); never a store folder's name."""
 SIGNAL_EVENTS: frozenset[str] = frozenset({"SIGTERM", "SIGINT", "SIGHUP", "SIGTSTP", "SIGCONT"})
 
 
@@ -150,8 +152,9 @@ class CheckpointConfig(CrewAICheckpointConfig):
             return value
         kind = value.get("provider_type") if isinstance(value, dict) else type(value).__name__
         raise ValueError(
-            f"crewckpt.crewai.CheckpointConfig writes to a crewckpt store, not {kind!r}; "
-            "use crewai.CheckpointConfig for CrewAI's JSON/SQLite providers"
+            f"crewckpt.crewai.CheckpointConfig writes to a crewckpt store, not {kind!r}; to also write "
+            "CrewAI's own JSON files or SQLite db, keep the default provider and add view='./.checkpoints' "
+            "(or view='./checkpoints.db'): a live view CrewAI's tools read"
         )
 
     @field_validator("max_checkpoints")
@@ -171,6 +174,14 @@ class CheckpointConfig(CrewAICheckpointConfig):
             return os.fspath(value)
         if isinstance(value, str) and not value.strip():
             raise ValueError("location is empty; give a store folder such as './.ckpt'")
+        if isinstance(value, str):
+            path = split_location(value)[0]
+            if Path(path).suffix.lower() in SQLITE_SUFFIXES or os.path.isfile(path):
+                raise ValueError(
+                    f"location {value!r} names a file, but a crewckpt store is a folder: use a folder such as "
+                    f"'./.ckpt', add view={path!r} to also publish a CrewAI SQLite db, restore from one with "
+                    f"restore_from='{path}#<checkpoint id>', or import it with `ckpt import {path}`"
+                )
         return value
 
     @property
@@ -187,7 +198,7 @@ class CheckpointConfig(CrewAICheckpointConfig):
         if not self.view:
             return None
         fmt = self.view_format or (
-            "sqlite" if Path(self.view).suffix.lower() in (".db", ".sqlite", ".sqlite3") else "json")
+            "sqlite" if Path(self.view).suffix.lower() in SQLITE_SUFFIXES else "json")
         return os.path.abspath(self.view), fmt
 
     def store_path(self) -> Path:

@@ -40,7 +40,7 @@ class ForkResult:
 
 def fork_with_edits(rev: str, *, store: Any, branch: str | None = None,
                     inputs: Mapping[str, Any] | None = None,
-                    task_outputs: Mapping[TaskKey, str] | None = None) -> ForkResult:
+                    task_outputs: Mapping[TaskKey, str] | None = None, cls: Any = None) -> ForkResult:
     """Restore checkpoint ``rev`` on a new branch, apply edits, record the edited state as the branch's
     first checkpoint, and return the entity ready for ``kickoff``.
 
@@ -50,6 +50,7 @@ def fork_with_edits(rev: str, *, store: Any, branch: str | None = None,
         branch: new branch name (None: ``fork/<id[:12]>_<6 hex>``).
         inputs: kickoff inputs to record (``checkpoint_inputs`` of every crew/flow); pass the same to kickoff.
         task_outputs: new raw output text per completed task, keyed by (entity index, task index).
+        cls: class to restore into (see :func:`crewckpt.crewai.restore`; e.g. the Flow subclass).
     Returns:
         :class:`ForkResult`.
     Raises:
@@ -61,7 +62,7 @@ def fork_with_edits(rev: str, *, store: Any, branch: str | None = None,
     from crewckpt.crewai import _store_path, checkpoint, restore
 
     path = _store_path(store)
-    entity = restore(rev, store=path, fork=branch if branch else True)
+    entity = restore(rev, store=path, cls=cls, fork=branch if branch else True)
     state = crewai_event_bus._runtime_state
     roots = list(state.root) if state is not None else [entity]
     rerun = apply_task_edits(roots, task_outputs or {})

@@ -65,6 +65,7 @@ from crewckpt.crewai.config import (
     CrewckptProvider,
     split_location,
 )
+from crewckpt.crewai.run import remember_flow_class
 from crewckpt.crewai.snapshot import IdWeakMap, existing_builder
 from crewckpt.crewai.writer import EMIT_LOCK, open_store, write_checkpoint
 
@@ -130,8 +131,10 @@ def _should_checkpoint(source: Any, event: Any) -> CrewAICheckpointConfig | None
 def crewckpt_target(config: Any) -> tuple[str, str] | None:
     """``(store path, revision)`` when ``config.restore_from`` names a crewckpt checkpoint, else None.
 
-    A crewckpt config: ``restore_from`` is a revision in ``config.location``, ``"<store>#<rev>"``, or a
-    path (with a separator) to a store folder, meaning its HEAD.
+    A crewckpt config: ``restore_from`` is a revision in ``config.location``, ``"<store>#<rev>"``, a path
+    (with a separator) to a store folder, meaning its HEAD, or a CrewAI location (a ``.json`` checkpoint
+    file, an SQLite db or ``"<db>#<checkpoint id>"``): that checkpoint is imported into
+    ``config.location`` first (:func:`import_crewai_target`) and the imported commit is restored.
     A CrewAI config: only ``"<store>#<rev>"`` or a store folder (its HEAD), when that folder is a store.
     """
     raw = getattr(config, "restore_from", None)
@@ -144,12 +147,59 @@ def crewckpt_target(config: Any) -> tuple[str, str] | None:
             return path, rev
         if rev is None and os.sep in raw and _is_store(raw):  # a store folder: its HEAD
             return raw, "HEAD"
+        crewai_source = _crewai_location(raw)
+        if crewai_source is not None:
+            return import_crewai_target(str(config.store_path()), raw)
         return str(config.store_path()), raw
     if rev is not None and _is_store(path):
         return path, rev
     if rev is None and _is_store(raw):
         return raw, "HEAD"
     return None
+
+
+def _crewai_location(raw: str) -> str | None:
+    """The file part of ``raw`` when it names a CrewAI JSON checkpoint file or SQLite db, else None."""
+    from crewckpt.views.layout import is_sqlite_file
+    from crewckpt.views.layout import split_location as split_db
+
+    db, _ = split_db(raw)
+    if is_sqlite_file(db):
+        return db
+    if raw.endswith(".json") and os.path.isfile(raw):
+        return raw
+    return None
+
+
+def import_crewai_target(store_path: str, location: str) -> tuple[str, str]:
+    """Import the CrewAI checkpoint at ``location`` (a ``.json`` file, an SQLite db = its newest
+    checkpoint, or ``"<db>#<id>"``) into the store at ``store_path`` (created if missing); returns
+    ``(store_path, commit id)`` of the imported checkpoint. Importing again adds nothing (aliases).
+
+    Raises:
+        crewckpt.errors.CkptError: nothing readable at ``location`` (one line naming it and the reason).
+    """
+    from crewckpt.errors import CkptError
+    from crewckpt.views import transfer
+    from crewckpt.views.importer import lookup_alias
+    from crewckpt.views.layout import split_location as split_db
+    from crewckpt.views.reader import open_source
+
+    store = open_store(store_path, create=True)
+    db, wanted = split_db(location)
+    if wanted is None and db == location and not location.endswith(".json"):  # a db: its newest checkpoint
+        with open_source(db) as source:
+            records = sorted(source.records, key=lambda r: r.created_at)
+            wanted = records[-1].checkpoint_id if records else None
+    report = transfer.import_checkpoints(store, location if wanted is None else f"{db}#{wanted}")
+    found = [cid for alias, cid in report.imported + report.present if wanted is None or alias == wanted]
+    if wanted is not None and not found:
+        hit = lookup_alias(store, wanted)
+        found = [hit] if hit else []
+    if not found:
+        why = "; ".join(str(p) for p in report.problems[:1]) or "no CrewAI checkpoint found there"
+        raise CkptError(f"cannot restore from {location}: {why}")
+    return store_path, found[-1]
 
 
 def _is_store(path: str) -> bool:
@@ -187,8 +237,60 @@ def load_state(cls: type[RuntimeState], doc: Any, **kwargs: Any) -> RuntimeState
     return cls.model_validate(inject_configs(doc), **kwargs)
 
 
+def write_target(config: Any, read_path: str) -> tuple[str, dict[str, Any]]:
+    """Where a run restored from the store at ``read_path`` writes, and the settings the user chose.
+
+    Returns ``(absolute store path, overrides)``: the store read from, unless ``config`` is a crewckpt
+    config whose ``location`` the user set explicitly; ``overrides`` holds ``view``, ``view_format`` and
+    ``max_checkpoints`` when the user set them on ``config``, else None for each. Nothing stored inside
+    the checkpoint (which whoever wrote it chose) decides where writes go, what is published or pruned.
+    """
+    overrides: dict[str, Any] = {"view": None, "view_format": None, "max_checkpoints": None}
+    store = os.path.abspath(read_path)
+    if isinstance(config, CheckpointConfig):
+        chosen = config.model_fields_set
+        overrides.update({k: getattr(config, k) for k in overrides if k in chosen})
+        if "location" in chosen:
+            store = str(config.store_path())
+    return store, overrides
+
+
+def retarget_configs(value: Any, store: str, overrides: dict[str, Any]) -> Any:
+    """Replace every checkpoint config stored in a document (crewckpt's or CrewAI's JSON/SQLite ones) by a
+    crewckpt config writing to ``store`` with ``overrides`` (see :func:`write_target`), keeping only its
+    ``on_events``. In place, iterative; returns ``value``."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            for k, child in v.items():
+                if k == "checkpoint" and _is_config_dict(child):
+                    v[k] = _restored_config(child.get("on_events"), store, overrides)
+                elif isinstance(child, (dict, list)):
+                    stack.append(child)
+        elif isinstance(v, list):
+            stack.extend(c for c in v if isinstance(c, (dict, list)))
+    return value
+
+
+def _is_config_dict(value: Any) -> bool:
+    provider = value.get("provider") if isinstance(value, dict) else None
+    return isinstance(provider, dict) and provider.get("provider_type") in ("crewckpt", "json", "sqlite")
+
+
+def _restored_config(on_events: Any, store: str, overrides: dict[str, Any]) -> CheckpointConfig:
+    fields: dict[str, Any] = {"location": store, **{k: v for k, v in overrides.items() if v is not None}}
+    if isinstance(on_events, list) and all(isinstance(e, str) for e in on_events):
+        fields["on_events"] = on_events
+    return CheckpointConfig.model_validate(fields, context={RESTORED_CONTEXT: True})
+
+
 def restore_state(cls: type[RuntimeState], config: Any, path: str, rev: str, **kwargs: Any) -> RuntimeState:
-    """CrewAI's ``RuntimeState.from_checkpoint`` for a crewckpt store (same events, same lineage fields)."""
+    """CrewAI's ``RuntimeState.from_checkpoint`` for a crewckpt store (same events, same lineage fields).
+
+    The restored entities keep checkpointing into the store read from (or the one the user named, see
+    :func:`write_target`), never where the checkpoint's stored configs point.
+    """
     location = f"{os.path.abspath(path)}#{rev}"
     crewai_event_bus.emit(config, CheckpointRestoreStartedEvent(location=location,
                                                                 provider="CrewckptProvider"))
@@ -196,11 +298,20 @@ def restore_state(cls: type[RuntimeState], config: Any, path: str, rev: str, **k
     try:
         store = open_store(path)
         commit_id = store.resolve(rev)
-        state = load_state(cls, store.read(commit_id), **kwargs)
+        target, overrides = write_target(config, path)
+        doc = retarget_configs(store.read(commit_id), target, overrides)
+        state = load_state(cls, doc, **kwargs)
         state._provider = CrewckptProvider()
         state._checkpoint_id = commit_id
         state._parent_id = commit_id
-        _state_store.set(state, os.path.abspath(path))
+        info = store.info(commit_id)
+        if info.branch and target == os.path.abspath(path):
+            state._branch = info.branch  # the branch it is on here (an import may have renamed it)
+        _state_store.set(state, target)
+        remember_flow_class(state, info.meta)
+        if isinstance(config, CheckpointConfig) and "location" not in config.model_fields_set:
+            # kickoff(from_checkpoint=config) gives the restored entity a copy of config: same store
+            config.location = target
     except Exception as exc:
         crewai_event_bus.emit(config, CheckpointRestoreFailedEvent(
             location=location, provider="CrewckptProvider", error=str(exc)))
@@ -209,6 +320,11 @@ def restore_state(cls: type[RuntimeState], config: Any, path: str, rev: str, **k
         location=location, provider="CrewckptProvider", checkpoint_id=commit_id, branch=state._branch,
         parent_id=state._parent_id, duration_ms=(time.perf_counter() - start) * 1000.0))
     return state
+
+
+def restored_store(state: Any) -> str | None:
+    """The store a state restored from crewckpt writes to (None for other states)."""
+    return _state_store.get(state)
 
 
 def _from_checkpoint(cls: type[RuntimeState], config: Any, **kwargs: Any) -> RuntimeState:
@@ -230,8 +346,11 @@ async def _afrom_checkpoint(cls: type[RuntimeState], config: Any, **kwargs: Any)
 def _flow_from_checkpoint(cls: type[Flow], config: Any, **kwargs: Any) -> Flow:
     flow = _orig["flow_from"](cls, config, **kwargs)
     state = crewai_event_bus.runtime_state
-    if crewckpt_target(config) is None or state is None:
+    target = _state_store.get(state) if state is not None else None
+    if state is None or target is None:
         return flow
+    if isinstance(flow.checkpoint, CheckpointConfig) and str(flow.checkpoint.store_path()) != target:
+        flow.checkpoint = flow.checkpoint.model_copy(update={"location": target})  # the class's default
     stale = [i for i, e in enumerate(state.root) if isinstance(e, Flow) and e is not flow]
     if not stale:
         return flow

@@ -36,6 +36,7 @@ from crewai.events.types.checkpoint_events import (
 )
 
 from crewckpt.crewai.config import CheckpointConfig, join_location
+from crewckpt.crewai.run import entity_meta
 from crewckpt.crewai.snapshot import IdWeakMap, builder_for
 from crewckpt.history.lineage import continuation_branch
 
@@ -228,7 +229,7 @@ def write_checkpoint(state: RuntimeState, cfg: CheckpointConfig, event: Any = No
             parents, target = place(store, parent_id, branch_name)
             doc = builder_for(state).document(state, parent_id=parent_id, branch=target, trigger=trigger)
             commit_id = store.commit(doc, branch=target, parents=parents, run_id=run_id_for(state),
-                                     trigger=commit_trigger or trigger)
+                                     trigger=commit_trigger or trigger, meta=entity_meta(state))
         except Exception as exc:
             logger.warning("crewckpt: checkpoint on %s failed (trigger=%s): %s", location, trigger, exc,
                            exc_info=logger.isEnabledFor(logging.DEBUG))

@@ -5,9 +5,10 @@ Reports exactly the broken objects (missing or corrupt) and the live commits tha
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from crewckpt.errors import CkptError, CorruptStore, IntegrityError, MissingObject
 from crewckpt.format import objects as ob
@@ -47,7 +48,8 @@ def fsck(store: Store, *, full: bool = False, progress: Progress | None = None) 
     way out), not an exception."""
     try:
         report = _fsck(store, full, progress)
-        extra = _database_problems(store, full) + (_shape_problems(store, report.broken) if full else [])
+        extra = (_database_problems(store, full) + _graph_problems(store)
+                 + (_shape_problems(store, report.broken) if full else []))
         return dataclasses.replace(report, problems=report.problems + extra) if extra else report
     except CorruptStore as e:
         return FsckReport({}, {}, 0, [
@@ -165,6 +167,21 @@ def _database_problems(store: Store, full: bool) -> list[str]:
             f"rebuild it with `sqlite3 store.db .recover | sqlite3 recovered.db`" for line in check(full)]
 
 
+def _graph_problems(store: Store) -> list[str]:
+    """Parent edges that break "a parent is older than its child" (a self-parent, a cycle in the commit
+    index): walks refuse to follow them (objects_format.md 7.1); fsck names each."""
+    rows = {r.id: r for r in store.backend.index_rows()}
+    out = []
+    for cid, r in rows.items():
+        for p in r.parents:
+            if p == cid:
+                out.append(f"commit {cid.hex()} lists itself as its own parent")
+            elif p in rows and isinstance(rows[p].seq, int) and isinstance(r.seq, int) and rows[p].seq >= r.seq:
+                out.append(f"commit {cid.hex()} has parent {p.hex()} that is not older (a parent cycle in the "
+                           f"commit index)")
+    return out
+
+
 def _shape_problems(store: Store, broken: Mapping[str, str]) -> list[str]:
     """What hashes cannot see (fsck --full): every link names an object of the kind it says (a tree link a
     tree, a string link a blob), chunk lists hold children of their form, strings decode as UTF-8 (WTF-8),
@@ -183,9 +200,17 @@ def _shape_problems(store: Store, broken: Mapping[str, str]) -> list[str]:
             continue
         want.setdefault(c.tree.oid, (c.tree.kind, row.id, None))
     seen: set[bytes] = set()
+    trees: dict[bytes, tuple[int, Any]] = {}
+    blob_sizes: dict[bytes, int] = {}
+    roots: list[tuple[bytes, ob.Link]] = []
+    for row in b.index_rows():
+        with contextlib.suppress(CkptError):
+            roots.append((row.id, store.objects.commit(row.id).tree))
     while want:
         batch, want = want, {}
-        kinds = {o: s.kind for o, s in b.get_many(list(batch)).items()}
+        stored = b.get_many(list(batch))
+        kinds = {o: s.kind for o, s in stored.items()}
+        blob_sizes.update((o, s.size) for o, s in stored.items() if s.kind == ob.BLOB)
         for oid, (kind, parent, forms) in batch.items():
             if oid in seen or oid.hex() in broken or oid not in kinds:
                 continue
@@ -198,7 +223,7 @@ def _shape_problems(store: Store, broken: Mapping[str, str]) -> list[str]:
                     if forms is None:  # a whole string (chunk pieces may split a character)
                         ob.bytes_str(store.objects.blobs([oid])[oid])
                     continue
-                form, payload = store.objects.trees([oid])[oid]
+                form, payload = trees[oid] = store.objects.trees([oid])[oid]
             except CkptError as e:
                 problems.append(f"object {oid.hex()}: {e}")
                 continue
@@ -210,7 +235,26 @@ def _shape_problems(store: Store, broken: Mapping[str, str]) -> list[str]:
                 problems.extend(_string_problem(store, oid))
             for ln in links_in(payload):
                 want.setdefault(ln.oid, (ln.kind, oid, _CHILD_FORMS.get(form)))
-    return problems
+    return problems + _size_problems(roots, trees, blob_sizes)
+
+
+def _size_problems(roots: list[tuple[bytes, ob.Link]], trees: dict[bytes, tuple[int, Any]],
+                   blob_sizes: dict[bytes, int]) -> list[str]:
+    """Live commits whose document is over the default read limits (a tree linking shared subtrees many
+    times, nesting past 255 levels): `read` would refuse them; sized over distinct trees, memo shared."""
+    from crewckpt.history.limits import ReadBudget
+    from crewckpt.history.snapshot import expanded_size
+
+    memo: dict[bytes, tuple[int, int, int]] = {}
+    out = []
+    for cid, root in roots:
+        try:
+            ReadBudget(what=f"commit {cid.hex()}").check_expanded(*expanded_size(root, trees, blob_sizes, memo))
+        except (KeyError, IntegrityError):  # an object missing or malformed: reported above
+            continue
+        except CkptError as e:
+            out.append(str(e))
+    return out
 
 
 _CHILD_FORMS = {ob.OBJECT_CHUNKS: (ob.OBJECT, ob.OBJECT_CHUNKS), ob.ARRAY_CHUNKS: (ob.ARRAY, ob.ARRAY_CHUNKS),

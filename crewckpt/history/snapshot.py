@@ -25,7 +25,7 @@ import collections
 import functools
 import math
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import msgpack
@@ -528,14 +528,16 @@ def _string_pieces(oid: bytes, t: dict[bytes, tuple[int, Any]], b: dict[bytes, b
     return (b[ln.oid] for ln in _chunk_leaves(oid, t, ob.STRING_CHUNKS, None))
 
 
-def expanded_size(root: ob.Link, t: dict[bytes, tuple[int, Any]], b: dict[bytes, bytes]) -> tuple[int, int, int]:
+def expanded_size(root: ob.Link, t: dict[bytes, tuple[int, Any]], b: Mapping[bytes, bytes | int],
+                  memo: dict[bytes, tuple[int, int, int]] | None = None) -> tuple[int, int, int]:
     """``(values, string bytes, depth)`` of the document under ``root`` as :func:`assemble` would build it:
     every JSON value counts 1 (a shared subtree once per place it is linked from), strings and keys count
     their length, depth is the container nesting. Each distinct tree is visited once (memoized, no
-    recursion), so the cost is linear in the store's objects, not in the expanded size."""
+    recursion), so the cost is linear in the store's objects, not in the expanded size. ``b`` maps blob ids to
+    their bytes or just their lengths; ``memo`` may be shared between documents of one store (fsck)."""
     if root.kind == ob.BLOB:
-        return 1, len(b[root.oid]), 0
-    memo: dict[bytes, tuple[int, int, int]] = {}
+        return 1, _blob_len(b[root.oid]), 0
+    memo = {} if memo is None else memo
     stack: list[tuple[bytes, bool]] = [(root.oid, False)]
     while stack:
         oid, ready = stack.pop()
@@ -549,13 +551,17 @@ def expanded_size(root: ob.Link, t: dict[bytes, tuple[int, Any]], b: dict[bytes,
     return memo[root.oid]
 
 
-def _tree_size(oid: bytes, t: dict[bytes, tuple[int, Any]], b: dict[bytes, bytes],
+def _blob_len(v: bytes | int) -> int:
+    return v if isinstance(v, int) else len(v)
+
+
+def _tree_size(oid: bytes, t: dict[bytes, tuple[int, Any]], b: Mapping[bytes, bytes | int],
                memo: dict[bytes, tuple[int, int, int]]) -> tuple[int, int, int]:
     form, payload = t[oid]
 
     def child(ln: ob.Link) -> tuple[int, int, int]:
         if ln.kind == ob.BLOB:
-            return 1, len(b[ln.oid]), 0
+            return 1, _blob_len(b[ln.oid]), 0
         got = memo.get(ln.oid)
         if got is None:  # only a graph with a cycle gets here, and verified ids rule cycles out
             raise IntegrityError(oid.hex(), "tree links to a tree that links back to it")

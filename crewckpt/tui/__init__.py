@@ -31,8 +31,8 @@ def run(store_path: str | None = None, echo: Callable[[str], None] | None = None
     if plan is None:
         return
     outcome = execute(plan, path, echo=out)
+    head = outcome.head or plan.rev  # the run's own last checkpoint, not the store's HEAD
     with Store.open(path) as store:
-        head = store.resolve("HEAD")
         branch = outcome.branch or store.info(head).branch
     out("")
     out(f"Done: latest checkpoint {head[:12]} on branch {branch}. Run `ckpt` to browse, "

@@ -8,6 +8,7 @@ the usual way (docs/tui.md, 'Where runs happen'). ``crewai`` is imported only he
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -30,13 +31,15 @@ class RunPlan:
 @dataclasses.dataclass
 class RunOutcome:
     """Result of :func:`execute`: the restored entity, its kickoff result, the branch the run wrote on, the
-    fork's first checkpoint (forks only) and the tasks the edits sent back to run."""
+    fork's first checkpoint (forks only), the tasks the edits sent back to run, and the run's last checkpoint
+    (``head``: the restored one when the run wrote none; None when unknown)."""
 
     entity: Any
     result: Any
     branch: str | None
     fork_commit: str | None
     rerun: list[tuple[int, int]]
+    head: str | None = None
 
 
 def execute(plan: RunPlan, store_path: str, echo: Callable[[str], None] = print) -> RunOutcome:
@@ -53,12 +56,17 @@ def execute(plan: RunPlan, store_path: str, echo: Callable[[str], None] = print)
     require_crewai(plan.action.title())
     from crewckpt.crewai import restore
     from crewckpt.crewai.edits import fork_with_edits
+    from crewckpt.crewai.run import restore_class, run_restored
+    from crewckpt.crewai.writer import open_store
 
+    store = open_store(store_path)
+    cls = restore_class(store.read(plan.rev), store.info(plan.rev).meta,
+                        search=[os.getcwd(), os.path.dirname(os.path.abspath(store_path))])
     fork_commit = None
     rerun: list[tuple[int, int]] = []
     if plan.action == "fork":
         forked = fork_with_edits(plan.rev, store=store_path, branch=plan.branch, inputs=plan.inputs,
-                                 task_outputs=plan.task_outputs)
+                                 task_outputs=plan.task_outputs, cls=cls)
         entity, branch, fork_commit, rerun = forked.entity, forked.branch, forked.fork_commit, forked.rerun
         echo(f"Forked {plan.rev[:12]} onto branch {branch}"
              + (f" (first checkpoint {fork_commit[:12]})" if fork_commit else ""))
@@ -67,24 +75,19 @@ def execute(plan: RunPlan, store_path: str, echo: Callable[[str], None] = print)
         if rerun:
             echo(f"  tasks to run again: {', '.join(str(t + 1) for _, t in rerun)}")
     elif plan.action == "resume":
-        entity = restore(plan.rev, store=store_path)
+        entity = restore(plan.rev, store=store_path, cls=cls)
         branch = None
         echo(f"Resuming {type(entity).__name__} from {plan.rev[:12]}")
     else:
         raise ValueError(f"unknown action {plan.action!r}: expected 'resume' or 'fork'")
     if plan.inputs:
         echo("  inputs: " + ", ".join(f"{k}={_preview(str(v), 40)}" for k, v in plan.inputs.items()))
-    result = _kickoff(entity, plan.inputs)
-    output = getattr(result, "raw", result)
+    run = run_restored(entity, plan.inputs)
+    output = getattr(run.result, "raw", run.result)
     if output is not None:
         echo("")
         echo(str(output))
-    return RunOutcome(entity, result, branch, fork_commit, rerun)
-
-
-def _kickoff(entity: Any, inputs: dict[str, Any] | None) -> Any:
-    from crewckpt.crewai.run import kickoff_restored
-    return kickoff_restored(entity, inputs)
+    return RunOutcome(entity, run.result, run.branch or branch, fork_commit, rerun, run.checkpoint_id)
 
 
 def _preview(text: str, width: int = 70) -> str:
