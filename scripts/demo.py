@@ -1,6 +1,6 @@
 """crewckpt demo: crash, resume, fork and compare a 6-task CrewAI research crew, offline, in seconds.
 
-    python scripts/demo.py            # store in ./.ckpt (use --reset to start over, --store to move it)
+    python scripts/demo.py            # store in ./.ckpt (a rerun replaces it; --store DIR to keep it)
 
 1. A research crew (3 agents, 6 tasks) checkpoints every event (``on_events=["*"]``) into ``./.ckpt``; its
    scripted LLM fails at task 4, so the run stops.
@@ -8,14 +8,14 @@
 3. ``Crew.fork(...)`` from the checkpoint after task 2, kicked off with an edited input ("sea otters"),
    finishes a second branch.
 4. It prints the history graph, what differs between the two branches' results, and the bytes crewckpt
-   stored beside what CrewAI's JsonProvider writes for the same three runs.
+   stored beside what CrewAI's JsonProvider writes for the same checkpoints.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
+import json
 import os
 import shutil
 import sys
@@ -27,10 +27,9 @@ from typing import Any
 
 from crewai import Crew
 from crewai.events.event_bus import crewai_event_bus
-from crewai.events.types.checkpoint_events import CheckpointCompletedEvent, CheckpointFailedEvent
-from crewai.state.checkpoint_config import CheckpointConfig as JsonCheckpointConfig
+from crewai.state.provider.json_provider import JsonProvider
 
-from crewckpt import Store
+from crewckpt import CkptError, Store
 from crewckpt.cli.graph import graph_rows
 from crewckpt.crewai import CheckpointConfig
 from crewckpt.crewai.writer import forget_stores
@@ -42,6 +41,7 @@ N_TASKS = 6
 FAIL_AT_CALL = 4  # the scripted LLM answers one call per task: call 4 is task 4
 MILESTONES = {"crew_kickoff_started", "task_completed", "task_failed", "crew_kickoff_failed",
               "crew_kickoff_completed"}
+MARKER = "made-by-demo.txt"  # in the store folder: a later demo run may replace this store
 
 
 def banner(text: str) -> None:
@@ -124,41 +124,22 @@ def crewckpt_scenario(store_path: Path) -> tuple[dict[str, Any], Store]:
     return result, Store.open(store_path)
 
 
-def json_scenario(folder: Path) -> tuple[dict[str, Any], int, int]:
-    """The same three runs with CrewAI's own JsonProvider; returns (result, files, bytes)."""
-    written: list[CheckpointCompletedEvent] = []
+def crewai_json_output(store: Store, folder: Path) -> tuple[int, int]:
+    """What CrewAI's JsonProvider writes for the checkpoints of ``store``: each snapshot is serialized as
+    CrewAI's listener does (``json.dumps``) and handed to ``JsonProvider.checkpoint`` with its parent and
+    branch, synchronously. Returns (files, bytes) written under ``folder``.
 
-    def seen(source: Any, event: CheckpointCompletedEvent) -> None:
-        written.append(event)
-
-    def make_config(**kw: Any) -> JsonCheckpointConfig:
-        return JsonCheckpointConfig(location=str(folder), on_events=["*"], **kw)
-
-    def after_task(k: int) -> str:
-        return next(e.location for e in written if e.trigger == "task_completed" and e.task_name == f"task{k}")
-
-    def latest() -> str:
-        return max(written, key=lambda e: e.timestamp).location
-
-    failures: list[Any] = []
-
-    def failed(source: Any, event: CheckpointFailedEvent) -> None:
-        failures.append(event)
-
-    crewai_event_bus.on(CheckpointCompletedEvent)(seen)  # not scoped_handlers(): that mutes CrewAI's listener
-    crewai_event_bus.on(CheckpointFailedEvent)(failed)
-    listener_log = logging.getLogger("crewai.state.checkpoint_listener")
-    level = listener_log.level
-    listener_log.setLevel(logging.CRITICAL)  # CrewAI logs each of its own failed writes with a traceback
-    try:
-        result = run_scenario(make_config, latest, after_task)
-    finally:
-        crewai_event_bus.off(CheckpointCompletedEvent, seen)
-        crewai_event_bus.off(CheckpointFailedEvent, failed)
-        listener_log.setLevel(level)
-    result["failed_writes"] = len(failures)
-    files = [p for p in folder.rglob("*.json")]
-    return result, len(files), sum(p.stat().st_size for p in files)
+    Why not a second run with CrewAI's provider: its listener writes from a thread pool while the crew
+    mutates the state, so under load some of its writes fail and which checkpoints survive is chance."""
+    provider = JsonProvider()
+    crewai_ids: dict[str, str] = {}
+    for c in store.list():  # write order, so a parent is always written before its children
+        parent = crewai_ids.get(c.parents[0]) if c.parents else None
+        location = provider.checkpoint(json.dumps(store.read(c.id)), str(folder), parent_id=parent,
+                                       branch=c.branch)
+        crewai_ids[c.id] = provider.extract_id(location)
+    files = list(folder.rglob("*.json"))
+    return len(files), sum(p.stat().st_size for p in files)
 
 
 def print_graph(store: Store, show_all: bool) -> None:
@@ -203,19 +184,54 @@ def print_results_diff(store: Store) -> None:
         print(f"{mark}{a['name']:<7} {ra[:52]:<52} {rb[:52]}")
 
 
+class NotOurs(Exception):
+    """The demo's store folder holds something else (the message says what to do)."""
+
+
+def prepare_store(store_path: Path, reset: bool) -> str | None:
+    """Make room for a fresh demo store at ``store_path``; returns what was done (a line to print), or
+    None when there was nothing there. A store an earlier demo run wrote (it holds :data:`MARKER`) is
+    replaced; anything else is replaced only with ``reset``.
+
+    Raises:
+        NotOurs: ``store_path`` holds something the demo did not write and ``reset`` is false.
+    """
+    if not store_path.exists():
+        return None
+    made_by_demo = (store_path / MARKER).is_file()
+    if not (made_by_demo or reset):
+        raise NotOurs(f"demo: {store_path} exists and was not written by this demo; run with --reset to "
+                      "replace it or --store DIR to use another folder")
+    try:
+        old = Store.open(store_path)
+        count = f"{len(old.list())} checkpoints"
+        old.close()
+    except (CkptError, OSError):  # damaged or half-written: it is being replaced anyway
+        count = "unreadable"
+    if store_path.is_dir():
+        shutil.rmtree(store_path)
+    else:
+        store_path.unlink()
+    what = "an earlier demo run's store" if made_by_demo else "the store (--reset)"
+    return f"demo: replaced {what} at {store_path} ({count}); --store DIR keeps runs apart"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", default=".ckpt", help="store folder (default ./.ckpt)")
-    parser.add_argument("--reset", action="store_true", help="delete an existing store folder first")
+    parser.add_argument("--reset", action="store_true", help="replace the store folder even when the demo did not write it")
     parser.add_argument("--all", action="store_true", help="show every checkpoint in the graph")
     args = parser.parse_args(argv)
     store_path = Path(args.store).resolve()
-    if store_path.exists():
-        if not args.reset:
-            print(f"demo: {store_path} already exists; run with --reset to replace it or --store to pick "
-                  "another folder", file=sys.stderr)
-            return 2
-        shutil.rmtree(store_path)
+    try:
+        replaced = prepare_store(store_path, args.reset)
+    except NotOurs as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if replaced:
+        print(replaced)
+    Store.init(store_path).close()
+    (store_path / MARKER).write_text("Written by scripts/demo.py: running the demo again replaces this store.\n")
 
     with offline_env(), tempfile.TemporaryDirectory(prefix="crewckpt-demo-json-") as json_dir:
         warm_up()
@@ -241,20 +257,17 @@ def main(argv: list[str] | None = None) -> int:
         print_results_diff(store)
 
         banner("bytes stored for the same three runs")
-        with captured_output() as noise:
-            json_result, json_files, json_bytes = json_scenario(Path(json_dir))
-        crashes = noise[0].count("panicked at") + json_result["failed_writes"]
         stats = store.stats()
+        json_files, json_bytes = crewai_json_output(store, Path(json_dir))
         store.close()
         forget_stores()  # closes crewckpt's writer handle too: SQLite folds its WAL into store.db
-        ours = sum(p.stat().st_size for p in store_path.iterdir() if p.is_file())
-        print(f"  crewckpt  {stats['commits']:>4} checkpoints  {human_bytes(ours):>9} on disk, "
-              f"{human_bytes(stats['logical_bytes'])} as JSON  {result['seconds']:5.2f} s")
-        print(f"  CrewAI    {json_files:>4} JSON files   {human_bytes(json_bytes):>9} on disk"
-              f"{'':>20}{json_result['seconds']:5.2f} s"
-              + (f"  (CrewAI's pool listener crashed {crashes}x: 'dictionary changed size during "
-                 "iteration')" if crashes else ""))
-        print(f"  -> crewckpt stores {json_bytes / max(ours, 1):.1f}x fewer bytes")
+        ours = sum(p.stat().st_size for p in store_path.iterdir() if p.is_file() and p.name != MARKER)
+        print(f"  crewckpt  {stats['commits']:>4} checkpoints  {human_bytes(ours):>9} on disk "
+              f"(one SQLite file; {human_bytes(stats['logical_bytes'])} of checkpoint JSON)")
+        print(f"  CrewAI    {json_files:>4} JSON files   {human_bytes(json_bytes):>9} on disk "
+              "(its JsonProvider, given the same checkpoints)")
+        print(f"  -> crewckpt stores {json_bytes / max(ours, 1):.1f}x fewer bytes; the three runs took "
+              f"{result['seconds']:.2f} s with a checkpoint at every event")
         print(f"\nstore: {store_path}   try: ckpt --store {args.store} log --graph")
     return 0
 

@@ -1,13 +1,40 @@
-"""Shared pytest fixtures: CrewAI fixture copies, stores."""
+"""Shared pytest fixtures (CrewAI fixture copies) and the suite's timing report."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
+from crewai_fixtures import FIXTURES
 
-from crewai_fixtures import FIXTURES  # noqa: F401  (re-exported for tests)
+_SECONDS_PER_FILE: dict[str, float] = {}
+
+SLOW: tuple[str, ...] = (
+    # Marked `slow` here, in one place: the default run leaves them out (pyproject addopts) and `.ci/run` runs
+    # them next with `pytest -m slow`. Each takes 10-80 s on 2 busy cores; a node id, or one with its [param].
+    "tests/test_crewai_demo.py::test_demo_crashes_resumes_forks_and_compares_and_reruns",  # 2 demo processes
+    "tests/test_crewai_crew.py::test_star_crew_writes_38_checkpoints_in_one_chain_over_20_runs",
+    "tests/test_store.py::test_log_follows_10000_commits_and_marks_pruned_parents",
+    "tests/test_stateful_store.py::test_store_matches_model",
+    "tests/test_store_procs.py::test_four_processes_500_transactions_each_lose_nothing",
+    "tests/test_store_procs.py::test_gc_while_two_processes_write_reused_objects",
+    "tests/test_reliability_corruption.py::test_database_file_damage_never_returns_wrong_data",
+    "tests/test_reliability_corruption.py::test_damaged_schema_text_is_a_corrupt_store_not_a_unicode_error",
+    "tests/test_reliability_crash.py::test_sigkill_at_random_points_loses_no_acknowledged_commit",
+    "tests/test_fuzz_names.py::test_branch_verbs_with_hostile_names_touch_nothing_outside",
+    "tests/test_fuzz_names.py::test_importing_a_hostile_json_folder_reports_problems_instead_of_raising",
+    "tests/test_fuzz_format.py::test_reading_a_hostile_graph_gives_json_or_a_store_error",
+    "tests/test_fuzz_views.py::test_importing_any_sqlite_checkpoint_table_reports_instead_of_raising",
+    "tests/test_tui.py::test_every_tab_on_real_crewai_checkpoints",
+    "tests/test_tui_fork.py::test_fork_with_edited_output_and_input_reruns_only_downstream_tasks",
+    "tests/test_views_roundtrip.py::test_commit_ids_survive_json_and_sqlite_round_trips[crew_json_star_n6]",
+    "tests/test_views_roundtrip.py::test_export_reproduces_every_fixture_exactly[crew_json_star_n6]",
+    "tests/test_views_roundtrip.py::test_import_keeps_lineage_branches_aliases_and_is_idempotent[crew_json_star_n6]",
+)
 
 
 @pytest.fixture
@@ -16,3 +43,90 @@ def fixtures_copy(tmp_path: Path) -> Path:
     dst = tmp_path / "fixtures"
     shutil.copytree(FIXTURES, dst)
     return dst
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the :data:`SLOW` tests; warn about entries whose function is gone from a collected test file (a
+    renamed test would silently move back into the default run)."""
+    modules: dict[str, object] = {}
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        modules.setdefault(path, getattr(item, "module", None))
+        for entry in SLOW:
+            if item.nodeid == entry or item.nodeid.startswith((entry + "[", entry + "::")):
+                item.add_marker(pytest.mark.slow)
+    for entry in SLOW:
+        path, name = entry.split("::")[:2]
+        module = modules.get(path)
+        if module is not None and not hasattr(module, name.split("[")[0]):
+            warnings.warn(pytest.PytestConfigWarning(f"conftest SLOW names no test: {entry}"), stacklevel=1)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add each phase's duration (setup, call, teardown; seconds) to its test file's total."""
+    path = report.nodeid.split("::")[0]
+    _SECONDS_PER_FILE[path] = _SECONDS_PER_FILE.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print the slowest test files and the time spent in tests (so a slow suite says where it goes)."""
+    if not _SECONDS_PER_FILE:
+        return
+    terminalreporter.section("time per test file (slowest 10)")
+    for path, seconds in sorted(_SECONDS_PER_FILE.items(), key=lambda kv: -kv[1])[:10]:
+        terminalreporter.write_line(f"{seconds:7.1f} s  {path}")
+    total = sum(_SECONDS_PER_FILE.values())
+    terminalreporter.write_line(f"{total:7.1f} s  in all {len(_SECONDS_PER_FILE)} files ({total / 60:.1f} min; "
+                                "the last line adds collection and start-up)")
+
+
+DEEP = 100  # folder levels below a test's tmp folder beyond which the session deletes, without recursing
+
+
+def _remove_tree_iteratively(top: str) -> None:
+    """``shutil.rmtree`` without recursion (it recurses once per level, so a tree deeper than the recursion
+    limit raises RecursionError); errors from trees that vanish meanwhile are ignored."""
+    dirs, stack = [], [top]
+    while stack:
+        d = stack.pop()
+        dirs.append(d)
+        try:
+            with os.scandir(d) as it:
+                for e in it:
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+                    else:
+                        with contextlib.suppress(OSError):
+                            os.unlink(e.path)
+        except OSError:
+            continue
+    for d in reversed(dirs):
+        with contextlib.suppress(OSError):
+            os.rmdir(d)
+
+
+def _prune_deep_folders(root: Path) -> None:
+    """Delete whatever lies more than :data:`DEEP` levels below ``root``, without recursion."""
+    stack = [(str(root), 0)]
+    while stack:
+        d, depth = stack.pop()
+        if depth >= DEEP:
+            _remove_tree_iteratively(d)
+            continue
+        with contextlib.suppress(OSError), os.scandir(d) as it:
+            stack.extend((e.path, depth + 1) for e in it if e.is_dir(follow_symlinks=False))
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own clean-up of old tmp folders, which recurses
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Some tests build folders deeper than Python's recursion limit (hostile imports): pytest's deletion
+    of old tmp folders then fails the whole session with RecursionError. Cut such trees down first, in this
+    session's tmp folder and in the garbage-* folders pytest left half-deleted."""
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    basetemp = getattr(factory, "_basetemp", None)  # None: no test asked for a tmp folder
+    if basetemp is None:
+        return
+    _prune_deep_folders(basetemp)
+    for garbage in basetemp.parent.glob("garbage-*"):
+        _prune_deep_folders(garbage)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -23,8 +24,8 @@ def run_demo(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=180, check=False)
 
 
-def test_demo_crashes_resumes_forks_and_compares(tmp_path: Path) -> None:
-    done = run_demo(tmp_path)
+def check_demo_output(done: subprocess.CompletedProcess[str]) -> None:
+    """The demo ran to the end, printed every step, and showed none of CrewAI's crash output."""
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     assert "run failed in task 4" in out
@@ -32,11 +33,47 @@ def test_demo_crashes_resumes_forks_and_compares(tmp_path: Path) -> None:
     assert "-> 4 LLM calls" in out and "sea otters" in out
     assert re.search(r"\(main\)", out) and re.search(r"\(sea-otters\)", out)
     assert re.search(r"≠ task3 .*otters.*sea otters", out)
+    ours = int(re.search(r"crewckpt +(\d+) checkpoints", out).group(1))
+    theirs = int(re.search(r"CrewAI +(\d+) JSON files", out).group(1))
+    assert theirs == ours  # CrewAI's side is counted from the same checkpoints: none lost to its pool writer
     ratio = float(re.search(r"crewckpt stores ([0-9.]+)x fewer bytes", out).group(1))
     assert ratio > 5
+    for noise in ("panicked", "Traceback", "StopIteration", "dictionary changed size"):
+        assert noise not in out and noise not in done.stderr
+
+
+def test_demo_crashes_resumes_forks_and_compares_and_reruns(tmp_path: Path) -> None:
+    first = run_demo(tmp_path)
+    check_demo_output(first)
     store = Store.open(tmp_path / ".ckpt")
     assert set(store.branches()) == {"main", "sea-otters"}
     assert store.read("sea-otters")["entities"][0]["checkpoint_inputs"] == {"topic": "sea otters"}
+    first_ids = {c.id for c in store.list()}
+    store.close()
 
-    again = run_demo(tmp_path)
-    assert again.returncode == 2 and "--reset" in again.stderr
+    again = run_demo(tmp_path)  # the README line run a second time in the same folder
+    check_demo_output(again)
+    assert f"demo: replaced an earlier demo run's store at {tmp_path / '.ckpt'} ({len(first_ids)} checkpoints)" \
+        in again.stdout.splitlines()[0]
+    store = Store.open(tmp_path / ".ckpt")
+    assert set(store.branches()) == {"main", "sea-otters"}
+    rerun = store.list()
+    assert len(rerun) == len(first_ids) and not first_ids & {c.id for c in rerun}  # afresh, not appended
+
+
+def test_demo_leaves_a_store_it_did_not_write_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = importlib.util.spec_from_file_location("crewckpt_demo", ROOT / "scripts" / "demo.py")
+    assert spec is not None and spec.loader is not None
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)  # in this process: the refusal comes before any crew runs
+    mine = Store.init(tmp_path / ".ckpt")
+    cid = mine.commit({"step": 1})
+    mine.close()
+    before = sorted((p.name, p.read_bytes()) for p in (tmp_path / ".ckpt").iterdir() if p.is_file())
+    assert demo.main(["--store", str(tmp_path / ".ckpt")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines() == [
+        (f"demo: {tmp_path / '.ckpt'} exists and was not written by this demo; run with --reset to replace it "
+         "or --store DIR to use another folder")]
+    assert sorted((p.name, p.read_bytes()) for p in (tmp_path / ".ckpt").iterdir() if p.is_file()) == before
+    assert Store.open(tmp_path / ".ckpt").resolve("main") == cid

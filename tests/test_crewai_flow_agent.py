@@ -162,10 +162,18 @@ def test_manual_checkpoints_sync_and_async():
 
 
 SIGTERM_CHILD = textwrap.dedent("""
-    import sys
+    from crewai.events.event_bus import crewai_event_bus
+    from crewai.events.types.llm_events import LLMCallStartedEvent
     from crewckpt.testing import ScriptedLLM, research_crew
     from crewckpt.crewai import CheckpointConfig
-    crew = research_crew(3, llm=ScriptedLLM(delay=0.6), checkpoint=CheckpointConfig(on_events=["SIGTERM"]))
+    crew = research_crew(3, llm=ScriptedLLM(), checkpoint=CheckpointConfig(on_events=["SIGTERM"]))
+    crew.tasks[1].agent.llm = ScriptedLLM(delay=300)  # task 2's call lasts until the parent's SIGTERM
+
+    @crewai_event_bus.on(LLMCallStartedEvent)
+    def tell_parent(source, event):
+        if event.task_name == "task2":  # task 1 is complete: its output is in the state
+            print("in task2", flush=True)
+
     print("started", flush=True)
     crew.kickoff(inputs={"topic": "otters"})
     print("finished", flush=True)
@@ -176,11 +184,16 @@ def test_sigterm_triggers_a_checkpoint_then_terminates():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), *sys.path])}
     child = subprocess.Popen([sys.executable, "-c", SIGTERM_CHILD], stdout=subprocess.PIPE, text=True,
                              env=env)
-    assert child.stdout is not None
-    assert child.stdout.readline().strip() == "started"
-    time.sleep(1.0)  # task 1 done (0.6 s), task 2's call in progress
-    child.send_signal(signal.SIGTERM)
-    out, _ = child.communicate(timeout=60)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "started"
+        assert child.stdout.readline().strip() == "in task2"  # a condition, not a sleep: no race under load
+        child.send_signal(signal.SIGTERM)
+        out, _ = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate(timeout=60)
     assert child.returncode == -signal.SIGTERM and "finished" not in out
     store = Store.open(".ckpt")
     commits = store.list()
@@ -241,10 +254,19 @@ def test_kill_9_mid_run_leaves_every_written_checkpoint_restorable():
     assert all(t["output"] is not None for t in final)
 
 
-def test_signal_event_checkpoints_the_running_state_once():
+def test_signal_event_checkpoints_the_running_state_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
     from crewai.events.types.system_events import SigHupEvent, SigTermEvent
     from crewai.state.runtime import RuntimeState
 
+    from crewckpt.crewai import hooks
+
+    # the 0.5 s repeat window on a clock of our own: a slow first write (a loaded machine) cannot widen it
+    clock = [1.0e9]
+    monkeypatch.setattr(hooks, "time", types.SimpleNamespace(monotonic=lambda: clock[0],
+                                                             perf_counter=time.perf_counter))
+    monkeypatch.setattr(hooks, "_last_signal_event", {})
     crew = research_crew(1, checkpoint=CheckpointConfig(on_events=["SIGTERM"]))
     crewai_event_bus.set_runtime_state(RuntimeState(root=[crew]))
     source = object()  # CrewAI's own signal events come from its Telemetry object, not an entity
@@ -253,7 +275,7 @@ def test_signal_event_checkpoints_the_running_state_once():
     crewai_event_bus.emit(source, SigHupEvent())  # not in on_events
     store = Store.open(".ckpt")
     assert [c.trigger for c in store.list()] == ["SIGTERM"]
-    time.sleep(0.6)
+    clock[0] += 0.6
     crewai_event_bus.emit(source, SigTermEvent())
     assert [c.trigger for c in store.list()] == ["SIGTERM", "SIGTERM"]
     assert [c.id for c in store.log("main")][::-1] == [c.id for c in store.list()]

@@ -163,13 +163,13 @@ def test_reading_a_hostile_graph_gives_json_or_a_store_error(graph: tuple[list[t
     with store.backend.transaction() as txn:
         txn.put_many([*stored, cobj], 1)
         txn.set_ref_if_equals("refs/heads/main", None, cobj.oid)
-    t0 = time.monotonic()
+    t0 = time.process_time()  # CPU time: a loaded machine slows the wall clock, not the work done
     try:
         v = store.read(cobj.oid.hex())
     except (IntegrityError, MissingObject):
         return
     finally:
-        assert time.monotonic() - t0 < 5
+        assert time.process_time() - t0 < 5
     assert _is_json(v), f"read returned a non-JSON value: {v!r}"
     rep = store.fsck(full=True)
     assert rep.ok, rep

@@ -13,14 +13,17 @@ README = (ROOT / "README.md").read_text()
 
 
 def _sh_blocks() -> list[str]:
-    return re.findall(r"```sh\n(.*?)```", README, re.S)
+    return re.findall(r"```sh\n(.*?)```", README, re.DOTALL)
 
 
-def test_ci_runs_the_readme_test_command() -> None:
+def test_ci_runs_the_readme_test_command_then_the_slow_tests() -> None:
     test_cmd = next(line for b in _sh_blocks() for line in b.splitlines() if "pytest" in line)
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert test_cmd in ci
     assert os.access(ROOT / ".ci" / "run", os.X_OK)
+    # the default run leaves the `slow` tests out (pyproject addopts): CI runs them in a second step
+    assert "addopts = \"-ra --durations=15 -m 'not slow'\"" in (ROOT / "pyproject.toml").read_text()
+    assert ci.index("pytest -p no:cacheprovider -m slow") > ci.index(test_cmd)
 
 
 def test_readme_has_exactly_two_setup_commands() -> None:
@@ -29,7 +32,7 @@ def test_readme_has_exactly_two_setup_commands() -> None:
 
 
 def test_readme_python_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    block = next(b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "Store.init" in b)
+    block = next(b for b in re.findall(r"```python\n(.*?)```", README, re.DOTALL) if "Store.init" in b)
     monkeypatch.chdir(tmp_path)
-    exec(compile(block, "README example", "exec"), {})
+    exec(compile(block, "README example", "exec"), {})  # noqa: S102  (the README's own example)
     assert (tmp_path / ".ckpt" / "store.db").exists()

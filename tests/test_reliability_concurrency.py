@@ -101,7 +101,6 @@ def test_gc_killed_while_holding_its_lock_does_not_block_the_next_gc(tmp_path: P
     import signal
     import subprocess
     import sys
-    import time
     store_path = tmp_path / "s"
     with Store.init(store_path) as s:
         s.commit({"a": 1})
@@ -118,9 +117,7 @@ def test_gc_killed_while_holding_its_lock_does_not_block_the_next_gc(tmp_path: P
             pass
         p.send_signal(signal.SIGKILL)
         p.wait()
-        t0 = time.monotonic()
-        s.gc()  # the kernel released the dead holder's lock: no stale lock file to clean up
-        assert time.monotonic() - t0 < 5
+        s.gc(wait_s=0)  # the kernel released the dead holder's lock at once: GcBusy if it were stale
         assert s.fsck(full=True).ok
 
 

@@ -149,12 +149,17 @@ def test_file_size_limit_write_error_is_one_line(tmp_path: Path) -> None:
 
 
 def _as_nobody(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` as user nobody (when root) with ``Store`` imported. Every module of the layers below
+    CrewAI is imported before dropping root: the clone (and its .venv) may sit in a folder only root can
+    read, as a CI checkout under a private temporary folder does, so nothing may be imported after."""
     prog = textwrap.dedent(f"""
-        import os, sys
+        import importlib, os, pkgutil, sys
         sys.path.insert(0, {str(HERE.parent)!r})
+        import crewckpt, filelock
         from crewckpt.history.store import Store
-        import crewckpt.errors, crewckpt.views.transfer, crewckpt.views.exporter, filelock  # stdlib and deps
-        # must be imported before dropping root: the interpreter's own folders are private to root here
+        for m in pkgutil.walk_packages(crewckpt.__path__, "crewckpt."):
+            if m.name.split(".")[1] in ("format", "backends", "history", "views", "errors"):
+                importlib.import_module(m.name)
         if os.geteuid() == 0:
             os.setgid(65534); os.setuid(65534)
     """) + textwrap.dedent(code)
@@ -162,12 +167,21 @@ def _as_nobody(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           check=False)
 
 
+def _reachable_by_all(folder: Path) -> bool:
+    """True when every user can enter ``folder`` and each folder above it."""
+    return all(p.stat().st_mode & 0o001 for p in (folder.resolve(), *folder.resolve().parents))
+
+
 @pytest.fixture
 def open_dir() -> Iterator[Path]:
-    """A folder every user can enter (pytest's tmp folders are private to root)."""
+    """A folder every user can enter (pytest's tmp folders, and TMPDIR on some CI runners, are private)."""
     import shutil
     import tempfile
-    d = Path(tempfile.mkdtemp(prefix="ckpt-ro-"))
+    bases = [Path(b) for b in (tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm") if Path(b).is_dir()]
+    base = next((b for b in bases if _reachable_by_all(b) and os.access(b, os.W_OK)), None)
+    if base is None:
+        pytest.fail(f"no temporary folder every user can enter among {[str(b) for b in bases]}")
+    d = Path(tempfile.mkdtemp(prefix="ckpt-ro-", dir=base))
     d.chmod(0o755)
     yield d
     shutil.rmtree(d, ignore_errors=True)

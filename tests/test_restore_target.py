@@ -175,3 +175,16 @@ def test_resume_json_prints_only_json_on_stdout(crewai_offline):  # noqa: F811
     assert len(lines) == 1, proc.stdout[:2000]
     assert orjson.loads(lines[0])["entity"] == "Crew"
     assert "task2" in proc.stderr  # CrewAI's verbose panels went to stderr
+
+
+def test_view_set_on_the_restoring_config_is_published(crewai_offline):  # noqa: F811
+    """The user's own settings still apply: a view named on the config restored with gets the run."""
+    from crewai import Crew
+
+    from crewckpt.crewai import CheckpointConfig, flush_views
+
+    three_task_store(crewai_offline)
+    view = crewai_offline / "view"
+    Crew.from_checkpoint(CheckpointConfig(restore_from="main~1", view=str(view))).kickoff()
+    assert flush_views(60)
+    assert len(list(view.rglob("*.json"))) == 1  # the one checkpoint the resumed run wrote

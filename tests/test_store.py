@@ -205,18 +205,22 @@ def test_revisions(store: Store) -> None:
 
 
 def test_ambiguous_prefix_lists_candidates() -> None:
+    # Fixed times and run id make the ids a pure function of the contents: commit until two ids share 4
+    # hex digits (the same 270 commits every run; a collision is certain long before 5,000).
     s = Store.memory()
-    ids = [s.commit({"n": i}, branch=f"b{i % 3}") for i in range(300)]
     by4: dict[str, list[str]] = {}
-    for c in ids:
+    for i in range(5000):
+        c = s.commit({"n": i}, branch=f"b{i % 3}", run_id="ambiguity", time_ns=1_700_000_000_000_000_000 + i)
         by4.setdefault(c[:4], []).append(c)
-    prefix, cands = max(by4.items(), key=lambda kv: len(kv[1]))
-    if len(cands) < 2:
-        pytest.skip("no shared 4-char prefix in this sample")
+        if len(by4[c[:4]]) == 2:
+            break
+    prefix, cands = c[:4], by4[c[:4]]
+    assert len(cands) == 2
     with pytest.raises(AmbiguousRevision) as e:
         s.resolve(prefix)
     msg = str(e.value)
     assert all(c[:12] in msg for c in cands) and " on b" in msg
+    assert s.resolve(cands[0][:12]) == cands[0]  # more characters pick one
 
 
 def test_log_follows_10000_commits_and_marks_pruned_parents(tmp_path: Path) -> None:

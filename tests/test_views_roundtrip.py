@@ -205,8 +205,6 @@ def test_on_disk_store_and_progress_callback(fixtures: Path, tmp_path: Path) -> 
 
 
 def test_store_methods(fixtures: Path, tmp_path: Path) -> None:
-    if not hasattr(Store, "import_crewai"):
-        pytest.skip("Store.import_crewai not added yet (docs/TEAM.md, 'Requests to the store')")
     store = Store.memory()
     report = store.import_crewai(fixtures / "flow_json", branch_prefix="crewai/")
     assert len(report.imported) == 5 and set(report.branches) == {"crewai/main", "crewai/experiment-1"}
