@@ -136,3 +136,10 @@ def test_the_tui_shows_stored_text_escaped(hostile: Path) -> None:
     assert "task_completed" in text
     assert "\x1b" not in text and "\u202e" not in text and "\x9b" not in text
     assert "\\x1b]52" in text or "\\x1b[2J" in text or "\\u202e" in text
+
+
+def test_resume_leaves_the_terminal_to_crewai() -> None:
+    from crewckpt.cli.main import _verb
+    assert _verb(["--store", "resume", "log"]) == "log"
+    assert _verb(["--debug", "resume", "main"]) == "resume"
+    assert _verb(["--store=x", "show", "resume"]) == "show"

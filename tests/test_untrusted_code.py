@@ -9,6 +9,7 @@ test shows the same module *is* imported when the user opts in, so the probe can
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import sys
 import uuid
@@ -245,6 +246,35 @@ def test_converter_cls_and_guardrail_strings_import_nothing(tmp_path: Path, monk
     assert crew.tasks[0].converter_cls is None and not probe.imported()
 
 
+REGISTRY_FIELDS = [
+    ("tasks[0].condition", lambda d, v: d["entities"][0]["tasks"][0].__setitem__("condition", f"{v}.fn")),
+    ("agents[0].agent_executor.executor_type",
+     lambda d, v: d["entities"][0]["agents"][0].__setitem__("agent_executor", {"executor_type": f"{v}.Zen"})),
+    ("agents[0].executor_class", lambda d, v: d["entities"][0]["agents"][0].__setitem__("executor_class",
+                                                                                         f"{v}.Zen")),
+    ("agents[0].knowledge_sources[0].source_type",
+     lambda d, v: d["entities"][0]["agents"][0].__setitem__("knowledge_sources", [{"source_type": f"{v}.Zen"}])),
+    ("memory.memory_kind", lambda d, v: d["entities"][0].__setitem__("memory", {"memory_kind": f"{v}.Zen"})),
+    ("event type", lambda d, v: agent_event(d).__setitem__("type", f"{v}.Zen")),
+]
+
+
+@pytest.mark.parametrize("field,setter", REGISTRY_FIELDS, ids=[f for f, _ in REGISTRY_FIELDS])
+def test_registry_fields_never_import_even_when_trusted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        field: str, setter: Any) -> None:
+    """Strings CrewAI looks up in fixed registries (or ignores: a Task has no ``condition``; tasks restore as
+    Task) select among classes the program loaded: whatever the restore does, the named module is not
+    imported, with or without the opt-in."""
+    probe = Probe(tmp_path, monkeypatch)
+    store, doc = crew_doc(tmp_path)
+    setter(doc, probe.name)
+    cid = plant(store, doc)
+    monkeypatch.setenv(ENV_VAR, "1")
+    with contextlib.suppress(Exception):  # an unknown registry key is CrewAI's error; the import is the point
+        restore(cid, store=store.path)
+    assert not probe.imported()
+
+
 # -- flows ---------------------------------------------------------------------------------------------
 
 def flow_doc(fixtures_copy: Path) -> dict[str, Any]:
@@ -317,3 +347,20 @@ def test_ckpt_resume_refuses_in_one_line_and_imports_nothing(tmp_path: Path, mon
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "tools[0].tool_type" in lines[0] and ENV_VAR in lines[0], proc.stderr
     assert not probe.log.exists()
+
+
+def test_crewai_json_checkpoint_restored_by_crewai_is_gated_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With crewckpt installed, CrewAI's own restore of one of its JSON files gets the same gate."""
+    import json
+
+    from crewai.state.checkpoint_config import CheckpointConfig as CrewAIConfig
+
+    probe = Probe(tmp_path, monkeypatch)
+    _, doc = crew_doc(tmp_path)
+    doc["entities"][0]["agents"][0]["tools"][0]["tool_type"] = f"{probe.name}.Zen"
+    path = tmp_path / "cp" / "main" / "20261201T000000_abcd1234_p-none.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(doc))
+    with pytest.raises(UntrustedCode, match=r"entities\[0\]\.agents\[0\]\.tools\[0\]\.tool_type"):
+        Crew.from_checkpoint(CrewAIConfig(restore_from=str(path)))
+    assert not probe.imported()

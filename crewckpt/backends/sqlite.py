@@ -122,16 +122,16 @@ class _SqlReader:
 
     def get_ref(self, name: str) -> bytes | None:
         r = self._q("SELECT target FROM refs WHERE name=?", (name,))
-        return bytes(r[0][0]) if r else None
+        return _bin(r[0][0]) if r else None
 
     def refs(self, prefix: str = "") -> dict[str, bytes]:
         rows = self._q("SELECT name, target FROM refs WHERE substr(name, 1, ?) = ? ORDER BY name",
                        (len(prefix), prefix))
-        return {n: bytes(t) for n, t in rows}
+        return {n: _bin(t) for n, t in rows}
 
     def reflog(self, ref: str) -> list[ReflogEntry]:
         rows = self._q("SELECT ref, old, new, time_ns, message FROM reflog WHERE ref=? ORDER BY n", (ref,))
-        return [ReflogEntry(r, bytes(o) if o is not None else None, bytes(n) if n is not None else None, t, m)
+        return [ReflogEntry(r, _bin(o) if o is not None else None, _bin(n) if n is not None else None, t, m)
                 for r, o, n, t, m in rows]
 
     def index_get(self, cid: bytes) -> IndexRow | None:
@@ -147,17 +147,17 @@ class _SqlReader:
 
     def index_last(self) -> bytes | None:
         r = self._q("SELECT id FROM commits ORDER BY seq DESC LIMIT 1")
-        return bytes(r[0][0]) if r else None
+        return _bin(r[0][0]) if r else None
 
     def index_prefix(self, hex_prefix: str, limit: int = 20) -> list[bytes]:
         lo = bytes.fromhex((hex_prefix + "0" * 64)[:64])
         hi = bytes.fromhex((hex_prefix + "f" * 64)[:64])
         rows = self._q("SELECT id FROM commits WHERE id BETWEEN ? AND ? ORDER BY id LIMIT ?", (lo, hi, limit))
-        return [bytes(r[0]) for r in rows]
+        return [_bin(r[0]) for r in rows]
 
     def alias_get(self, alias: str) -> bytes | None:
         r = self._q("SELECT id FROM aliases WHERE alias=?", (alias,))
-        return bytes(r[0][0]) if r else None
+        return _bin(r[0][0]) if r else None
 
     def meta_get(self, key: str) -> str | None:
         r = self._q("SELECT value FROM meta WHERE key=?", (key,))

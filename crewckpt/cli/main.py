@@ -72,7 +72,8 @@ class CkptGroup(click.Group):
         ``ckpt: error: No such option '--x'; see `ckpt log --help```, exit status 2."""
         argv = list(sys.argv[1:] if args is None else args)
         # --json and a redirected --raw are exact bytes (docs/cli-json.md; `ckpt show --raw > cp.json`)
-        exact = "--json" in argv or ("--raw" in argv and not sys.stdout.isatty())
+        # `resume` hands the terminal to CrewAI, whose live console moves the cursor (crewckpt prints only ids)
+        exact = "--json" in argv or ("--raw" in argv and not sys.stdout.isatty()) or _verb(argv) == "resume"
         with terminal_guard(json_output=exact):
             if not standalone_mode:
                 return super().main(args, prog_name, complete_var, False, **extra)
@@ -120,6 +121,17 @@ class CkptGroup(click.Group):
             app = ctx.find_object(AppContext)
             if app is not None:
                 app.close()
+
+
+def _verb(argv: list[str]) -> str | None:
+    """The subcommand named in ``argv`` (skipping the group's options and --store's value), or None."""
+    it = iter(argv)
+    for arg in it:
+        if arg == "--store":
+            next(it, None)
+        elif not arg.startswith("-"):
+            return arg
+    return None
 
 
 @contextlib.contextmanager

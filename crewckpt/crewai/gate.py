@@ -85,6 +85,28 @@ def check(doc: Any) -> None:
         raise UntrustedCode(found)
 
 
+def check_crewai_location(location: Any) -> None:
+    """:func:`check` for a checkpoint CrewAI itself restores (a JSON file or SQLite row ``restore_from``).
+
+    Reads it the way ``RuntimeState.from_checkpoint`` does; a location that cannot be read is left to CrewAI
+    (its own error).
+
+    Raises:
+        UntrustedCode: as :func:`check`.
+    """
+    if opted_in() or location is None:
+        return
+    import orjson
+    from crewai.state.provider.utils import detect_provider
+
+    try:
+        raw = detect_provider(str(location)).from_checkpoint(str(location))
+        doc = orjson.loads(raw)
+    except Exception:  # noqa: BLE001  (unreadable: CrewAI reports it)
+        return
+    check(doc)
+
+
 def findings(doc: Any) -> list[tuple[str, str, str]]:
     """Every ``(field path, stored string, what restoring would do)`` in a checkpoint document."""
     return _Walker().run(doc)

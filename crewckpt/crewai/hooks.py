@@ -330,6 +330,7 @@ def restored_store(state: Any) -> str | None:
 def _from_checkpoint(cls: type[RuntimeState], config: Any, **kwargs: Any) -> RuntimeState:
     target = crewckpt_target(config)
     if target is None:
+        gate.check_crewai_location(getattr(config, "restore_from", None))  # CrewAI's own files too
         return _orig["from"](cls, config, **kwargs)
     return restore_state(cls, config, *target, **kwargs)
 
@@ -337,6 +338,7 @@ def _from_checkpoint(cls: type[RuntimeState], config: Any, **kwargs: Any) -> Run
 async def _afrom_checkpoint(cls: type[RuntimeState], config: Any, **kwargs: Any) -> RuntimeState:
     target = crewckpt_target(config)
     if target is None:
+        await asyncio.to_thread(gate.check_crewai_location, getattr(config, "restore_from", None))
         return await _orig["afrom"](cls, config, **kwargs)
     return await asyncio.to_thread(restore_state, cls, config, *target, **kwargs)
 
