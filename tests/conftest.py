@@ -34,6 +34,9 @@ SLOW: tuple[str, ...] = (
     "tests/test_views_roundtrip.py::test_commit_ids_survive_json_and_sqlite_round_trips[crew_json_star_n6]",
     "tests/test_views_roundtrip.py::test_export_reproduces_every_fixture_exactly[crew_json_star_n6]",
     "tests/test_views_roundtrip.py::test_import_keeps_lineage_branches_aliases_and_is_idempotent[crew_json_star_n6]",
+    "tests/test_restore_target_flow.py::test_ckpt_resume_runs_the_flow_and_names_a_missing_class",  # ckpt processes
+    "tests/test_restore_target.py::test_resume_in_a_subfolder_and_with_store_continue_the_store_read_from",
+    "tests/test_restore_target.py::test_resume_json_prints_only_json_on_stdout",
 )
 
 
