@@ -37,6 +37,10 @@ SLOW: tuple[str, ...] = (
     "tests/test_restore_target_flow.py::test_ckpt_resume_runs_the_flow_and_names_a_missing_class",  # ckpt processes
     "tests/test_restore_target.py::test_resume_in_a_subfolder_and_with_store_continue_the_store_read_from",
     "tests/test_restore_target.py::test_resume_json_prints_only_json_on_stdout",
+    "tests/test_flow_class_opt_in.py::test_flow_class_option_and_env_var_import_and_run",  # flow processes
+    "tests/test_flow_class_opt_in.py::test_a_module_beside_a_received_store_is_never_searched",
+    "tests/test_flow_class_opt_in.py::test_on_a_terminal_resume_asks_before_importing",
+    "tests/test_lint.py::test_mypy_is_clean",  # ~1 min of type checking
 )
 
 

@@ -337,12 +337,24 @@ class CrashFigures:
     problems: list[str] = dataclasses.field(default_factory=list)
 
 
+def _acks_since(acks: Path, offset: int) -> int:
+    """Acknowledged commits (complete ``C`` lines) appended to ``acks`` after byte ``offset``."""
+    try:
+        with acks.open("rb") as f:
+            f.seek(offset)
+            tail = f.read()
+    except FileNotFoundError:
+        return 0
+    return sum(1 for ln in tail.split(b"\n")[:-1] if ln.startswith(b"C "))
+
+
 def crash_run(work: Path, trials: int, seed: int = 1, max_delay_s: float = 0.8,
-              trials_per_store: int = 10) -> CrashFigures:
+              trials_per_store: int = 10, min_acks: int = 1) -> CrashFigures:
     """Run ``trials`` writer processes, each SIGKILLed at a random moment, verifying the store after each.
 
     A store lives for ``trials_per_store`` trials (later writers restart on what the killed ones left) and
     then a new one starts, so recovery is tested on crashed-over state without the store growing unboundedly.
+    Each writer is killed only after it acknowledged between ``min_acks`` and ``2 * min_acks`` commits.
     """
     rng = random.Random(seed)
     fig = CrashFigures()
@@ -357,10 +369,11 @@ def crash_run(work: Path, trials: int, seed: int = 1, max_delay_s: float = 0.8,
         before = acks.stat().st_size if acks.exists() else 0
         p = spawn("writer", str(store_path), str(acks), str(seed * 100_000 + t), str(fixtures),
                   errors=work / "errors")
-        deadline = time.monotonic() + 30
-        while (not acks.exists() or acks.stat().st_size == before) and p.poll() is None:
-            if time.monotonic() > deadline:
-                break
+        # Kill only after this writer acknowledged `target` commits (a condition, not a wall-clock guess, so
+        # the totals do not depend on machine speed), then at a random moment within max_delay_s.
+        target = rng.randint(min_acks, 2 * min_acks)
+        deadline = time.monotonic() + 120
+        while _acks_since(acks, before) < target and p.poll() is None and time.monotonic() < deadline:
             time.sleep(0.005)
         time.sleep(rng.uniform(0, max_delay_s))
         fig.trials += 1

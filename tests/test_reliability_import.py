@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from reliability_harness import copy_fixtures
 
 from crewckpt.history.store import Store

@@ -14,8 +14,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crewckpt import Store
-from crewckpt.errors import (AmbiguousRevision, BadRefName, BranchExists, CorruptStore, FormatVersionError,
-                             IntegrityError, StoreExists, StoreNotFound, UnknownRevision)
+from crewckpt.errors import (
+    AmbiguousRevision,
+    BadRefName,
+    BranchExists,
+    CorruptStore,
+    FormatVersionError,
+    IntegrityError,
+    StoreExists,
+    StoreNotFound,
+    UnknownRevision,
+)
 from crewckpt.history.commits import PrunedCommit
 from crewckpt.history.snapshot import Frozen
 

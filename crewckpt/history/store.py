@@ -185,7 +185,7 @@ class Store:
             for attempt in range(2):
                 pending: dict[bytes, tuple[int, bytes]] = {}
 
-                def put(kind: int, body: bytes) -> bytes:
+                def put(kind: int, body: bytes, pending: dict[bytes, tuple[int, bytes]] = pending) -> bytes:
                     oid = ob.object_id(kind, body)
                     if oid not in self._known:
                         pending[oid] = (kind, body)

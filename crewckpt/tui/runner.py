@@ -73,7 +73,7 @@ def execute(plan: RunPlan, store_path: str, echo: Callable[[str], None] = print)
         entity, branch, fork_commit, rerun = forked.entity, forked.branch, forked.fork_commit, forked.rerun
         echo(f"Forked {plan.rev[:12]} onto branch {branch}"
              + (f" (first checkpoint {fork_commit[:12]})" if fork_commit else ""))
-        for (ei, ti), text in sorted(plan.task_outputs.items()):
+        for (_ei, ti), text in sorted(plan.task_outputs.items()):
             echo(f"  edited output of task {ti + 1}: {_preview(text)}")
         if rerun:
             echo(f"  tasks to run again: {', '.join(str(t + 1) for _, t in rerun)}")

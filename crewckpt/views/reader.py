@@ -615,7 +615,8 @@ def _connect_readonly(db: str, max_bytes: int) -> tuple[sqlite3.Connection, _Ste
         conn.text_factory = _text_or_bytes
         conn.set_progress_handler(steps, _STEP_UNIT)
         if hasattr(conn, "setlimit"):
-            conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max(1, min(max_bytes, 1_000_000_000)))
+            conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH,  # type: ignore[attr-defined]  # 3.11+, guarded
+                          max(1, min(max_bytes, 1_000_000_000)))
         try:
             for pragma in ("trusted_schema=OFF", "temp_store=MEMORY", "cache_size=-8192", "mmap_size=0",
                            "query_only=ON"):
