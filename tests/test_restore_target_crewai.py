@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import ckpt, ok
+from crewai_fixtures import FIXTURES
 
 # crewckpt.testing first: it sets CrewAI's offline variables and registers ScriptedLLM for restore.
 from crewckpt.testing import crewai_offline, research_crew  # noqa: F401  (crewai_offline: pytest fixture)
@@ -125,3 +127,50 @@ def test_browser_on_a_crewai_folder_offers_to_import_it(crewai_offline):  # noqa
     assert dest == str(crewai_offline / ".ckpt") and not (folder / "store.db").exists()
     with Store.open(dest) as store:
         assert len(store.list()) == len(ids)
+
+
+def test_restore_from_a_missing_path_says_the_file_does_not_exist(crewai_offline):  # noqa: F811
+    from crewai import Crew
+
+    from crewckpt import Store
+    from crewckpt.crewai import CheckpointConfig
+    from crewckpt.errors import UnknownRevision
+
+    research_crew(1, checkpoint=CheckpointConfig()).kickoff(inputs={"topic": "otters"})
+    for missing in (str(crewai_offline / "none.json"), "./gone/x.db", "/no/such/store#main", "../nope.sqlite"):
+        with pytest.raises(UnknownRevision, match=r"the file '.*' does not exist; give an existing CrewAI"):
+            research_crew(1).kickoff(from_checkpoint=CheckpointConfig(restore_from=missing))
+    with pytest.raises(UnknownRevision, match=r"'exp/b'.*does not exist"):  # neither a file nor a branch
+        Crew.from_checkpoint(CheckpointConfig(restore_from="exp/b"))
+    with Store.open(".ckpt") as store:
+        store.create_branch("exp/a", "main")
+    assert Crew.from_checkpoint(CheckpointConfig(restore_from="exp/a")) is not None  # a branch with a slash
+
+
+def test_resume_with_an_unregistered_llm_type_names_it_and_the_fix(crewai_offline):  # noqa: F811
+    import shutil
+
+    shutil.copytree(FIXTURES / "crew_default" / ".checkpoints", crewai_offline / "cp")
+    ok(ckpt(None, "import", "cp"))
+    bad = ckpt(None, "resume", "main~1")
+    assert bad.exit_code == 1
+    (line,) = bad.stderr.strip().splitlines()
+    assert "unknown llm_type 'fake': no LLM class is registered" in line
+    assert "_LLM_TYPE_REGISTRY['fake']" in line and "crewckpt.testing" in line and "agent.llm" in line
+    assert "validation errors for RuntimeState" not in line and "…" not in line
+
+
+def test_other_validation_errors_give_the_count_and_the_first_one():
+    from pydantic import BaseModel, ValidationError
+
+    from crewckpt.cli.cmd_crewai import _restore_problem
+
+    class Doc(BaseModel):
+        a: int
+        b: int
+
+    with pytest.raises(ValidationError) as caught:
+        Doc.model_validate({"a": "x", "b": "y"})
+    assert _restore_problem(caught.value) == (
+        "2 validation errors for Doc; first: a: Input should be a valid integer, unable to parse string as an "
+        "integer")

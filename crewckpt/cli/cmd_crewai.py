@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -80,11 +81,11 @@ def resume(rev: str, inputs_text: str | None, branch: str | None, flow_class: st
         try:
             cls = restore_class(doc, store.info(full).meta, flow_class=flow_class, confirm=tty_confirm())
         except (CkptError, ValueError) as exc:
-            raise CkptError(f"cannot restore {rev} ({full[:12]}): {_one_line(exc)}") from None
+            raise CkptError(f"cannot restore {rev} ({full[:12]}): {_restore_problem(exc)}") from None
         try:
             entity = restore(full, store=store, cls=cls, fork=branch or False)
         except ValueError as exc:
-            raise CkptError(f"cannot restore {rev} ({full[:12]}): {_one_line(exc)}") from None
+            raise CkptError(f"cannot restore {rev} ({full[:12]}): {_restore_problem(exc)}") from None
         run = run_restored(entity, inputs)
     output = getattr(run.result, "raw", run.result)
     record: dict[str, Any] = {
@@ -154,7 +155,35 @@ def parse_inputs(text: str | None) -> dict[str, Any] | None:
     return value
 
 
-def _one_line(exc: BaseException, limit: int = 240) -> str:
+_UNKNOWN_LLM = re.compile(r"Unknown llm_type: '([^']*)'")
+
+
+def _restore_problem(exc: BaseException) -> str:
+    """Why a checkpoint did not validate, in one line with the fix.
+
+    An unknown ``llm_type`` (an LLM class not registered in this process) names the type(s) and how to
+    register them; other pydantic errors give their count and the first one's location and message; any
+    other exception is :func:`_one_line`.
+    """
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError):
+        return _one_line(exc)
+    errors = exc.errors()
+    llm_types = sorted({m.group(1) for e in errors if (m := _UNKNOWN_LLM.search(str(e.get("msg", ""))))})
+    if llm_types:
+        names = ", ".join(repr(t) for t in llm_types)
+        return (f"unknown llm_type {names}: no LLM class is registered under that name in this process; "
+                f"register it before restoring (crewai.agents.agent_builder.base_agent._LLM_TYPE_REGISTRY"
+                f"[{llm_types[0]!r}] = 'your_module.YourLLM'; for ScriptedLLM import crewckpt.testing), "
+                "or restore in code and set agent.llm")
+    first: dict[str, Any] = dict(errors[0]) if errors else {}
+    where = ".".join(str(part) for part in first.get("loc", ())) or "document"
+    count = f"{len(errors)} validation error{'s' if len(errors) != 1 else ''}"
+    return _one_line(f"{count} for {exc.title}; first: {where}: {first.get('msg', exc)}")
+
+
+def _one_line(exc: BaseException | str, limit: int = 240) -> str:
     """An exception as one short line (pydantic's can run to thousands of characters); --debug shows all."""
     text = " ".join(str(exc).split())
     return text if len(text) <= limit else text[: limit - 1] + "… (run with --debug for the whole error)"

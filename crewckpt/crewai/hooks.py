@@ -61,6 +61,7 @@ from crewckpt.crewai import gate, secrets
 from crewckpt.crewai.config import (
     RESTORED_CONTEXT,
     SIGNAL_EVENTS,
+    SQLITE_SUFFIXES,
     CheckpointConfig,
     CrewckptProvider,
     split_location,
@@ -150,12 +151,46 @@ def crewckpt_target(config: Any) -> tuple[str, str] | None:
         crewai_source = _crewai_location(raw)
         if crewai_source is not None:
             return import_crewai_target(str(config.store_path()), raw)
+        _check_path_exists(raw, str(config.store_path()))
         return str(config.store_path()), raw
     if rev is not None and _is_store(path):
         return path, rev
     if rev is None and _is_store(raw):
         return raw, "HEAD"
     return None
+
+
+_PATH_SUFFIXES = (".json", *SQLITE_SUFFIXES)
+
+
+def _check_path_exists(raw: str, store_path: str) -> None:
+    """Raise when ``restore_from`` (not a store, not a CrewAI file) looks like a path that does not exist.
+
+    A path: ends in ``.json``/``.db``/``.sqlite``/``.sqlite3``, or has a slash (``"fork/3fa2c1_ab12cd"``
+    branches have one too: such a value is a path only when the store has no such revision).
+
+    Raises:
+        crewckpt.errors.UnknownRevision: one line saying the file does not exist and what to give instead.
+    """
+    from crewckpt.errors import CkptError, UnknownRevision
+
+    file_part = split_location(raw)[0] if "#" in raw else raw
+    if not (file_part.lower().endswith(_PATH_SUFFIXES) or "/" in raw or os.sep in raw):
+        return
+    if os.path.exists(file_part):
+        return
+    certain = file_part.lower().endswith(_PATH_SUFFIXES) or "#" in raw or file_part.startswith(
+        ("/", "./", "../", "~", os.sep))
+    if not certain and _is_store(store_path):
+        try:
+            open_store(store_path).resolve(raw)
+            return  # a revision with a slash (a branch such as fork/...)
+        except (CkptError, ValueError):
+            pass
+    raise UnknownRevision(
+        f"restore_from {raw!r}: the file {file_part!r} does not exist; give an existing CrewAI checkpoint "
+        f"(a .json file or SQLite db), a store folder, or a revision of the store at {store_path} "
+        "such as 'main~2'")
 
 
 def _crewai_location(raw: str) -> str | None:
