@@ -149,22 +149,27 @@ def test_prune_dry_run_lists_exactly_what_goes_and_changes_nothing(demo):
     ] == would
     assert out[-1] == "3 checkpoint(s) would be pruned (dry run: nothing changed)"
     assert len(ndjson(ok(ckpt(demo.path, "list", "--json")).stdout)) == 6
-    records = ndjson(ok(ckpt(demo.path, "prune", "--keep", "1", "--dry-run", "--json")).stdout)
-    assert {(r["branch"], r["id"]) for r in records} == {("main", c) for c in demo.main[:3]} | {
+    result = orjson.loads(ok(ckpt(demo.path, "prune", "--keep", "1", "--dry-run", "--json")).stdout)
+    assert {(r["branch"], r["id"]) for r in result["commits"]} == {("main", c) for c in demo.main[:3]} | {
         ("alt", demo.alt[0])
     }
-    assert all(r["dry_run"] for r in records)
+    assert result["dry_run"] is True and result["pruned"] == 4
 
 
 def test_prune_then_gc_frees_space(demo):
-    records = ndjson(ok(ckpt(demo.path, "prune", "--keep", "2", "--branch", "main", "--json")).stdout)
-    assert [r["id"] for r in records] == demo.main[:2] and not any(r["dry_run"] for r in records)
+    result = orjson.loads(ok(ckpt(demo.path, "prune", "--keep", "2", "--branch", "main", "--json")).stdout)
+    assert [r["id"] for r in result["commits"]] == demo.main[:2] and result["dry_run"] is False
     live = {r["id"] for r in ndjson(ok(ckpt(demo.path, "list", "--json")).stdout)}
     assert live == set(demo.main[2:] + demo.alt)
+    dry = ok(ckpt(demo.path, "gc", "--dry-run")).stdout
+    assert " -> " not in dry and " now; gc would free " in dry  # no "after" size that is not a prediction
+    would = orjson.loads(ok(ckpt(demo.path, "gc", "--dry-run", "--json")).stdout)
     gc = orjson.loads(ok(ckpt(demo.path, "gc", "--json")).stdout)
-    assert gc["deleted_objects"] > 0 and gc["dry_run"] is False
+    assert gc["deleted_objects"] > 0 and gc["dry_run"] is False and gc["bytes_after"] < gc["bytes_before"]
+    assert f"would free {gc['deleted_objects']} object(s)" in dry
+    assert (would["deleted_objects"], would["deleted_bytes"]) == (gc["deleted_objects"], gc["deleted_bytes"])
     again = orjson.loads(ok(ckpt(demo.path, "gc", "--dry-run", "--json")).stdout)
-    assert again["deleted_objects"] == 0 and again["dry_run"] is True
+    assert again["deleted_objects"] == 0 and again["dry_run"] is True and again["bytes_after"] is None
     assert ok(ckpt(demo.path, "gc")).stdout.startswith("gc: deleted 0 object(s)")
     with Store.open(demo.path) as store:  # what is left still reads back
         assert store.read("alt")["entities"][0]["checkpoint_inputs"] == {"topic": "sea otters"}
@@ -175,8 +180,13 @@ def test_prune_usage_errors(demo):
     bad = ckpt(demo.path, "prune", "--older-than", "soon")
     assert bad.exit_code == 2 and "bad duration 'soon'" in bad.stderr
     assert ckpt(demo.path, "prune", "--keep", "0").exit_code == 2
-    old = ndjson(ok(ckpt(demo.path, "prune", "--older-than", "7d", "--json")).stdout)
-    assert old == []  # everything was written just now
+    old = orjson.loads(ok(ckpt(demo.path, "prune", "--older-than", "7d", "--json")).stdout)
+    assert old == {"pruned": 0, "dry_run": False, "commits": []}  # everything was written just now
+    before = ok(ckpt(demo.path, "--json", "prune", "--keep", "1", "--dry-run")).stdout
+    ok(ckpt(demo.path, "prune", "--keep", "1"))
+    nothing = ok(ckpt(demo.path, "--json", "prune", "--keep", "1"))  # nothing left to prune: still an answer
+    assert orjson.loads(nothing.stdout) == {"pruned": 0, "dry_run": False, "commits": []}
+    assert orjson.loads(before)["pruned"] == 4
 
 
 def test_fsck_ok_and_corruption(demo):

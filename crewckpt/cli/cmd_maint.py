@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_option, obj
+from crewckpt.cli.context import UsageProblem, emit_json, json_option, obj
 from crewckpt.cli.fmt import entity_summary, local_time, parse_duration_ns, short_ids, summary_fields
 
 
@@ -60,8 +60,9 @@ def prune(keep: int | None, older_than: str | None, branch: str | None, dry_run:
     for name in branches:
         ids = store.prune(name, keep=keep, older_than_ns=older_than_ns, dry_run=dry_run)
         removed.extend((name, cid) for cid in ids)
-    if as_json:
-        emit_ndjson({"id": cid, "branch": name, "dry_run": dry_run} for name, cid in removed)
+    if as_json:  # one object, also when nothing goes: a script always gets an answer
+        emit_json({"pruned": len(removed), "dry_run": dry_run,
+                   "commits": [{"id": cid, "branch": name} for name, cid in removed]})
         return
     verb = "would prune" if dry_run else "pruned"
     shorts = short_ids(before)
@@ -100,14 +101,19 @@ def gc(dry_run: bool, as_json: bool) -> None:
         report = store.gc(dry_run=dry_run, progress=update)
     record = _report_dict(report)
     record["seconds"] = round(time.perf_counter() - start, 3)
+    if dry_run:
+        record["bytes_after"] = None  # not a prediction: repacking and VACUUM decide it
     if as_json:
         emit_json(record)
         return
-    verb = "would delete" if dry_run else "deleted"
+    freed = f"{record['deleted_objects']} object(s) ({human_bytes(record['deleted_bytes'])} uncompressed)"
+    if dry_run:  # the size after repacking and VACUUM is not predicted: say only what is known
+        app.line(f"gc --dry-run: store on disk {human_bytes(record['bytes_before'])} now; gc would free {freed} "
+                 f"and compact the file; {record['live_objects']} live; nothing changed ({record['seconds']} s)")
+        return
     app.line(
-        f"gc: {verb} {record['deleted_objects']} object(s) ({human_bytes(record['deleted_bytes'])} uncompressed); "
-        f"{record['live_objects']} live; store on disk {human_bytes(record['bytes_before'])} -> "
-        f"{human_bytes(record['bytes_after'])} in {record['seconds']} s"
+        f"gc: deleted {freed}; {record['live_objects']} live; store on disk {human_bytes(record['bytes_before'])} "
+        f"-> {human_bytes(record['bytes_after'])} in {record['seconds']} s"
     )
 
 

@@ -309,9 +309,8 @@ def restore_state(cls: type[RuntimeState], config: Any, path: str, rev: str, **k
             state._branch = info.branch  # the branch it is on here (an import may have renamed it)
         _state_store.set(state, target)
         remember_flow_class(state, info.meta)
-        if isinstance(config, CheckpointConfig) and "location" not in config.model_fields_set:
-            # kickoff(from_checkpoint=config) gives the restored entity a copy of config: same store
-            config.location = target
+        if isinstance(config, CheckpointConfig):
+            _adopt_stored_settings(config, state, target)
     except Exception as exc:
         crewai_event_bus.emit(config, CheckpointRestoreFailedEvent(
             location=location, provider="CrewckptProvider", error=str(exc)))
@@ -320,6 +319,26 @@ def restore_state(cls: type[RuntimeState], config: Any, path: str, rev: str, **k
         location=location, provider="CrewckptProvider", checkpoint_id=commit_id, branch=state._branch,
         parent_id=state._parent_id, duration_ms=(time.perf_counter() - start) * 1000.0))
     return state
+
+
+def _adopt_stored_settings(config: CheckpointConfig, state: RuntimeState, target: str) -> None:
+    """Give ``config`` the write store and the stored ``on_events`` where the user left them unset.
+
+    ``kickoff(from_checkpoint=config)`` replaces the restored entity's config by a copy of ``config``
+    (CrewAI's ``apply_checkpoint``); without this the copy would write elsewhere and only on CrewAI's default
+    ``["task_completed"]``, so a run checkpointing on ``"*"`` would lose e.g. ``crew_kickoff_completed``
+    after a Python resume, while ``ckpt resume`` (which keeps the stored configs) writes it.
+    """
+    chosen = set(config.model_fields_set)
+    if "location" not in chosen:
+        config.location = target
+    if "on_events" not in chosen:
+        stored = next((e.checkpoint for e in state.root
+                       if isinstance(getattr(e, "checkpoint", None), CheckpointConfig)), None)
+        if isinstance(stored, CheckpointConfig):
+            config.on_events = list(stored.on_events)
+            # still unset: the same config restoring another checkpoint takes that one's events
+            config.model_fields_set.discard("on_events")
 
 
 def restored_store(state: Any) -> str | None:

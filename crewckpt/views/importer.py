@@ -13,7 +13,8 @@ Each checkpoint becomes one commit on its branch (``branch_prefix + CrewAI branc
   goes on a new branch ``<branch>-from-<parent id[:8]>`` as a new run, with CrewAI's branch kept in
   ``meta["crewai"]["branch"]``, and its children follow it there; a root (a fresh CrewAI kickoff) moves
   its branch to itself (a new lineage) when the old tip keeps its run ref, else it goes on ``<branch>-2``.
-  Within one import CrewAI's own lineage forks stay on CrewAI's branch (as CrewAI lists them);
+  Within one import CrewAI's own lineage forks stay on the one local branch chosen for that CrewAI
+  branch where the lineage entered the import (as CrewAI lists them: all on one branch);
 * meta ``{"crewai": {...}}`` only for what the rest cannot restore: an orphan's parent id, a
   ``created_at`` that differs from the id, the text style when it is pydantic's compact JSON;
 * secrets redacted (:mod:`crewckpt.views.redaction`): the string of every secret-named key (``api_key``,
@@ -155,6 +156,8 @@ class _Importer:
         self.commit_of: dict[str, str] = {}  # CrewAI id -> commit id (this import or already present)
         self.run_of: dict[str, str] = {}  # CrewAI id -> run id
         self.moved: dict[str, tuple[str, str]] = {}  # commit id -> (branch wanted, branch it went on instead)
+        self.placed: dict[str, tuple[str, str]] = {}  # commit id made here -> (branch wanted, branch it went on)
+        self.root_branch: dict[str, str] = {}  # branch wanted -> the branch this import's roots go on
         self.before = set(store.branches().values())  # tips named before the import: they must stay named
         self.redactor = Redactor()  # the importing process's secret environment values, read once
 
@@ -171,7 +174,8 @@ class _Importer:
                 self._problem(rec, "skipped", "cannot be stored: " + " ".join(str(exc).split())[:200])
             self.tick("committing", n, total)
         tips = self.store.branches()
-        touched = {self._target(r) for r, _ in order} | {b for _, b in self.moved.values()}
+        present = {cid for cid, _ in self.report.present}  # branches written to, or holding what was there
+        touched = {b for _, b in self.placed.values()} | {self._target(r) for r, _ in order if r.checkpoint_id in present}
         for branch in sorted(touched):
             if branch in tips:
                 self.report.branches[branch] = tips[branch]
@@ -280,24 +284,31 @@ class _Importer:
         self.run_of[cid] = run_id
         if target != self._target(rec):
             self.moved[commit_id] = (self._target(rec), target)
+        self.placed[commit_id] = (self._target(rec), target)
+        if not parents:
+            self.root_branch.setdefault(self._target(rec), target)
         self.report.imported.append((cid, commit_id))
         if self.redactor.redacted > before:
             self.report.redacted.append((cid, self.redactor.redacted - before))
 
     def _placement(self, parent: str | None, wanted: str) -> str:
-        """The branch a commit that wants ``wanted`` goes on. A child of a commit that was moved off
-        ``wanted`` follows it; a child whose branch tip is a tip from before the import and not its parent
-        goes on a new ``<wanted>-from-<parent[:8]>``; a root goes on ``<wanted>-2`` when moving ``wanted``
-        would leave a tip from before the import without any name."""
+        """The branch a commit that wants ``wanted`` goes on, decided where a lineage enters the import and
+        then kept: a child of a commit made by this import for ``wanted`` goes where that parent went (so
+        CrewAI's own forks within one import stay on one branch, whichever the tips); a child of an older
+        commit whose branch tip is a tip from before the import and not its parent goes on a new
+        ``<wanted>-from-<parent[:8]>``; a root goes where this import's first root for ``wanted`` went, which
+        is ``<wanted>-2`` when moving ``wanted`` would leave a tip from before the import without any name."""
         tips = self.store.branches()
         if parent is None:
+            if wanted in self.root_branch:
+                return self.root_branch[wanted]
             tip = tips.get(wanted)
             if tip in self.before and sum(t == tip for t in tips.values()) == 1 and tip not in self.store.runs().values():
                 return free_branch(self.store, wanted)
             return wanted
-        moved = self.moved.get(parent)
-        if moved is not None and moved[0] == wanted and tips.get(moved[1]) == parent:
-            return moved[1]
+        placed = self.placed.get(parent)
+        if placed is not None and placed[0] == wanted:
+            return placed[1]
         tip = tips.get(wanted)
         if tip is not None and tip != parent and tip in self.before:
             return continuation_branch(self.store, parent, wanted)

@@ -460,7 +460,10 @@ class SqliteSource(CrewaiSource):
 
     def _run(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         self._steps.reset()
-        return self.conn.execute(sql, args).fetchall()
+        try:
+            return self.conn.execute(sql, args).fetchall()
+        except UnicodeDecodeError:  # a damaged page can make SQLite's own error message invalid UTF-8
+            raise sqlite3.DatabaseError("database disk image is malformed (SQLite's message is not UTF-8)") from None
 
     def _check_table(self, db: str) -> None:
         """Refuse anything but a plain table named ``checkpoints`` with CrewAI's five stored columns: a view
@@ -631,6 +634,9 @@ def _connect_readonly(db: str, max_bytes: int) -> tuple[sqlite3.Connection, _Ste
                 raise SourceError(f"{db}: cannot read SQLite database: gave up after {steps.limit:,} steps "
                                   f"reading its schema (a hostile or damaged database)") from None
             last = exc
+        except UnicodeDecodeError:  # a damaged page can make SQLite's own error message invalid UTF-8
+            conn.close()
+            raise SourceError(f"{db}: cannot read SQLite database: database disk image is malformed") from None
         except (sqlite3.DatabaseError, MemoryError) as exc:
             conn.close()
             raise SourceError(f"{db}: cannot read SQLite database: {exc or 'out of memory'}") from None
