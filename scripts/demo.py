@@ -1,6 +1,6 @@
 """crewckpt demo: crash, resume, fork and compare a 6-task CrewAI research crew, offline, in seconds.
 
-    python scripts/demo.py            # store in ./.ckpt (a rerun replaces it; --store DIR to keep it)
+    python scripts/demo.py            # store in ./.ckpt (a rerun replaces it unless you added to it)
 
 1. A research crew (3 agents, 6 tasks) checkpoints every event (``on_events=["*"]``) into ``./.ckpt``; its
    scripted LLM fails at task 4, so the run stops.
@@ -188,13 +188,83 @@ class NotOurs(Exception):
     """The demo's store folder holds something else (the message says what to do)."""
 
 
+_FIX = "run with --store DIR for a fresh demo store elsewhere, or --reset to delete it"
+
+
+def store_record(store: Store) -> dict[str, Any]:
+    """What ``store`` holds, for :data:`MARKER`: ``commits`` (sorted live commit ids), ``refs`` (every ref
+    name -> target id: branches, runs, anything else) and ``reflog`` (ref name -> number of entries)."""
+    refs = {name: target.hex() for name, target in store.backend.refs("").items()}
+    return {"commits": sorted(c.id for c in store.list()), "refs": refs,
+            "reflog": {name: len(store.backend.reflog(name)) for name in refs}}
+
+
+def write_marker(store_path: Path, record: dict[str, Any] | None) -> None:
+    """Write :data:`MARKER` (atomically): a note for people, then the demo's :func:`store_record` as JSON
+    (``null`` while the demo runs: a run killed before it recorded leaves a store no rerun replaces)."""
+    tmp = store_path / (MARKER + ".tmp")
+    tmp.write_text("Written by scripts/demo.py: running the demo again replaces this store while it holds "
+                   "exactly what the demo wrote (below).\n" + json.dumps({"demo_record": record}) + "\n")
+    os.replace(tmp, store_path / MARKER)
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def _join(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _refs_phrase(refs: list[str]) -> str:
+    """"branch main", "branches a, b", "refs refs/runs/x, ..." (at most three names shown)."""
+    heads = all(r.startswith("refs/heads/") for r in refs)
+    names = [r.removeprefix("refs/heads/") if heads else r for r in refs]
+    kind = ("branch" if heads else "ref") + ("es" if heads and len(refs) > 1 else "s" if len(refs) > 1 else "")
+    return f"{kind} {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
+
+
+def beyond_demo(recorded: dict[str, Any], now: dict[str, Any]) -> str | None:
+    """How the store state ``now`` differs from what the demo ``recorded`` (both :func:`store_record`), as a
+    phrase such as "holds 3 checkpoints and 2 branches not written by the demo, and branch main moved";
+    None when they are the same."""
+    if recorded == now:
+        return None
+    old_refs, new_refs = recorded["refs"], now["refs"]
+    added_commits = set(now["commits"]) - set(recorded["commits"])
+    added_refs = [r for r in new_refs if r not in old_refs]
+    n_branches = sum(r.startswith("refs/heads/") for r in added_refs)
+    n_runs = sum(r.startswith("refs/runs/") for r in added_refs)
+    n_other = len(added_refs) - n_branches - n_runs
+    added = [p for p in (
+        _count(len(added_commits), "checkpoint", "checkpoints") if added_commits else "",
+        _count(n_branches, "branch", "branches") if n_branches else "",
+        _count(n_runs, "run", "runs") if n_runs else "",
+        _count(n_other, "other ref", "other refs") if n_other else "") if p]
+    moved = [r for r in old_refs if r in new_refs and new_refs[r] != old_refs[r]]
+    gone = [r for r in old_refs if r not in new_refs]
+    removed = set(recorded["commits"]) - set(now["commits"])
+    changed = [p for p in (f"{_refs_phrase(moved)} moved" if moved else "",
+                           f"{_refs_phrase(gone)} deleted" if gone else "",
+                           f"{_count(len(removed), 'demo checkpoint', 'demo checkpoints')} removed"
+                           if removed else "") if p]
+    if not (added or changed):  # refs moved away and back: only their reflogs show it
+        extra = sum(now["reflog"].get(r, 0) - recorded["reflog"].get(r, 0) for r in new_refs)
+        added = [_count(max(extra, 1), "reflog entry", "reflog entries")]
+    if added:
+        return f"holds {_join(added)} not written by the demo" + (f", and {_join(changed)}" if changed else "")
+    return f"changed after the demo wrote it: {_join(changed)}"
+
+
 def prepare_store(store_path: Path, reset: bool) -> str | None:
     """Make room for a fresh demo store at ``store_path``; returns what was done (a line to print), or
-    None when there was nothing there. A store an earlier demo run wrote (it holds :data:`MARKER`) is
-    replaced; anything else is replaced only with ``reset``.
+    None when there was nothing there. A store an earlier demo run wrote is replaced only while it holds
+    exactly what that run recorded in :data:`MARKER` (so no checkpoint, branch or ref a user added is
+    lost); anything else is replaced only with ``reset``.
 
     Raises:
-        NotOurs: ``store_path`` holds something the demo did not write and ``reset`` is false.
+        NotOurs: ``store_path`` holds something the demo did not write and ``reset`` is false; nothing was
+            touched.
     """
     if not store_path.exists():
         return None
@@ -204,15 +274,32 @@ def prepare_store(store_path: Path, reset: bool) -> str | None:
                       "replace it or --store DIR to use another folder")
     try:
         old = Store.open(store_path)
-        count = f"{len(old.list())} checkpoints"
-        old.close()
-    except (CkptError, OSError):  # damaged or half-written: it is being replaced anyway
+        try:
+            now = store_record(old)
+        finally:
+            old.close()
+        count = f"{len(now['commits'])} checkpoints"
+    except (CkptError, OSError) as exc:
+        if not reset:  # cannot tell what it holds, so it may hold a user's checkpoints
+            raise NotOurs(f"demo: {store_path} cannot be read ({exc}); {_FIX}") from exc
         count = "unreadable"
+    if not reset:
+        try:
+            lines = (store_path / MARKER).read_text(encoding="utf-8").splitlines()
+            recorded = json.loads(lines[-1])["demo_record"] if lines else None
+        except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError):
+            recorded = None
+        if not isinstance(recorded, dict):
+            raise NotOurs(f"demo: {store_path} was written by a demo run that did not record its checkpoints "
+                          f"(an older version, or killed); {_FIX}")
+        differs = beyond_demo(recorded, now)
+        if differs is not None:
+            raise NotOurs(f"demo: {store_path} {differs}; nothing was changed: {_FIX}")
     if store_path.is_dir():
         shutil.rmtree(store_path)
     else:
         store_path.unlink()
-    what = "an earlier demo run's store" if made_by_demo else "the store (--reset)"
+    what = "the store (--reset)" if reset else "an earlier demo run's store"
     return f"demo: replaced {what} at {store_path} ({count}); --store DIR keeps runs apart"
 
 
@@ -231,8 +318,21 @@ def main(argv: list[str] | None = None) -> int:
     if replaced:
         print(replaced)
     Store.init(store_path).close()
-    (store_path / MARKER).write_text("Written by scripts/demo.py: running the demo again replaces this store.\n")
+    write_marker(store_path, None)
+    try:
+        return run_demo(store_path, args.store, args.all)
+    finally:  # also after a failure part way: what is in the store now is all the demo's own
+        forget_stores()
+        with contextlib.suppress(CkptError, OSError):
+            done = Store.open(store_path)
+            try:
+                write_marker(store_path, store_record(done))
+            finally:
+                done.close()
 
+
+def run_demo(store_path: Path, store_arg: str, show_all: bool) -> int:
+    """The demo's steps, printed, into the fresh store at ``store_path``; returns the exit code."""
     with offline_env(), tempfile.TemporaryDirectory(prefix="crewckpt-demo-json-") as json_dir:
         warm_up()
         banner("1. run a 6-task crew, checkpointing every event; the LLM fails at task 4")
@@ -252,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  result: {result['fork_out']}")
 
         banner("history (ckpt log --graph)")
-        print_graph(store, args.all)
+        print_graph(store, show_all)
         banner("what differs between main and sea-otters (ckpt diff main sea-otters --stat)")
         print_results_diff(store)
 
@@ -261,14 +361,14 @@ def main(argv: list[str] | None = None) -> int:
         json_files, json_bytes = crewai_json_output(store, Path(json_dir))
         store.close()
         forget_stores()  # closes crewckpt's writer handle too: SQLite folds its WAL into store.db
-        ours = sum(p.stat().st_size for p in store_path.iterdir() if p.is_file() and p.name != MARKER)
+        ours = sum(p.stat().st_size for p in store_path.iterdir() if p.is_file() and not p.name.startswith(MARKER))
         print(f"  crewckpt  {stats['commits']:>4} checkpoints  {human_bytes(ours):>9} on disk "
               f"(one SQLite file; {human_bytes(stats['logical_bytes'])} of checkpoint JSON)")
         print(f"  CrewAI    {json_files:>4} JSON files   {human_bytes(json_bytes):>9} on disk "
               "(its JsonProvider, given the same checkpoints)")
         print(f"  -> crewckpt stores {json_bytes / max(ours, 1):.1f}x fewer bytes; the three runs took "
               f"{result['seconds']:.2f} s with a checkpoint at every event")
-        print(f"\nstore: {store_path}   try: ckpt --store {args.store} log --graph")
+        print(f"\nstore: {store_path}   try: ckpt --store {store_arg} log --graph")
     return 0
 
 

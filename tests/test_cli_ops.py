@@ -331,7 +331,8 @@ STATS_KEYS = {"objects", "commits", "logical_bytes", "body_bytes", "stored_bytes
               "compression_ratio", "total_ratio", "branches"}  # fmt: skip
 CREWAI_RECORD_KEYS = {"checkpoint_id", "parent_id", "branch", "created_at", "trigger", "source", "kind", "size",
                       "summary", "error"}  # fmt: skip
-IMPORT_KEYS = {"source", "kind", "imported", "already_present", "orphans", "skipped", "branches", "problems"}
+IMPORT_KEYS = {"source", "kind", "imported", "already_present", "orphans", "skipped", "branches", "problems",
+               "redacted"}
 EXPORT_KEYS = {"dest", "format", "written", "already_there", "conflicts", "problems"}
 
 

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,3 +78,81 @@ def test_demo_leaves_a_store_it_did_not_write_alone(tmp_path: Path, capsys: pyte
          "or --store DIR to use another folder")]
     assert sorted((p.name, p.read_bytes()) for p in (tmp_path / ".ckpt").iterdir() if p.is_file()) == before
     assert Store.open(tmp_path / ".ckpt").resolve("main") == cid
+
+
+def load_demo() -> Any:
+    spec = importlib.util.spec_from_file_location("crewckpt_demo", ROOT / "scripts" / "demo.py")
+    assert spec is not None and spec.loader is not None
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    return demo
+
+
+def fake_demo_store(demo: Any, path: Path) -> Store:
+    """A store shaped like the demo's (a main chain, a sea-otters fork), with the marker a finished demo run
+    writes: what the store holds at its end."""
+    store = Store.init(path)
+    first = store.commit({"step": 1}, run_id="r1")
+    store.commit({"step": 2}, run_id="r1")
+    store.commit({"step": 3}, branch="sea-otters", parents=[first], run_id="r2")
+    demo.write_marker(path, demo.store_record(store))
+    return store
+
+
+def files(folder: Path) -> list[tuple[str, bytes]]:
+    return sorted((p.name, p.read_bytes()) for p in folder.iterdir() if p.is_file())
+
+
+def test_demo_rerun_keeps_a_demo_store_the_user_added_to(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    demo, path = load_demo(), tmp_path / ".ckpt"
+    store = fake_demo_store(demo, path)
+    # as a user resuming into the demo store: one commit on main, two new branches
+    store.commit({"step": 4})
+    store.commit({"step": 5}, branch="main-from-4da8cdfc", parents=["main~1"])
+    store.create_branch("sea-otters-from-7939bab0", "sea-otters")
+    ids = {c.id for c in store.list()}
+    store.close()
+    before = files(path)
+    assert demo.main(["--store", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines() == [
+        f"demo: {path} holds 2 checkpoints, 2 branches and 1 run not written by the demo, and branch main moved; "
+        "nothing was changed: run with --store DIR for a fresh demo store elsewhere, or --reset to delete it"]
+    assert files(path) == before
+    again = Store.open(path)
+    assert {c.id for c in again.list()} == ids
+    assert set(again.branches()) == {"main", "sea-otters", "main-from-4da8cdfc", "sea-otters-from-7939bab0"}
+    again.close()
+
+
+@pytest.mark.parametrize("change", ["branch", "deleted", "renamed", "none"])
+def test_demo_rerun_replaces_only_exactly_its_own_store(tmp_path: Path, change: str) -> None:
+    demo, path = load_demo(), tmp_path / ".ckpt"
+    store = fake_demo_store(demo, path)
+    if change == "branch":  # a bare branch: no new commit, but a ref the user made
+        store.create_branch("keep-me", "main~1")
+    elif change == "deleted":  # nothing new, but the store is not what the demo left
+        store.delete_branch("sea-otters")
+    elif change == "renamed":
+        store.rename_branch("main", "mine")
+    store.close()
+    before = files(path)
+    if change == "none":
+        assert demo.prepare_store(path, reset=False) == \
+            f"demo: replaced an earlier demo run's store at {path} (3 checkpoints); --store DIR keeps runs apart"
+        assert not path.exists()
+        return
+    with pytest.raises(demo.NotOurs, match="not written by the demo|changed after the demo wrote it"):
+        demo.prepare_store(path, reset=False)
+    assert files(path) == before
+    assert demo.prepare_store(path, reset=True) is not None and not path.exists()  # --reset still deletes it
+
+
+def test_demo_rerun_keeps_a_store_whose_demo_run_did_not_record(tmp_path: Path) -> None:
+    demo, path = load_demo(), tmp_path / ".ckpt"
+    fake_demo_store(demo, path).close()
+    (path / demo.MARKER).write_text("Written by scripts/demo.py: running the demo again replaces this store.\n")
+    before = files(path)
+    with pytest.raises(demo.NotOurs, match="did not record its checkpoints .*--reset to delete it"):
+        demo.prepare_store(path, reset=False)
+    assert files(path) == before

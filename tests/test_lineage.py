@@ -129,6 +129,22 @@ def test_import_keeps_crewais_own_lineage_forks_on_crewais_branch(tmp_path):
     assert store.branches() == {"main": store.lookup_alias(d)}
 
 
+def test_a_second_crewai_folder_keeps_its_whole_run_on_one_branch(tmp_path, fixtures_copy):
+    """Imported after another run, crew_json_star's run (26 checkpoints, CrewAI's own forks among them)
+    goes on one new branch with the tip it has when imported alone; the old tips keep their names."""
+    alone = Store.init(tmp_path / "alone")
+    alone.import_crewai(fixtures_copy / "crew_json_star" / "main")
+    assert set(alone.branches()) == {"main"}
+    tip_alias = alone.info("main").alias
+    store = Store.init(tmp_path / ".ckpt")
+    store.import_crewai(fixtures_copy / "crew_restore_src")
+    old = store.branches()
+    report = store.import_crewai(fixtures_copy / "crew_json_star" / "main")
+    assert len(report.imported) == 26
+    assert store.branches() == {**old, "main-2": store.lookup_alias(tip_alias)}  # no main-from-* branches
+    assert len(store.list("main-2")) == 26 and report.branches == {"main-2": store.branches()["main-2"]}
+
+
 def test_import_of_a_fresh_run_never_unnames_the_old_tip(tmp_path):
     store = Store.init(tmp_path / ".ckpt")
     c1 = store.commit({"entities": [], "n": 1}, branch="main", run_id="r1")

@@ -105,3 +105,56 @@ def test_live_view_keeps_max_checkpoints_per_branch_like_crewai(view):
         ids = [parse_filename(p.name)[0] for p in paths]  # type: ignore[index]
     assert len(ids) == 2  # CrewAI's provider would keep the same two
     assert [lookup_alias(store, i) for i in ids] == kept
+
+
+def _view_files(out: Path) -> dict[str, tuple[str | None, Any]]:
+    """checkpoint id -> (parent named by the file, parent_id in its data), asserting one file per id."""
+    found: dict[str, tuple[str | None, Any]] = {}
+    for path in out.rglob("*.json"):
+        cid, parent = parse_filename(path.name)  # type: ignore[misc]
+        assert cid not in found, f"two files for {cid}"
+        found[cid] = (parent, json.loads(path.read_text()).get("parent_id"))
+    return found
+
+
+@pytest.mark.parametrize("source", ["crewckpt", "crewai"])
+def test_export_names_a_pruned_parent_alike_before_and_after_gc(tmp_path, fixtures_copy, source):
+    store = Store.init(tmp_path / ".ckpt")
+    if source == "crewai":
+        store.import_crewai(fixtures_copy / "crew_restore_src")
+    else:  # crewckpt's CrewAI writer records the parent's commit id in the data
+        parent = None
+        for i in range(6):
+            parent = store.commit({"step": i, "parent_id": parent, "branch": "main"}, branch="main",
+                                  parents=[parent] if parent else None, time_ns=1_800_000_000_000_000_000 + i * 10**9)
+    assert store.prune("main", keep=3)
+    out = tmp_path / "ex"
+    before = _view_files(out) if store.export_crewai(out).outcome.written else {}
+    store.gc()
+    again = store.export_crewai(out)
+    assert again.outcome.written == [] and again.outcome.conflicts == []  # nothing new after gc
+    after = _view_files(out)
+    assert after == before and len(after) == len(store.list())
+    for cid, (named, data) in after.items():
+        assert named == data, cid  # the file name and the data name the same parent
+        assert not (named or "").startswith("pruned_"), cid  # an id CrewAI never had
+        if source == "crewckpt":  # a pruned parent is gone from the view: none, not a dangling id
+            assert named is None or named in after, cid
+    if source == "crewai":  # imported data keeps CrewAI's own parent ids: the originals
+        src = {parse_filename(p.name)[0]: parse_filename(p.name)[1]  # type: ignore[index]
+               for p in (fixtures_copy / "crew_restore_src").rglob("*.json")}
+        assert all(src[cid] == named for cid, (named, _) in after.items())
+
+
+def test_export_after_prune_never_writes_a_second_file_for_an_exported_checkpoint(tmp_path):
+    store = Store.init(tmp_path / ".ckpt")
+    parent = None
+    for i in range(4):
+        parent = store.commit({"step": i}, branch="main", parents=[parent] if parent else None,
+                              time_ns=1_800_000_000_000_000_000 + i * 10**9)
+    out = tmp_path / "ex"
+    assert len(store.export_crewai(out).outcome.written) == 4
+    store.prune("main", keep=2)
+    store.gc()
+    again = store.export_crewai(out)  # the oldest kept one's parent is gone: its name would change
+    assert again.outcome.written == [] and len(_view_files(out)) == 4

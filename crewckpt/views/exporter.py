@@ -5,7 +5,8 @@ How a commit is named in CrewAI's terms (:func:`view_entry`):
 * checkpoint id: its alias (the CrewAI id it was imported with or written under), else
   ``<UTC second of its time>_<first 8 hex of its commit id>``;
 * parent id: the CrewAI id of its first parent; for an imported orphan, the parent id it was recorded
-  with; none for a root. The same id goes into the data's ``parent_id`` (CrewAI's TUI reads it there to
+  with; none for a root. A pruned parent (collected by gc or not, so a view is the same before and after
+  ``ckpt gc``): the CrewAI id the checkpoint's data records when imported from CrewAI, else none. The same id goes into the data's ``parent_id`` (CrewAI's TUI reads it there to
   put a fork under its parent), see :func:`crewai_lineage`;
 * branch: its branch (``strip_prefix`` removed); created_at: the recorded one, else its UTC second;
 * data: the exact stored JSON value, rendered as CrewAI renders it (``json.dumps`` style, or pydantic's
@@ -150,13 +151,14 @@ def view_entry(store: Store, info: CommitInfo, namer: _Namer | None = None, *,
     found = info.meta.get("crewai")
     crewai: dict[str, Any] = found if isinstance(found, dict) else {}
     branch = crewai["branch"] if isinstance(crewai.get("branch"), str) else info.branch
+    stored = store.read(info.id)
     if "parent_id" in crewai:
         parent_id = crewai["parent_id"]
     else:
-        parent_id = namer.checkpoint_id(info.parents[0]) if info.parents else None
+        parent_id = namer.parent_id(info.parents[0], stored) if info.parents else None
     if strip_prefix and branch.startswith(strip_prefix) and len(branch) > len(strip_prefix):
         branch = branch[len(strip_prefix):]
-    doc = crewai_lineage(store.read(info.id), parent_id, branch, info.branch)
+    doc = crewai_lineage(stored, parent_id, branch, info.branch)
     text = layout.render_json(doc, crewai.get("json_style"))
     if native is not None and '"crewckpt"' in text:  # cheap test first: CrewAI's own checkpoints skip the walk
         text = layout.render_json(crewai_native(doc, *native), crewai.get("json_style"))
@@ -227,19 +229,34 @@ class _Namer:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.ids: dict[str, str] = {}
+        self.live: dict[str, bool] = {}  # parent commit id -> in the live set
 
     def of_info(self, info: CommitInfo) -> str:
         cid = info.alias or layout.make_checkpoint_id(info.time_ns, info.id)
         self.ids[info.id] = cid
         return cid
 
-    def checkpoint_id(self, commit_id: str) -> str:
-        if commit_id not in self.ids:
+    def parent_id(self, commit_id: str, doc: Any) -> str | None:
+        """The CrewAI id of parent ``commit_id`` of a commit whose stored data is ``doc``.
+
+        A live parent: its id (:meth:`of_info`). A pruned parent: only what gc leaves unchanged, so the
+        view names the child alike before and after ``ckpt gc`` (no second file, data and file name
+        agreeing): the CrewAI id the child's data records (imported from CrewAI: the parent's alias),
+        else None (a root in CrewAI's eyes; its time and alias go with gc).
+        """
+        if commit_id not in self.live:
             try:
-                self.of_info(self.store.info(commit_id))
-            except CkptError:  # parent pruned and collected: its time is gone, keep its hash
-                self.ids[commit_id] = f"pruned_{commit_id[:8]}"
-        return self.ids[commit_id]
+                info = self.store.info(commit_id)
+            except CkptError:  # pruned and collected
+                self.live[commit_id] = False
+            else:
+                self.live[commit_id] = info.live
+                if info.live:
+                    self.of_info(info)
+        if self.live[commit_id]:
+            return self.ids[commit_id]
+        recorded = doc.get("parent_id") if isinstance(doc, dict) else None
+        return recorded if isinstance(recorded, str) and recorded and not _is_commit_id(recorded) else None
 
 
 def _check_format(fmt: str) -> ViewFormat:

@@ -13,13 +13,18 @@ Each checkpoint becomes one commit on its branch (``branch_prefix + CrewAI branc
   goes on a new branch ``<branch>-from-<parent id[:8]>`` as a new run, with CrewAI's branch kept in
   ``meta["crewai"]["branch"]``, and its children follow it there; a root (a fresh CrewAI kickoff) moves
   its branch to itself (a new lineage) when the old tip keeps its run ref, else it goes on ``<branch>-2``.
-  Within one import CrewAI's own lineage forks stay on CrewAI's branch (as CrewAI lists them);
+  Within one import CrewAI's own lineage forks stay on the one local branch chosen for that CrewAI
+  branch where the lineage entered the import (as CrewAI lists them: all on one branch);
 * meta ``{"crewai": {...}}`` only for what the rest cannot restore: an orphan's parent id, a
-  ``created_at`` that differs from the id, the text style when it is pydantic's compact JSON.
+  ``created_at`` that differs from the id, the text style when it is pydantic's compact JSON;
+* secrets redacted (:mod:`crewckpt.views.redaction`): the string of every secret-named key (``api_key``,
+  tokens, passwords) and every secret environment value of the importing process, counted in the report;
+  a redacted key is rebuilt from the environment by CrewAI on restore.
 
 Determinism: commits are made in one order computed from the checkpoints alone (parents first; then by
-timestamp, number of events recorded, id), never from file mtimes, rowids or listing order, so the same
-checkpoints give the same commit ids whether they come from a JSON folder or an SQLite db. Idempotence:
+timestamp, number of events recorded, id), never from file mtimes, rowids or listing order, and redaction
+depends only on the checkpoint and the environment's secret values, so the same checkpoints give the same
+commit ids whether they come from a JSON folder or an SQLite db. Idempotence:
 a checkpoint whose CrewAI id is already an alias in the store is not committed again.
 """
 
@@ -45,6 +50,7 @@ from crewckpt.views.reader import (
     Problem,
     open_source,
 )
+from crewckpt.views.redaction import Redactor
 
 if TYPE_CHECKING:
     from crewckpt.history.store import Store
@@ -66,7 +72,8 @@ class ImportReport:
 
     imported / present: ``(CrewAI id, commit id)`` of new commits and of checkpoints already in the store;
     problems: what was skipped, imported as an orphan, or noted (each with a one-line reason);
-    branches: ``branch -> tip`` for every branch the import touched.
+    branches: ``branch -> tip`` for every branch the import touched;
+    redacted: ``(CrewAI id, number of values redacted)`` of each imported checkpoint that held secrets.
     """
 
     source: str
@@ -75,6 +82,7 @@ class ImportReport:
     present: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     problems: list[Problem] = dataclasses.field(default_factory=list)
     branches: dict[str, str] = dataclasses.field(default_factory=dict)
+    redacted: list[tuple[str, int]] = dataclasses.field(default_factory=list)
 
     @property
     def skipped(self) -> list[Problem]:
@@ -89,12 +97,22 @@ class ImportReport:
         return {"source": self.source, "kind": self.kind, "imported": len(self.imported),
                 "already_present": len(self.present), "orphans": len(self.orphans),
                 "skipped": len(self.skipped), "branches": dict(self.branches),
-                "problems": [str(p) for p in self.problems]}
+                "problems": [str(p) for p in self.problems],
+                "redacted": {"values": self.redacted_values, "checkpoints": len(self.redacted)}}
+
+    @property
+    def redacted_values(self) -> int:
+        """Secret values redacted over all imported checkpoints."""
+        return sum(n for _, n in self.redacted)
 
     def summary(self) -> str:
-        """One line: counts of imported, present, orphaned and skipped checkpoints."""
-        return (f"{self.source}: {len(self.imported)} imported, {len(self.present)} already present, "
+        """One line: counts of imported, present, orphaned and skipped checkpoints (and of redacted secrets)."""
+        line = (f"{self.source}: {len(self.imported)} imported, {len(self.present)} already present, "
                 f"{len(self.orphans)} without their parent, {len(self.skipped)} skipped")
+        if self.redacted:
+            line += (f"; {self.redacted_values} secret value(s) redacted in {len(self.redacted)} checkpoint(s), "
+                     "not stored in clear")
+        return line
 
 
 def import_crewai(store: Store, path: str | Path, *, branch_prefix: str | None = None,
@@ -138,7 +156,10 @@ class _Importer:
         self.commit_of: dict[str, str] = {}  # CrewAI id -> commit id (this import or already present)
         self.run_of: dict[str, str] = {}  # CrewAI id -> run id
         self.moved: dict[str, tuple[str, str]] = {}  # commit id -> (branch wanted, branch it went on instead)
+        self.placed: dict[str, tuple[str, str]] = {}  # commit id made here -> (branch wanted, branch it went on)
+        self.root_branch: dict[str, str] = {}  # branch wanted -> the branch this import's roots go on
         self.before = set(store.branches().values())  # tips named before the import: they must stay named
+        self.redactor = Redactor()  # the importing process's secret environment values, read once
 
     def run(self) -> None:
         entries = self._scan()
@@ -153,7 +174,8 @@ class _Importer:
                 self._problem(rec, "skipped", "cannot be stored: " + " ".join(str(exc).split())[:200])
             self.tick("committing", n, total)
         tips = self.store.branches()
-        touched = {self._target(r) for r, _ in order} | {b for _, b in self.moved.values()}
+        present = {cid for cid, _ in self.report.present}  # branches written to, or holding what was there
+        touched = {b for _, b in self.placed.values()} | {self._target(r) for r, _ in order if r.checkpoint_id in present}
         for branch in sorted(touched):
             if branch in tips:
                 self.report.branches[branch] = tips[branch]
@@ -249,9 +271,11 @@ class _Importer:
             crewai_meta["created_at"] = rec.created_at
         if cp.text is not None and layout.detect_style(cp.value, cp.text) == layout.JSON_STYLE_COMPACT:
             crewai_meta["json_style"] = layout.JSON_STYLE_COMPACT
-        trigger = cp.value.get("trigger")
+        before = self.redactor.redacted
+        value = self.redactor.apply(cp.value, cp.text)  # after the style check, which compares with the text
+        trigger = value.get("trigger")
         commit_id = self.store.commit(
-            cp.value, branch=target, parents=parents,
+            value, branch=target, parents=parents,
             meta={"crewai": crewai_meta} if crewai_meta else None, run_id=run_id,
             trigger=trigger if isinstance(trigger, str) else None,
             time_ns=_time_ns(rec.created_at), alias=cid,
@@ -260,22 +284,31 @@ class _Importer:
         self.run_of[cid] = run_id
         if target != self._target(rec):
             self.moved[commit_id] = (self._target(rec), target)
+        self.placed[commit_id] = (self._target(rec), target)
+        if not parents:
+            self.root_branch.setdefault(self._target(rec), target)
         self.report.imported.append((cid, commit_id))
+        if self.redactor.redacted > before:
+            self.report.redacted.append((cid, self.redactor.redacted - before))
 
     def _placement(self, parent: str | None, wanted: str) -> str:
-        """The branch a commit that wants ``wanted`` goes on. A child of a commit that was moved off
-        ``wanted`` follows it; a child whose branch tip is a tip from before the import and not its parent
-        goes on a new ``<wanted>-from-<parent[:8]>``; a root goes on ``<wanted>-2`` when moving ``wanted``
-        would leave a tip from before the import without any name."""
+        """The branch a commit that wants ``wanted`` goes on, decided where a lineage enters the import and
+        then kept: a child of a commit made by this import for ``wanted`` goes where that parent went (so
+        CrewAI's own forks within one import stay on one branch, whichever the tips); a child of an older
+        commit whose branch tip is a tip from before the import and not its parent goes on a new
+        ``<wanted>-from-<parent[:8]>``; a root goes where this import's first root for ``wanted`` went, which
+        is ``<wanted>-2`` when moving ``wanted`` would leave a tip from before the import without any name."""
         tips = self.store.branches()
         if parent is None:
+            if wanted in self.root_branch:
+                return self.root_branch[wanted]
             tip = tips.get(wanted)
             if tip in self.before and sum(t == tip for t in tips.values()) == 1 and tip not in self.store.runs().values():
                 return free_branch(self.store, wanted)
             return wanted
-        moved = self.moved.get(parent)
-        if moved is not None and moved[0] == wanted and tips.get(moved[1]) == parent:
-            return moved[1]
+        placed = self.placed.get(parent)
+        if placed is not None and placed[0] == wanted:
+            return placed[1]
         tip = tips.get(wanted)
         if tip is not None and tip != parent and tip in self.before:
             return continuation_branch(self.store, parent, wanted)

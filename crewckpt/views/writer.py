@@ -63,6 +63,25 @@ class JsonFolderWriter:
 
     def __init__(self, location: str | Path) -> None:
         self.location = Path(location)
+        self._names: dict[Path, dict[str, str]] = {}  # folder -> checkpoint id -> its file name there
+
+    def _existing(self, path: Path, checkpoint_id: str) -> Path | None:
+        """The file already holding ``checkpoint_id`` in ``path``'s folder under any parent suffix (CrewAI
+        finds a checkpoint by id, so one id must be one file), or None. Listed once per folder."""
+        names = self._names.get(path.parent)
+        if names is None:
+            names = {}
+            with contextlib.suppress(OSError):
+                for p in path.parent.iterdir():
+                    parsed = layout.parse_filename(p.name) if p.name.endswith(".json") else None
+                    if parsed is not None:
+                        names.setdefault(parsed[0], p.name)
+            self._names[path.parent] = names
+        name = names.get(checkpoint_id)
+        if name is None or not path.with_name(name).exists():  # pruned or removed since it was listed
+            names.pop(checkpoint_id, None)
+            return None
+        return path.with_name(name)
 
     def path_for(self, entry: ViewEntry) -> Path:
         """``<location>/<branch>/<id>_p-<parent>.json``. Raises ViewWriteError for a branch that would
@@ -81,12 +100,14 @@ class JsonFolderWriter:
         return folder / name
 
     def write(self, entries: list[ViewEntry]) -> WriteOutcome:
-        """Write each entry unless a file with the same name exists (same bytes: ``present``; else
-        ``conflicts``, untouched). Raises ViewWriteError or OSError."""
+        """Write each entry unless a file with the same name, or with the same checkpoint id and another
+        parent suffix, exists (same bytes: ``present``; else ``conflicts``, untouched). Raises
+        ViewWriteError or OSError."""
         out = WriteOutcome()
         for entry in entries:
             path = self.path_for(entry)
             data = entry.text.encode("utf-8")
+            path = self._existing(path, entry.checkpoint_id) or path
             if path.exists():
                 same = path.stat().st_size == len(data) and path.read_bytes() == data
                 (out.present if same else out.conflicts).append(str(path))
@@ -103,6 +124,7 @@ class JsonFolderWriter:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)  # ours (O_EXCL made it); unlink never follows a link
                 raise
+            self._names.setdefault(path.parent, {})[entry.checkpoint_id] = path.name
             out.written.append(str(path))
         return out
 
