@@ -66,3 +66,31 @@ def test_python_resume_keeps_the_stored_events_like_ckpt_resume(crewai_offline):
     ok(ckpt(None, "resume", "main~2", "--branch", "cli"))
     cli_triggers = _new_triggers(crewai_offline / ".ckpt", before)["cli"]
     assert python_triggers == cli_triggers
+
+
+def test_next_step_hints_carry_the_store_named_with_store(crewai_offline, monkeypatch):  # noqa: F811
+    import shlex
+
+    from crewckpt import Store
+    from crewckpt.crewai import CheckpointConfig
+    from crewckpt.testing import research_crew
+
+    store = crewai_offline / "kf" / ".ckpt"
+    research_crew(2, checkpoint=CheckpointConfig(location=str(store))).kickoff(inputs={"topic": "otters"})
+    elsewhere = crewai_offline / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+
+    out = ok(ckpt(str(store), "fork", "main~1", "--inputs", '{"topic":"seals"}', "--branch", "seals")).stdout
+    hint = f"Resume it with: ckpt --store {shlex.quote(str(store))} resume seals"
+    assert hint in out.splitlines(), out
+    words = shlex.split(hint.split(": ", 1)[1])
+    ok(ckpt(words[2], *words[3:]))  # run the printed command from this other folder
+    with Store.open(store) as opened:
+        assert opened.info("seals").trigger == "task_completed"  # the hint's command resumed the fork
+
+    out = ok(ckpt(str(store), "fork", "main~1", "--branch", "plain")).stdout
+    assert f"Resume it with: ckpt --store {shlex.quote(str(store))} resume plain [--inputs JSON]" in out
+    monkeypatch.chdir(store.parent)
+    out = ok(ckpt(None, "fork", "main~1", "--branch", "here")).stdout
+    assert "Resume it with: ckpt resume here [--inputs JSON]" in out  # found from here: no --store needed

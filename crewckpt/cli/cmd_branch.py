@@ -180,7 +180,7 @@ def fork(
             emit_json({"branch": name, "tip": target, "rev": rev})
         else:
             click.echo(f"Forked {rev} ({target[:8]}) as branch {name}")
-            click.echo(f"Resume it with: ckpt resume {name} [--inputs JSON]")
+            click.echo(f"Resume it with: {obj().command('resume', name, '[--inputs JSON]')}")
         return
     _fork_with_edits(store, rev, target, name, inputs, edits, as_json)
 
@@ -269,7 +269,7 @@ def _fork_with_edits(
     )
     if edited:
         click.echo(f"Edited: {', '.join(edited)}; will run again: {', '.join(rerun) or 'nothing'}")
-    click.echo(f"Resume it with: ckpt resume {result.branch}")
+    click.echo(f"Resume it with: {obj().command('resume', result.branch)}")
 
 
 def _task_label(doc: object, key: tuple[int, int]) -> str:

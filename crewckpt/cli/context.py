@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import io
 import os
+import shlex
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -75,6 +76,16 @@ class AppContext:
                 self._store = Store.init(target)
                 click.echo(f"ckpt: created the store {target}", err=True)
         return self._store
+
+    def command(self, *args: str) -> str:
+        """A ``ckpt`` command line to print as a next step: ``ckpt [--store PATH] ARGS...`` (shell-quoted).
+
+        ``--store`` is included when this invocation named its store with ``--store`` (a bare command would
+        look for a store from the current folder instead, maybe another one or none). An argument made only
+        of ``[...]`` placeholders (``"[--inputs JSON]"``) is kept as it is.
+        """
+        words = ["ckpt", *(["--store", self.store_path] if self.store_path else []), *args]
+        return " ".join(w if w.startswith("[") and w.endswith("]") else shlex.quote(w) for w in words)
 
     def close(self) -> None:
         """Release the store (its database connection) if a command opened it."""
