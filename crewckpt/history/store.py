@@ -142,6 +142,8 @@ class Store:
         if int(v) > ob.FORMAT_VERSION:
             raise FormatVersionError(f"{where}: store format version {v} is newer than this crewckpt "
                                      f"understands ({ob.FORMAT_VERSION}); upgrade crewckpt")
+        # a format-1 store opens as is; its first new commit (format 2) records version 2 (objects_format.md 10)
+        self._old_version = int(v) < ob.FORMAT_VERSION
 
     def close(self) -> None:
         """Close the backend."""
@@ -273,13 +275,14 @@ class Store:
                 self._epoch = epoch
                 if not full:
                     raise _EpochChanged
+            if self._old_version:  # the first format-2 commit marks a format-1 store (nothing is rewritten)
+                txn.meta_set("format_version", str(ob.FORMAT_VERSION))
             txn.put_many(frames, now)
             for attempt in range(_CAS_RETRIES):
                 tip = txn.get_ref(ref)
                 parents = parent_ids if parent_ids is not None else ([tip] if tip else [])
-                seq = txn.counter_next("seq")
-                c = ob.Commit(root, tuple(parents), now if time_ns is None else time_ns, seq, branch, run, trigger,
-                              summary, meta_json, alias)
+                c = ob.Commit(root, tuple(parents), now if time_ns is None else time_ns, run, trigger, meta_json,
+                              alias)
                 cobj = self.objects.frame(ob.COMMIT, c.encode())
                 txn.put_many([cobj], now)
                 try:
@@ -290,10 +293,12 @@ class Store:
                         raise
             txn.reflog_append(ReflogEntry(ref, tip, cobj.oid, now, f"commit: {trigger or 'manual'}"))
             _follow(txn, rref, cobj.oid)
-            txn.index_add(to_row(cobj.oid, c))
+            seq = txn.counter_next("seq")  # local order: the commit index's, never the commit's
+            txn.index_add(to_row(cobj.oid, c, branch, seq, summary))
             if alias:
                 txn.alias_set(alias, cobj.oid)
-            return cobj.oid
+        self._old_version = False
+        return cobj.oid
 
     # -- reading ---------------------------------------------------------------------------------------------
 
@@ -324,15 +329,21 @@ class Store:
         return from_commit(cid, self.objects.commit(cid), live=False)
 
     def _row_info(self, row: IndexRow) -> CommitInfo:
-        """CommitInfo of an index row; a damaged row (a cache) is read from its commit object instead, and
-        raises the row's one-line DecodeError only when the object cannot be read either."""
+        """CommitInfo of an index row; a damaged row (a cache) is read from its commit object instead (keeping
+        the row's own seq and branch when they are intact: the object has neither), and raises the row's
+        one-line DecodeError only when the object cannot be read either."""
         try:
             return from_row(row)
         except DecodeError as e:
             try:
-                return from_commit(row.id, self.objects.commit(row.id), live=True)
+                info = from_commit(row.id, self.objects.commit(row.id), live=True)
             except CkptError:
                 raise e from None
+            if isinstance(row.seq, int) and not isinstance(row.seq, bool):
+                info.seq = row.seq
+            if isinstance(row.branch, str):
+                info.branch = row.branch
+            return info
 
     def _parents(self, cid: bytes) -> tuple[bytes, ...]:
         row = self.backend.index_get(cid)
@@ -344,18 +355,16 @@ class Store:
             raise UnknownRevision(f"commit {cid.hex()[:12]} was pruned; its parents are unknown") from None
 
     def _seq(self, cid: bytes) -> int | None:
+        """Local write order from the commit index; None outside it (commits carry no order)."""
         row = self.backend.index_get(cid)
-        if row is not None:
-            return row.seq
-        try:
-            return self.objects.commit(cid).seq
-        except MissingObject:
-            return None
+        return row.seq if row is not None else None
 
     def _check_edge(self, child: bytes, parent: bytes) -> None:
         """A parent is written before its child, so its seq is lower: an edge breaking that (a self-parent, or
         part of a parent cycle, possible only in a hand-made or damaged commit index) raises IntegrityError
-        naming the child, instead of letting a walk loop forever."""
+        naming the child, instead of letting a walk loop forever. An edge to or from a commit outside the
+        index has no seq to compare: commit objects cannot form a cycle (an id hashes its parents' ids), and
+        walks also keep a seen set."""
         if parent == child:
             raise _cycle(child, parent)
         ps, cs = self._seq(parent), self._seq(child)
@@ -453,9 +462,9 @@ class Store:
             except MissingObject:
                 yield PrunedCommit(cid.hex())
                 return
-            if child is not None and info.seq >= child.seq:
+            if child is not None and child.live and info.live and info.seq >= child.seq:
                 raise _cycle(bytes.fromhex(child.id), cid)
-            if cid in seen:  # unreachable while seqs decrease; kept so no index can make this loop
+            if cid in seen:  # e.g. an index row's parents leading back through unindexed commits
                 raise _cycle(cid)
             seen.add(cid)
             child = info
