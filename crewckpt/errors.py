@@ -140,6 +140,25 @@ class UntrustedCode(CkptError, ValueError):
                          f"trust ({shown!r}: {what})")
 
 
+class UntrustedEndpoint(CkptError, ValueError):
+    """A checkpoint points an LLM at an endpoint the user does not trust (the API key would go there).
+
+    Attributes:
+        path: the field, e.g. ``entities[0].agents[0].llm.base_url``.
+        value: the stored URL.
+        findings: every ``(path, url)`` found.
+    """
+
+    def __init__(self, findings: list[tuple[str, str]]) -> None:
+        self.findings = findings
+        self.path, self.value = findings[0]
+        more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
+        shown = self.value if len(self.value) <= 60 else self.value[:57] + "..."
+        super().__init__(f"field {self.path} points the LLM at {shown!r}{more}, where your API key and prompts "
+                         f"would be sent; add that URL to CREWCKPT_LLM_ENDPOINTS (comma-separated) to trust it, or set "
+                         f"CREWAI_DESERIALIZE_CALLBACKS=1 for a checkpoint you trust")
+
+
 class JsonbError(CkptError, ValueError):
     """A BLOB is not well-formed JSONB. ``offset`` is the byte where the problem was found; ``reason`` says
     what is wrong in a few words."""
