@@ -5,7 +5,8 @@ A backend stores five things:
 
 * objects ``oid -> (kind, size, frame, touched_ns)``: immutable; ``put`` only inserts what is absent and
   freshens ``touched_ns`` of what is present (gc's grace rule needs it);
-* refs ``name -> oid``: changed only by compare-and-swap (:meth:`Txn.set_ref_if_equals`);
+* refs ``name -> oid``: changed only by compare-and-swap (:meth:`Txn.set_ref_if_equals`); symbolic refs
+  ``name -> ref name`` (``HEAD -> refs/heads/main``, as git's HEAD file) are plain values set and read as a whole;
 * the reflog: an append-only list of ref updates per ref;
 * the commit index: one row per *live* commit (a cache of the commit object plus liveness: prune removes
   rows; gc marks from rows and refs);
@@ -139,6 +140,11 @@ class Reader(abc.ABC):
         """A ref's updates, oldest first."""
 
     @abc.abstractmethod
+    def get_symref(self, name: str) -> str | None:
+        """The ref name a symbolic ref holds (``"HEAD"`` -> ``"refs/heads/main"``), or None when it was never
+        set. The value is returned as stored: the store above validates it."""
+
+    @abc.abstractmethod
     def index_get(self, cid: bytes) -> IndexRow | None:
         """The live commit row, or None when the commit is not live (pruned or never written)."""
 
@@ -193,6 +199,12 @@ class Txn(Reader):
         Raises:
             RefConflict: the ref holds something else.
         """
+
+    @abc.abstractmethod
+    def set_symref(self, name: str, target: str) -> None:
+        """Point symbolic ref ``name`` at ref name ``target`` (the target need not exist yet: an unborn branch).
+        Atomic with the rest of the transaction; its moves are logged by the caller with :meth:`reflog_append`
+        under ``name`` (HEAD's own reflog)."""
 
     @abc.abstractmethod
     def reflog_append(self, entry: ReflogEntry) -> None:

@@ -20,6 +20,7 @@ class _State:
     def __init__(self) -> None:
         self.objects: dict[bytes, tuple[StoredObject, int]] = {}
         self.refs: dict[str, bytes] = {}
+        self.symrefs: dict[str, str] = {}
         self.reflog: list[ReflogEntry] = []
         self.index: dict[bytes, IndexRow] = {}
         self.aliases: dict[str, bytes] = {}
@@ -55,6 +56,9 @@ class _MemReader:
 
     def reflog(self, ref: str) -> list[ReflogEntry]:
         return [e for e in self._s.reflog if e.ref == ref]
+
+    def get_symref(self, name: str) -> str | None:
+        return self._s.symrefs.get(name)
 
     def index_get(self, cid: bytes) -> IndexRow | None:
         return self._s.index.get(cid)
@@ -131,6 +135,9 @@ class MemoryTxn(_MemReader, Txn):
         else:
             self._s.refs[name] = new
 
+    def set_symref(self, name: str, target: str) -> None:
+        self._s.symrefs[name] = target
+
     def reflog_append(self, entry: ReflogEntry) -> None:
         self._s.reflog.append(entry)
 
@@ -180,6 +187,7 @@ class MemoryBackend(_MemReader, Backend):
             work = copy.copy(self._s)
             work.objects = dict(self._s.objects)
             work.refs, work.reflog = dict(self._s.refs), list(self._s.reflog)
+            work.symrefs = dict(self._s.symrefs)
             work.index, work.aliases = dict(self._s.index), dict(self._s.aliases)
             work.counters, work.meta = dict(self._s.counters), dict(self._s.meta)
             yield MemoryTxn(work)
