@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
+import types
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from crewai_fixtures import FIXTURES
@@ -42,6 +46,53 @@ SLOW: tuple[str, ...] = (
     "tests/test_flow_class_opt_in.py::test_on_a_terminal_resume_asks_before_importing",
     "tests/test_lint.py::test_mypy_is_clean",  # ~1 min of type checking
 )
+
+
+PG_REQUIRED = os.environ.get("CKPT_REQUIRE_POSTGRES") == "1"  # CI: a missing server fails, never skips
+
+
+def _no_postgres(why: str) -> None:
+    if PG_REQUIRED:
+        pytest.fail(f"{why} (CKPT_REQUIRE_POSTGRES=1: the PostgreSQL tests must run here)", pytrace=False)
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    """One PostgreSQL server for the whole session (tests/pg_server.py), started on first use, stopped at
+    the end; ``$CKPT_TEST_PG_URL`` (``postgresql://user@host:port/db``) uses an existing server instead.
+    Skips when psycopg or the server binaries are missing (fails under ``CKPT_REQUIRE_POSTGRES=1``)."""
+    try:
+        import pg_server as pgs
+    except ImportError as e:
+        _no_postgres(f"psycopg is not installed ({e}); pip install -e '.[postgres]'")
+    external = os.environ.get("CKPT_TEST_PG_URL")
+    if external:
+        yield types.SimpleNamespace(url=external, restart=None)
+        return
+    bindir = pgs.find_bindir()
+    if bindir is None:
+        _no_postgres("no PostgreSQL server binaries (initdb, postgres) found via $CKPT_PG_BINDIR, pg_config, "
+                     "PATH or /usr/lib/postgresql/*/bin; install them (Debian: apt-get install postgresql)")
+    srv = pgs.PgServer.start(bindir)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+_PG_SCHEMAS = itertools.count(1)
+
+
+@pytest.fixture
+def pg_url(pg_server: Any) -> Iterator[str]:
+    """A store location on the session's server with a schema no other test uses (created by whoever inits
+    the store; dropped afterwards so an external server is left as found)."""
+    schema = f"t{os.getpid()}_{next(_PG_SCHEMAS)}"
+    yield f"{pg_server.url}?schema={schema}"
+    import psycopg
+    with contextlib.suppress(psycopg.Error), psycopg.connect(pg_server.url, autocommit=True) as c:
+        c.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 @pytest.fixture

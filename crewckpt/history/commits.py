@@ -16,9 +16,11 @@ from crewckpt.format import objects as ob
 
 @dataclasses.dataclass(slots=True)
 class CommitInfo:
-    """One commit. Ids are 64-hex strings; ``time_ns`` is UTC nanoseconds since the epoch; ``seq`` is the
-    store-wide write sequence (increasing along every branch; orders commits when clocks tie or jump);
-    ``live`` is False for a commit that prune removed but whose object still exists."""
+    """One commit. Ids are 64-hex strings; ``time_ns`` is UTC nanoseconds since the epoch; ``seq`` is this
+    store's write (arrival) sequence, from the commit index (increasing along every branch; orders commits
+    when clocks tie or jump); ``branch`` the branch the commit belongs to here and ``summary`` the listing
+    summary, also from the index. ``live`` is False for a commit that prune removed but whose object still
+    exists: it has no index row, so ``seq`` is :data:`UNINDEXED_SEQ` and ``branch`` is ``""``."""
 
     id: str
     tree: str
@@ -92,16 +94,34 @@ def from_row(r: IndexRow) -> CommitInfo:
     return info
 
 
+UNINDEXED_SEQ = 0
+"""``CommitInfo.seq`` of a commit outside the commit index (pruned but present, or reached only through
+objects): local order exists only in the index, and 0 sorts before every indexed commit (seqs start at 1)."""
+
+
 def from_commit(cid: bytes, c: ob.Commit, live: bool) -> CommitInfo:
-    """CommitInfo from a decoded commit object."""
-    return CommitInfo(cid.hex(), c.tree.oid.hex(), tuple(p.hex() for p in c.parents), c.time_ns, c.seq,
-                      c.branch, c.run_id, c.trigger, c.summary, _meta(c.meta_json), c.alias, live)
+    """CommitInfo from a decoded commit object alone, for a commit with no commit-index row.
+
+    The local fields a commit body does not hold come back as "unknown here": ``seq`` is
+    :data:`UNINDEXED_SEQ`, ``branch`` is ``""`` and the summary is empty (a format-1 body's summary, derived
+    from the document, is used). A format-1 body's seq and branch are never used (objects_format.md 5.3).
+    """
+    return CommitInfo(cid.hex(), c.tree.oid.hex(), tuple(p.hex() for p in c.parents), c.time_ns, UNINDEXED_SEQ,
+                      "", c.run_id, c.trigger, c.v1_summary or ob.Summary(), _meta(c.meta_json), c.alias, live)
 
 
-def to_row(cid: bytes, c: ob.Commit) -> IndexRow:
-    """The commit-index row of a commit object."""
-    return IndexRow(cid, c.branch, c.seq, c.time_ns, c.run_id, c.trigger, c.parents, c.tree.oid,
-                    ob.packb(c.summary.encode()), c.alias, c.meta_json)
+def to_row(cid: bytes, c: ob.Commit, branch: str, seq: int, summary: ob.Summary) -> IndexRow:
+    """The commit-index row of a commit object: its fields plus the local ones (``branch`` it belongs to,
+    for prune; ``seq``, its local write order; ``summary`` of its document, for listing)."""
+    return IndexRow(cid, branch, seq, c.time_ns, c.run_id, c.trigger, c.parents, c.tree.oid,
+                    ob.packb(summary.encode()), c.alias, c.meta_json)
+
+
+def row_matches(row: IndexRow, c: ob.Commit) -> bool:
+    """Whether an index row's copies of the commit object's own fields agree with the object (the local
+    fields, branch, seq and summary, are the index's own and not compared)."""
+    return (row.time_ns, row.run_id, row.trigger, row.parents, row.tree, row.alias, row.meta_json) == (
+        c.time_ns, c.run_id, c.trigger, c.parents, c.tree.oid, c.alias, c.meta_json)
 
 
 @dataclasses.dataclass(frozen=True)

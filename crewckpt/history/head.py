@@ -11,7 +11,7 @@ Rules (docs/cli.md, "HEAD and the current branch"):
   ``ckpt resume`` / the TUI's Resume and Fork for the branch their run wrote on).
 * Renaming the current branch moves HEAD with it; the current branch cannot be deleted.
 
-Functions take a backend or a transaction (both are :class:`~crewckpt.backends.base.Reader`), so a move of
+Functions take a backend or a transaction (both are :class:`~crewckpt.backends.base.Parts`), so a move of
 HEAD lands atomically with the ref update that caused it.
 """
 
@@ -21,7 +21,7 @@ import logging
 import re
 from typing import TYPE_CHECKING
 
-from crewckpt.backends.base import Reader, ReflogEntry, Txn
+from crewckpt.backends.base import Parts, ReflogEntry
 from crewckpt.errors import BadRefName, UnknownRevision
 from crewckpt.history import refnames
 
@@ -35,7 +35,7 @@ _log = logging.getLogger("crewckpt")
 _warned: set[str] = set()
 
 
-def head_ref(r: Reader) -> str:
+def head_ref(r: Parts) -> str:
     """The ref HEAD names (``refs/heads/<branch>``; the branch may be unborn). A damaged stored value is
     ignored with one warning, and the legacy rule applies."""
     stored = r.get_symref(HEAD)
@@ -49,7 +49,7 @@ def head_ref(r: Reader) -> str:
     return _legacy(r)
 
 
-def head_ref_stored(txn: Txn) -> str:
+def head_ref_stored(txn: Parts) -> str:
     """:func:`head_ref` inside a write, storing it first when the store has none yet, so that a store made
     before HEAD was stored keeps the HEAD it had (the legacy rule depends on the last commit written)."""
     ref = head_ref(txn)
@@ -58,7 +58,7 @@ def head_ref_stored(txn: Txn) -> str:
     return ref
 
 
-def follow(txn: Txn, ref: str, old: bytes | None, new: bytes, time_ns: int, message: str) -> None:
+def follow(txn: Parts, ref: str, old: bytes | None, new: bytes, time_ns: int, message: str) -> None:
     """Record in HEAD's reflog that branch ``ref`` moved ``old -> new``, if HEAD names it."""
     if head_ref_stored(txn) == ref:
         txn.reflog_append(ReflogEntry(HEAD, old, new, time_ns, message))
@@ -87,7 +87,7 @@ def branch_of(ref: str) -> str:
     return ref[len(refnames.HEADS):]
 
 
-def previous_branch(r: Reader, n: int) -> str | None:
+def previous_branch(r: Parts, n: int) -> str | None:
     """The ``n``-th branch HEAD was on before the current one (git's ``@{-n}``), from the ``moving from A
     to B`` entries of HEAD's reflog; None when HEAD moved fewer times."""
     seen = 0
@@ -100,7 +100,7 @@ def previous_branch(r: Reader, n: int) -> str | None:
     return None
 
 
-def unborn(r: Reader, text: str) -> UnknownRevision:
+def unborn(r: Parts, text: str) -> UnknownRevision:
     """The one-line error for ``text`` (HEAD, ``@``, ``HEAD~2``...) when HEAD's branch has no commit yet."""
     name = branch_of(head_ref(r))
     others = sorted(branch_of(k) for k in r.refs(refnames.HEADS))
@@ -122,7 +122,7 @@ def _valid(ref: str) -> bool:
     return True
 
 
-def _legacy(r: Reader) -> str:
+def _legacy(r: Parts) -> str:
     """HEAD of a store that has none stored: the branch of its last commit written if that branch exists
     (what HEAD meant before it was a symbolic ref), else ``main``."""
     last = r.index_last()

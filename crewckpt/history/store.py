@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins  # Store.list shadows the builtin inside the class body
 import collections
+import contextlib
 import logging
 import os
 import threading
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from crewckpt.backends.base import Backend, IndexRow, ReflogEntry, Txn
+from crewckpt.backends.base import Backend, IndexRow, Parts, ReflogEntry, writing
 from crewckpt.backends.memory import MemoryBackend
 from crewckpt.backends.sqlite import DB_NAME, SqliteBackend
 from crewckpt.errors import (
@@ -32,6 +33,7 @@ from crewckpt.errors import (
     FormatVersionError,
     IntegrityError,
     MissingObject,
+    RefConflict,
     StoreExists,
     StoreNotFound,
     UnknownRevision,
@@ -141,6 +143,8 @@ class Store:
         if int(v) > ob.FORMAT_VERSION:
             raise FormatVersionError(f"{where}: store format version {v} is newer than this crewckpt "
                                      f"understands ({ob.FORMAT_VERSION}); upgrade crewckpt")
+        # a format-1 store opens as is; its first new commit (format 2) records version 2 (objects_format.md 10)
+        self._old_version = int(v) < ob.FORMAT_VERSION
 
     def close(self) -> None:
         """Close the backend."""
@@ -250,35 +254,54 @@ class Store:
             run = self._run = "w-" + uuid.uuid4().hex[:12]
         return run
 
+    def _writing(self) -> contextlib.AbstractContextManager[Parts]:
+        """One transaction when the backend has them, else the backend's own atomic verbs (callers keep the
+        ordering invariants of docs/backends.md)."""
+        return writing(self.backend)
+
     def _land(self, frames: list[Any], root: ob.Link, ref: str, rref: str, branch: str, run: str,
               parent_ids: list[bytes] | None, trigger: str | None, summary: ob.Summary,
               meta_json: str | None, alias: str | None, time_ns: int | None, full: bool) -> bytes:
-        """One checkpoint, one transaction. ``full``: every referenced object is in ``frames`` (caches were
-        just dropped), so it is safe whatever gc does meanwhile: all get ``touched = now``."""
-        with self.backend.transaction() as txn:
+        """One checkpoint: one transaction where the backend has them. ``full``: every referenced object is
+        in ``frames`` (caches were just dropped), so it is safe whatever gc does meanwhile: all get
+        ``touched = now``.
+
+        The steps are in the order that keeps a checkpoint durable without a transaction (docs/backends.md,
+        'Write order'): objects, then the commit object, then the branch ref by compare-and-swap (retried on
+        a moved tip when the parent is the tip), then reflog and run ref, then the commit index."""
+        with self._writing() as txn:
             now = time.time_ns()  # read inside the transaction, i.e. after any gc epoch bump it could miss
             epoch = txn.meta_get(_EPOCH) or "0"
             if epoch != self._epoch:
                 self._epoch = epoch
                 if not full:
                     raise _EpochChanged
-            tip = txn.get_ref(ref)
-            parents = parent_ids if parent_ids is not None else ([tip] if tip else [])
-            seq = txn.counter_next("seq")
-            c = ob.Commit(root, tuple(parents), now if time_ns is None else time_ns, seq, branch, run, trigger,
-                          summary, meta_json, alias)
-            cobj = self.objects.frame(ob.COMMIT, c.encode())
-            txn.put_many([*frames, cobj], now)
-            txn.set_ref_if_equals(ref, tip, cobj.oid)
+            if self._old_version:  # the first format-2 commit marks a format-1 store (nothing is rewritten)
+                txn.meta_set("format_version", str(ob.FORMAT_VERSION))
+            txn.put_many(frames, now)
+            for attempt in range(_CAS_RETRIES):
+                tip = txn.get_ref(ref)
+                parents = parent_ids if parent_ids is not None else ([tip] if tip else [])
+                c = ob.Commit(root, tuple(parents), now if time_ns is None else time_ns, run, trigger, meta_json,
+                              alias)
+                cobj = self.objects.frame(ob.COMMIT, c.encode())
+                txn.put_many([cobj], now)
+                try:
+                    txn.set_ref_if_equals(ref, tip, cobj.oid)
+                    break
+                except RefConflict:  # only without transactions: another writer moved the branch meanwhile
+                    if attempt + 1 == _CAS_RETRIES:
+                        raise
             message = f"commit: {trigger or 'manual'}"
             txn.reflog_append(ReflogEntry(ref, tip, cobj.oid, now, message))
             head.follow(txn, ref, tip, cobj.oid, now, message)
-            rtip = txn.get_ref(rref)
-            txn.set_ref_if_equals(rref, rtip, cobj.oid)
-            txn.index_add(to_row(cobj.oid, c))
+            _follow(txn, rref, cobj.oid)
+            seq = txn.counter_next("seq")  # local order: the commit index's, never the commit's
+            txn.index_add(to_row(cobj.oid, c, branch, seq, summary))
             if alias:
                 txn.alias_set(alias, cobj.oid)
-            return cobj.oid
+        self._old_version = False
+        return cobj.oid
 
     # -- reading ---------------------------------------------------------------------------------------------
 
@@ -309,15 +332,21 @@ class Store:
         return from_commit(cid, self.objects.commit(cid), live=False)
 
     def _row_info(self, row: IndexRow) -> CommitInfo:
-        """CommitInfo of an index row; a damaged row (a cache) is read from its commit object instead, and
-        raises the row's one-line DecodeError only when the object cannot be read either."""
+        """CommitInfo of an index row; a damaged row (a cache) is read from its commit object instead (keeping
+        the row's own seq and branch when they are intact: the object has neither), and raises the row's
+        one-line DecodeError only when the object cannot be read either."""
         try:
             return from_row(row)
         except DecodeError as e:
             try:
-                return from_commit(row.id, self.objects.commit(row.id), live=True)
+                info = from_commit(row.id, self.objects.commit(row.id), live=True)
             except CkptError:
                 raise e from None
+            if isinstance(row.seq, int) and not isinstance(row.seq, bool):
+                info.seq = row.seq
+            if isinstance(row.branch, str):
+                info.branch = row.branch
+            return info
 
     def _parents(self, cid: bytes) -> tuple[bytes, ...]:
         row = self.backend.index_get(cid)
@@ -329,18 +358,16 @@ class Store:
             raise UnknownRevision(f"commit {cid.hex()[:12]} was pruned; its parents are unknown") from None
 
     def _seq(self, cid: bytes) -> int | None:
+        """Local write order from the commit index; None outside it (commits carry no order)."""
         row = self.backend.index_get(cid)
-        if row is not None:
-            return row.seq
-        try:
-            return self.objects.commit(cid).seq
-        except MissingObject:
-            return None
+        return row.seq if row is not None else None
 
     def _check_edge(self, child: bytes, parent: bytes) -> None:
         """A parent is written before its child, so its seq is lower: an edge breaking that (a self-parent, or
         part of a parent cycle, possible only in a hand-made or damaged commit index) raises IntegrityError
-        naming the child, instead of letting a walk loop forever."""
+        naming the child, instead of letting a walk loop forever. An edge to or from a commit outside the
+        index has no seq to compare: commit objects cannot form a cycle (an id hashes its parents' ids), and
+        walks also keep a seen set."""
         if parent == child:
             raise _cycle(child, parent)
         ps, cs = self._seq(parent), self._seq(child)
@@ -469,9 +496,9 @@ class Store:
             except MissingObject:
                 yield PrunedCommit(cid.hex())
                 return
-            if child is not None and info.seq >= child.seq:
+            if child is not None and child.live and info.live and info.seq >= child.seq:
                 raise _cycle(bytes.fromhex(child.id), cid)
-            if cid in seen:  # unreachable while seqs decrease; kept so no index can make this loop
+            if cid in seen:  # e.g. an index row's parents leading back through unindexed commits
                 raise _cycle(cid)
             seen.add(cid)
             child = info
@@ -523,7 +550,7 @@ class Store:
         ref = refnames.branch_ref(branch)
         branch = head.branch_of(ref)
         start_id = bytes.fromhex(self.resolve(start)) if create else None
-        with self.backend.transaction() as txn:
+        with self._writing() as txn:
             now = time.time_ns()
             old = head.head_ref_stored(txn)
             if start_id is not None:
@@ -572,12 +599,12 @@ class Store:
         """Create branch ``name`` at ``rev``; returns the commit id. Raises BadRefName, BranchExists."""
         ref = refnames.branch_ref(name)
         cid = bytes.fromhex(self.resolve(rev))
-        with self.backend.transaction() as txn:
+        with self._writing() as txn:
             self._create_ref(txn, ref, cid, rev, time.time_ns())
         return cid.hex()
 
     @staticmethod
-    def _create_ref(txn: Txn, ref: str, cid: bytes, rev: str, now: int) -> None:
+    def _create_ref(txn: Parts, ref: str, cid: bytes, rev: str, now: int) -> None:
         if txn.get_ref(ref) is not None:
             raise BranchExists(f"branch {head.branch_of(ref)!r} already exists; pick another name or delete it "
                                f"first")
@@ -591,7 +618,7 @@ class Store:
             UnknownRevision: no such branch. BranchInUse: it is the current branch (git refuses too).
         """
         ref = refnames.branch_ref(name)
-        with self.backend.transaction() as txn:
+        with self._writing() as txn:
             cur = txn.get_ref(ref)
             if cur is None:
                 raise UnknownRevision(f"no branch named {name!r}; see `ckpt branch`")
@@ -605,7 +632,7 @@ class Store:
         """Rename a branch: its ref, reflog and the branch of its live commits; HEAD follows a rename of the
         current branch (one entry in HEAD's reflog). Raises BranchExists, UnknownRevision, BadRefName."""
         oref, nref = refnames.branch_ref(old), refnames.branch_ref(new)
-        with self.backend.transaction() as txn:
+        with self._writing() as txn:
             current = head.head_ref_stored(txn)  # before the refs change: a legacy HEAD is read from them
             cur = txn.get_ref(oref)
             if cur is None:
@@ -642,7 +669,7 @@ class Store:
         if keep is not None and keep < 1:
             raise ValueError(f"keep must be at least 1, got {keep}")
         b = refnames.check_branch(branch)
-        with self.backend.transaction() as txn:
+        with self._writing() as txn:
             rows = txn.index_rows(b)
             tips = set(txn.refs(refnames.HEADS).values())
             cut = time.time_ns() - older_than_ns if older_than_ns is not None else None
@@ -727,7 +754,7 @@ class Store:
         except CkptError:
             return None
         d = self.objects.frame(ob.DICT, data)
-        with self.backend.transaction() as txn:
+        with self._writing() as txn:
             txn.put_many([d], time.time_ns())
             txn.meta_set("dictionary", d.oid.hex())
         self.objects.codec.use_dictionary(d.oid, data)
@@ -742,6 +769,20 @@ def _cycle(child: bytes, parent: bytes | None = None) -> IntegrityError:
     else:
         why = f"its parent {parent.hex()[:12]} is not older than it (a parent cycle in the commit index)"
     return IntegrityError(child.hex(), why)
+
+
+_CAS_RETRIES = 20  # tries to move a branch another writer keeps moving (backends without transactions)
+
+
+def _follow(w: Parts, ref: str, target: bytes) -> None:
+    """Point ``ref`` (a run ref: it follows its run's last commit, any old value will do) at ``target``."""
+    for _ in range(_CAS_RETRIES):
+        try:
+            w.set_ref_if_equals(ref, w.get_ref(ref), target)
+            return
+        except RefConflict:
+            continue
+    raise RefConflict(f"ref {ref} keeps moving under concurrent writers; retry")
 
 
 class _EpochChanged(Exception):
