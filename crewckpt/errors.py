@@ -72,6 +72,10 @@ class BranchExists(CkptError):
     """A branch of that name already exists."""
 
 
+class BranchInUse(CkptError):
+    """The branch is the current branch (HEAD names it): it cannot be deleted."""
+
+
 INSTALL_HINT = "pip install 'crewckpt[crewai]'"
 """How to get the optional CrewAI runtime (the ``crewai`` extra)."""
 

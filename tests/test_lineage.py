@@ -181,19 +181,23 @@ def test_import_of_two_runs_on_one_branch_makes_two_lineages(tmp_path):
 # -- ckpt branch and ckpt reflog ---------------------------------------------------------------------------
 
 
-def test_branch_star_and_reflog_default_follow_the_branch_the_next_checkpoint_goes_to(tmp_path):
+def test_branch_star_and_reflog_default_follow_head_not_the_last_write(tmp_path):
     path = str(tmp_path / ".ckpt")
     store = Store.init(path)
     doc = {"entities": [], "n": 1}
-    store.commit(doc, branch="main")
-    c2 = store.commit(dict(doc, n=2), branch="exp", parents=[])
-    store.create_branch("copy", c2)  # a second branch at HEAD: not where the next checkpoint goes
+    c1 = store.commit(doc, branch="main")
+    c2 = store.commit(dict(doc, n=2), branch="exp", parents=[])  # a writer on exp does not switch HEAD
+    store.create_branch("copy", c2)
     store.close()
     lines = ok(ckpt(path, "branch")).stdout.splitlines()
     starred = [line.split()[1] for line in lines if line.startswith("*")]
-    assert starred == ["exp"]
+    assert starred == ["main"]
     rows = ndjson(ok(ckpt(path, "branch", "--json")).stdout)
-    assert [r["branch"] for r in rows if r["head"]] == ["exp"]
+    assert [r["branch"] for r in rows if r["head"]] == ["main"]
     reflog = ok(ckpt(path, "reflog", "--json")).stdout
-    assert {r["id"] for r in ndjson(reflog)} == {c2}
-    assert "exp@{0}" in ok(ckpt(path, "reflog")).stdout
+    assert [r["id"] for r in ndjson(reflog)] == [c1]
+    assert "HEAD@{0}: commit: manual" in ok(ckpt(path, "reflog")).stdout
+    ok(ckpt(path, "switch", "exp"))
+    starred = [line.split()[1] for line in ok(ckpt(path, "branch")).stdout.splitlines() if line.startswith("*")]
+    assert starred == ["exp"]
+    assert [r["id"] for r in ndjson(ok(ckpt(path, "reflog", "--json")).stdout)] == [c2, c1]
