@@ -29,8 +29,9 @@ def _is_type_checking(node: ast.AST) -> bool:
 def import_graph(pkg: Path = PKG) -> dict[str, set[str]]:
     """``module -> crewckpt modules it imports`` at run time, read with ast from the source: imports at any
     depth (inside functions too), except under ``if TYPE_CHECKING:`` (never run). ``from a import b`` names
-    the submodule ``a.b`` when it exists, else ``a``. A package is not counted as importing its own parent
-    (Python loads a parent before its submodules; that order is not a cycle)."""
+    the submodule ``a.b`` when it exists, else ``a``. A submodule is not counted as importing its own package
+    (``crewckpt.testing.scripted`` using names of ``crewckpt.testing``): Python loads a package before any of
+    its submodules, so that edge is containment, not a cycle."""
     files = {_module_name(f, pkg): f for f in pkg.rglob("*.py")}
     graph: dict[str, set[str]] = {m: set() for m in files}
     for mod, f in files.items():
@@ -39,7 +40,7 @@ def import_graph(pkg: Path = PKG) -> dict[str, set[str]]:
         def add(target: str, mod: str = mod) -> None:
             while target not in files and "." in target:
                 target = target.rpartition(".")[0]
-            if target in files and target != mod:
+            if target in files and target != mod and not mod.startswith(target + "."):
                 graph[mod].add(target)
 
         stack: list[ast.AST] = [ast.parse(f.read_text(encoding="utf-8"))]
@@ -99,9 +100,11 @@ def test_import_graph_sees_function_level_imports(tmp_path: Path) -> None:
     (pkg / "sub" / "a.py").write_text("from crewckpt.sub import b\n")
     (pkg / "sub" / "b.py").write_text("def f():\n    from . import a\n")
     (pkg / "sub" / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import crewckpt.sub.a\n")
+    (pkg / "sub" / "d.py").write_text("from crewckpt.sub import a\nfrom crewckpt import sub\n")
     graph = import_graph(pkg)
     assert graph["crewckpt.sub.a"] == {"crewckpt.sub.b"} and graph["crewckpt.sub.b"] == {"crewckpt.sub.a"}
     assert graph["crewckpt.sub.c"] == set()
+    assert graph["crewckpt.sub.d"] == {"crewckpt.sub.a"}  # its own package is containment, not an import
     assert find_cycle(graph) == ["crewckpt.sub.a", "crewckpt.sub.b", "crewckpt.sub.a"]
 
 
