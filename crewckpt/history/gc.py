@@ -11,12 +11,13 @@ unreferenced objects, and a rerun finishes the job.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from crewckpt.backends.base import HEAD_BYTES, ObjectMeta
+from crewckpt.backends.base import HEAD_BYTES, ObjectMeta, writing
 from crewckpt.errors import CkptError, MissingObject
 from crewckpt.format import objects as ob
 from crewckpt.format.frame import PACK_KEY, PACK_LEVEL, PACKED
@@ -192,7 +193,7 @@ def write_packs(store: Store, oids: list[bytes], progress: Progress | None = Non
             size += len(it[2])
         if batch and (it is None or size >= PACK_MAX):
             objs = store.objects.pack(batch, level=PACK_LEVEL)
-            with store.backend.transaction() as txn:
+            with store.backend.transaction() as txn:  # reframe implies transactions (docs/backends.md)
                 txn.put_many(objs[:1], time.time_ns())
                 moved += txn.reframe((o.oid, o.frame) for o in objs[1:])
             batch, size = [], 0
@@ -204,8 +205,9 @@ def write_packs(store: Store, oids: list[bytes], progress: Progress | None = Non
 def drop_unreferenced_packs(store: Store, touched_before_ns: int) -> int:
     """Delete packs that no object's frame names any more (and older than the cutoff); returns the count.
 
-    Decided inside one transaction: no writer can add a frame naming a pack between check and delete."""
-    with store.backend.transaction() as txn:
+    Decided inside one transaction where the backend has them; without, writers only add frames naming the
+    pack they put in the same batch (its stored time is then fresh), and the delete re-checks that time."""
+    with writing(store.backend) as txn:
         now = list(txn.iter_objects())
         used = {_pack_of(m.head) for m in now}
         packs = [m.oid for m in now
@@ -218,12 +220,14 @@ def merge_packs(store: Store, packs: list[tuple[bytes, list[bytes]]]) -> bool:
     (git's gc.autoPackLimit idea), then delete them. Needs no scan: only the writer's own rows name its packs
     (a member that already existed kept its older frame). Skipped, returning False, while a gc holds the
     lock; the caller keeps its list and tries again later."""
-    with store.backend.gc_lock() as got:
+    b = store.backend
+    if not (b.capabilities.reframe and b.capabilities.locks):
+        return True  # nothing to merge on a backend that cannot reframe: per-checkpoint packs stay
+    with b.lock("gc") as got:
         if not got:
             return False
         write_packs(store, [o for _, members in packs for o in members])
-        with store.backend.transaction() as txn:
-            txn.delete_objects([p for p, _ in packs], time.time_ns() + 1)
+        b.delete_objects([p for p, _ in packs], time.time_ns() + 1)
     return True
 
 
@@ -240,7 +244,10 @@ def gc(store: Store, *, dry_run: bool = False, grace_ns: int = 0, progress: Prog
         GcBusy: the lock stayed taken for ``wait_s`` seconds.
     """
     b = store.backend
-    with b.gc_lock(wait_s=wait_s) as got:  # a writer's automatic repack holds it for well under a second
+    caps = b.capabilities
+    grace_ns = max(grace_ns, int(caps.gc_grace_s * 1e9))
+    lock = b.lock("gc", wait_s=wait_s) if caps.locks else contextlib.nullcontext(True)
+    with lock as got:  # a writer's automatic repack holds it for well under a second
         if not got:
             raise GcBusy(f"another gc is running on this store (its lock stayed taken for {wait_s:.0f} s); wait "
                          f"for it to finish")
@@ -251,23 +258,24 @@ def gc(store: Store, *, dry_run: bool = False, grace_ns: int = 0, progress: Prog
         # cutoff later than a racing writer's stamp and sweep that writer's fresh commit.
         cutoff = time.time_ns() - grace_ns
         if not dry_run:
-            with b.transaction() as txn:
+            with writing(b) as txn:
                 txn.meta_set("gc_epoch", next_epoch(txn.meta_get("gc_epoch")))
         live = mark(store, progress)
         metas = {m.oid: m for m in b.iter_objects()}
         dead = [o for o, m in metas.items() if m.kind != ob.PACK and o not in live and m.touched_ns < cutoff]
         if dry_run:  # what the sweep deletes, then the packs nothing names once repack moved their members
-            dead_set = set(dead) | set(repack_plan(live, metas))
+            dead_set = set(dead) | (set(repack_plan(live, metas)) if caps.reframe and caps.locks else set())
             used = {_pack_of(m.head) for o, m in metas.items() if o not in dead_set}
             packs = [o for o, m in metas.items()
                      if m.kind == ob.PACK and o[:PACK_KEY] not in used and m.touched_ns < cutoff]
             gone = dead + packs
             return GcReport(len(live), len(gone), sum(metas[o].size for o in gone), before, before, True)
-        repack(store, live, metas, progress)
+        if caps.reframe and caps.locks:  # packing is tuning for backends that can rewrite frames in place
+            repack(store, live, metas, progress)
         deleted = 0
         for i in range(0, len(dead), DELETE_BATCH):
             batch = dead[i:i + DELETE_BATCH]
-            with b.transaction() as txn:
+            with writing(b) as txn:
                 deleted += txn.delete_objects(batch, cutoff)
                 # a collected commit's foreign ids must not resolve to nothing (re-import makes them anew)
                 txn.alias_forget([o for o in batch if metas[o].kind == ob.COMMIT and not txn.has_many([o])])
@@ -276,7 +284,7 @@ def gc(store: Store, *, dry_run: bool = False, grace_ns: int = 0, progress: Prog
         packs_before = {o for o, m in metas.items() if m.kind == ob.PACK}
         deleted += drop_unreferenced_packs(store, cutoff)
         gone_packs = packs_before - {m.oid for m in b.iter_objects() if m.kind == ob.PACK}
-        b.reclaim(compact=before < COMPACT_BELOW)
+        b.maintain(compact=before < COMPACT_BELOW)  # the backend's own tuning (SQLite: vacuum, WAL)
         after = store.stats()["file_bytes"]
         freed = sum(metas[o].size for o in dead) + sum(metas[o].size for o in gone_packs)
         return GcReport(len(live), deleted, freed, before, after, False)

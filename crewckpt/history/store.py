@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins  # Store.list shadows the builtin inside the class body
 import collections
+import contextlib
 import logging
 import os
 import threading
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from crewckpt.backends.base import Backend, IndexRow, ReflogEntry
+from crewckpt.backends.base import Backend, IndexRow, Parts, ReflogEntry, writing
 from crewckpt.backends.memory import MemoryBackend
 from crewckpt.backends.sqlite import DB_NAME, SqliteBackend
 from crewckpt.errors import (
@@ -31,6 +32,7 @@ from crewckpt.errors import (
     FormatVersionError,
     IntegrityError,
     MissingObject,
+    RefConflict,
     StoreExists,
     StoreNotFound,
     UnknownRevision,
@@ -251,31 +253,47 @@ class Store:
             run = self._run = "w-" + uuid.uuid4().hex[:12]
         return run
 
+    def _writing(self) -> contextlib.AbstractContextManager[Parts]:
+        """One transaction when the backend has them, else the backend's own atomic verbs (callers keep the
+        ordering invariants of docs/backends.md)."""
+        return writing(self.backend)
+
     def _land(self, frames: list[Any], root: ob.Link, ref: str, rref: str, branch: str, run: str,
               parent_ids: list[bytes] | None, trigger: str | None, summary: ob.Summary,
               meta_json: str | None, alias: str | None, time_ns: int | None, full: bool) -> bytes:
-        """One checkpoint, one transaction. ``full``: every referenced object is in ``frames`` (caches were
-        just dropped), so it is safe whatever gc does meanwhile: all get ``touched = now``."""
-        with self.backend.transaction() as txn:
+        """One checkpoint: one transaction where the backend has them. ``full``: every referenced object is
+        in ``frames`` (caches were just dropped), so it is safe whatever gc does meanwhile: all get
+        ``touched = now``.
+
+        The steps are in the order that keeps a checkpoint durable without a transaction (docs/backends.md,
+        'Write order'): objects, then the commit object, then the branch ref by compare-and-swap (retried on
+        a moved tip when the parent is the tip), then reflog and run ref, then the commit index."""
+        with self._writing() as txn:
             now = time.time_ns()  # read inside the transaction, i.e. after any gc epoch bump it could miss
             epoch = txn.meta_get(_EPOCH) or "0"
             if epoch != self._epoch:
                 self._epoch = epoch
                 if not full:
                     raise _EpochChanged
-            tip = txn.get_ref(ref)
-            parents = parent_ids if parent_ids is not None else ([tip] if tip else [])
-            seq = txn.counter_next("seq")  # local order: the commit index's, never the commit's
-            c = ob.Commit(root, tuple(parents), now if time_ns is None else time_ns, run, trigger, meta_json,
-                          alias)
-            cobj = self.objects.frame(ob.COMMIT, c.encode())
             if self._old_version:  # the first format-2 commit marks a format-1 store (nothing is rewritten)
                 txn.meta_set("format_version", str(ob.FORMAT_VERSION))
-            txn.put_many([*frames, cobj], now)
-            txn.set_ref_if_equals(ref, tip, cobj.oid)
+            txn.put_many(frames, now)
+            for attempt in range(_CAS_RETRIES):
+                tip = txn.get_ref(ref)
+                parents = parent_ids if parent_ids is not None else ([tip] if tip else [])
+                c = ob.Commit(root, tuple(parents), now if time_ns is None else time_ns, run, trigger, meta_json,
+                              alias)
+                cobj = self.objects.frame(ob.COMMIT, c.encode())
+                txn.put_many([cobj], now)
+                try:
+                    txn.set_ref_if_equals(ref, tip, cobj.oid)
+                    break
+                except RefConflict:  # only without transactions: another writer moved the branch meanwhile
+                    if attempt + 1 == _CAS_RETRIES:
+                        raise
             txn.reflog_append(ReflogEntry(ref, tip, cobj.oid, now, f"commit: {trigger or 'manual'}"))
-            rtip = txn.get_ref(rref)
-            txn.set_ref_if_equals(rref, rtip, cobj.oid)
+            _follow(txn, rref, cobj.oid)
+            seq = txn.counter_next("seq")  # local order: the commit index's, never the commit's
             txn.index_add(to_row(cobj.oid, c, branch, seq, summary))
             if alias:
                 txn.alias_set(alias, cobj.oid)
@@ -504,7 +522,7 @@ class Store:
         """Create branch ``name`` at ``rev``; returns the commit id. Raises BadRefName, BranchExists."""
         ref = refnames.branch_ref(name)
         cid = bytes.fromhex(self.resolve(rev))
-        with self.backend.transaction() as txn:
+        with self._writing() as txn:
             if txn.get_ref(ref) is not None:
                 raise BranchExists(f"branch {name!r} already exists; pick another name or delete it first")
             txn.set_ref_if_equals(ref, None, cid)
@@ -514,7 +532,7 @@ class Store:
     def delete_branch(self, name: str) -> None:
         """Delete a branch ref and its reflog (its commits stay until pruned). Raises UnknownRevision."""
         ref = refnames.branch_ref(name)
-        with self.backend.transaction() as txn:
+        with self._writing() as txn:
             cur = txn.get_ref(ref)
             if cur is None:
                 raise UnknownRevision(f"no branch named {name!r}; see `ckpt branch`")
@@ -525,7 +543,7 @@ class Store:
         """Rename a branch: its ref, reflog and the branch of its live commits. Raises BranchExists,
         UnknownRevision, BadRefName."""
         oref, nref = refnames.branch_ref(old), refnames.branch_ref(new)
-        with self.backend.transaction() as txn:
+        with self._writing() as txn:
             cur = txn.get_ref(oref)
             if cur is None:
                 raise UnknownRevision(f"no branch named {old!r}; see `ckpt branch`")
@@ -557,7 +575,7 @@ class Store:
         if keep is not None and keep < 1:
             raise ValueError(f"keep must be at least 1, got {keep}")
         b = refnames.check_branch(branch)
-        with self.backend.transaction() as txn:
+        with self._writing() as txn:
             rows = txn.index_rows(b)
             tips = set(txn.refs(refnames.HEADS).values())
             cut = time.time_ns() - older_than_ns if older_than_ns is not None else None
@@ -642,7 +660,7 @@ class Store:
         except CkptError:
             return None
         d = self.objects.frame(ob.DICT, data)
-        with self.backend.transaction() as txn:
+        with self._writing() as txn:
             txn.put_many([d], time.time_ns())
             txn.meta_set("dictionary", d.oid.hex())
         self.objects.codec.use_dictionary(d.oid, data)
@@ -657,6 +675,20 @@ def _cycle(child: bytes, parent: bytes | None = None) -> IntegrityError:
     else:
         why = f"its parent {parent.hex()[:12]} is not older than it (a parent cycle in the commit index)"
     return IntegrityError(child.hex(), why)
+
+
+_CAS_RETRIES = 20  # tries to move a branch another writer keeps moving (backends without transactions)
+
+
+def _follow(w: Parts, ref: str, target: bytes) -> None:
+    """Point ``ref`` (a run ref: it follows its run's last commit, any old value will do) at ``target``."""
+    for _ in range(_CAS_RETRIES):
+        try:
+            w.set_ref_if_equals(ref, w.get_ref(ref), target)
+            return
+        except RefConflict:
+            continue
+    raise RefConflict(f"ref {ref} keeps moving under concurrent writers; retry")
 
 
 class _EpochChanged(Exception):
