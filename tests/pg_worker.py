@@ -16,9 +16,9 @@ from crewckpt.backends.postgres import PgBackend
 from crewckpt.history.store import Store
 
 
-def open_store(url: str) -> Store:
+def open_store(url: str, **kw: float) -> Store:
     """The store at ``url`` (a postgresql:// location)."""
-    return Store(PgBackend.open(url), None)
+    return Store(PgBackend.open(url, **kw), None)
 
 
 def doc_for(tag: str, i: int) -> dict[str, object]:
@@ -46,8 +46,8 @@ def commit_loop(url: str, branch: str, n: int, ack: str, tag: str) -> None:
 def gc_loop(url: str, seconds: float, tags: list[str]) -> None:
     """gc in a loop; before each, make garbage that shares objects with what the writers are writing: the
     same documents committed on a branch "junk" and pruned right away (gc must not delete what a writer
-    reuses meanwhile)."""
-    s = open_store(url)
+    reuses meanwhile). No grace: every writer runs on this machine's clock, so only the locks protect them."""
+    s = open_store(url, gc_grace_s=0.0)
     end = time.monotonic() + seconds
     i = 0
     while time.monotonic() < end:

@@ -137,7 +137,7 @@ def test_an_unreachable_server_fails_in_one_line_naming_the_host() -> None:
 def test_a_checkpoint_costs_the_same_few_round_trips_for_5_or_500_new_objects(store: Store,
                                                                                backend: PgBackend) -> None:
     costs = []
-    for n in (5, 500, 5):
+    for n in (5, 500, 6):
         doc = {"n": n, "parts": {f"k{i}": {"text": f"part {n} {i} " * 20} for i in range(n)}}
         before = backend.round_trips
         store.commit(doc, branch="main")

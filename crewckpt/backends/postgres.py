@@ -44,14 +44,16 @@ from psycopg import errors as pgerr
 
 from crewckpt.backends.base import (
     HEAD_BYTES,
-    Backend,
+    Capabilities,
     IndexRow,
     ObjectMeta,
     ReflogEntry,
     StoreBusy,
     StoredObject,
     StoreWriteError,
+    TransactionalBackend,
     Txn,
+    ref_conflict,
 )
 from crewckpt.errors import (
     CkptError,
@@ -71,6 +73,7 @@ CHUNK_BYTES = 64 << 20  # frame bytes per INSERT statement
 RETRY_S = 30.0  # how long a transaction keeps reconnecting and replaying before it gives up
 CONNECT_TIMEOUT_S = 10
 POOL_SIZE = 8
+GC_GRACE_S = 60.0  # seconds; above the clock skew of NTP-synced machines (stored times are writers' clocks)
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 _TABLES = """
@@ -242,10 +245,10 @@ class _PgReader:
     def iter_objects(self, prefix: bytes = b"") -> Iterator[ObjectMeta]:
         lo, hi = prefix + b"\x00" * (32 - len(prefix)), prefix + b"\xff" * (32 - len(prefix))
         where = "WHERE oid BETWEEN %s AND %s" if prefix else ""
-        for oid, kind, size, touched, head in self._q(
-                f"SELECT oid, kind, size, touched, substring(frame FROM 1 FOR {HEAD_BYTES}) "
+        for oid, kind, size, touched, head, n in self._q(
+                f"SELECT oid, kind, size, touched, substring(frame FROM 1 FOR {HEAD_BYTES}), length(frame) "
                 f"FROM {self._sql.s}.objects {where}", (lo, hi) if prefix else ()):
-            yield ObjectMeta(bytes(oid), kind, size, touched, _bin(head))
+            yield ObjectMeta(bytes(oid), kind, size, touched, _bin(head), n)
 
     def object_stats(self) -> tuple[int, int, int]:
         n, size, stored = self._q(f"SELECT count(*), coalesce(sum(size), 0), coalesce(sum(length(frame)), 0) "
@@ -310,6 +313,7 @@ class PgTxn(_PgReader, Txn):
         self._log: list[_Op] = []  # sent: replayed in order on a new connection
         self._pending: list[_Op] = []  # queued, not yet sent
         self._locked: set[str] = set()  # refs whose advisory lock this transaction holds
+        self._cas_expect: dict[str, bytes | None] = {}  # ref -> the old value its queued CAS expects
         self._exclusive = False
         self._conn: psycopg.Connection[Any] | None = None
         self.token = os.urandom(16)
@@ -376,7 +380,8 @@ class PgTxn(_PgReader, Txn):
                 self._abort()
                 primary = getattr(getattr(e, "diag", None), "message_primary", None) or ""
                 if isinstance(e, pgerr.RaiseException) and primary.startswith(_CAS_MARK):
-                    raise self._b._conflict(primary[len(_CAS_MARK):]) from None
+                    name = primary[len(_CAS_MARK):]
+                    raise self._b._conflict(name, self._cas_expect.get(name)) from None
                 raise self._b._error(e) from None
             tail = results[len(todo) - len(batch):]
             self._log.extend((sql, a, m, ("cmp", r) if isinstance(x, tuple) else x)
@@ -479,12 +484,6 @@ class PgTxn(_PgReader, Txn):
                     many=True)
         return int(n)
 
-    def touch(self, oids: Sequence[bytes], now_ns: int) -> set[bytes]:
-        ids = list(dict.fromkeys(oids))
-        self._queue(f"UPDATE {self._s}.objects SET touched = %s WHERE oid = ANY(%s) AND touched < %s",
-                    (now_ns, ids, now_ns))
-        return set(ids) - self.has_many(ids)
-
     def delete_objects(self, oids: Iterable[bytes], touched_before_ns: int) -> int:
         ids = list(dict.fromkeys(oids))
         if not ids:
@@ -499,10 +498,11 @@ class PgTxn(_PgReader, Txn):
     def set_ref_if_equals(self, name: str, old: bytes | None, new: bytes | None) -> None:
         self._lock_ref(name)
         s = self._s
+        args: tuple[Any, ...]
         if old is None and new is None:
             if self.get_ref(name) is not None:
                 self._abort()
-                raise self._b._conflict(name)
+                raise self._b._conflict(name, None)
             return
         if old is None:
             change, args = (f"INSERT INTO {s}.refs(name, target) VALUES (%s, %s) ON CONFLICT (name) DO NOTHING",
@@ -511,6 +511,7 @@ class PgTxn(_PgReader, Txn):
             change, args = f"DELETE FROM {s}.refs WHERE name = %s AND target = %s", (name, old)
         else:
             change, args = f"UPDATE {s}.refs SET target = %s WHERE name = %s AND target = %s", (new, name, old)
+        self._cas_expect[name] = old
         self._queue(f"WITH u AS ({change} RETURNING 1) SELECT {s}.cas_check(count(*), %s) FROM u", (*args, name))
 
     def reflog_append(self, entry: ReflogEntry) -> None:
@@ -576,7 +577,7 @@ def _retryable(e: BaseException) -> bool:
     return False
 
 
-class PgBackend(_PgReader, Backend):
+class PgBackend(_PgReader, TransactionalBackend):
     """The PostgreSQL backend over one schema (see the module docstring).
 
     Use :meth:`create` for a new store and :meth:`open` for an existing one. Thread-safe: a pool of
@@ -586,8 +587,18 @@ class PgBackend(_PgReader, Backend):
         CkptError: the server cannot be reached (one line naming host and port) or rejects the login.
     """
 
+    # gc_grace_s: stored times come from each writer's clock; a grace above the clock skew between machines
+    # keeps an object a writer reused just after gc's epoch bump (docs/backends.md, 'PostgreSQL')
+    capabilities = Capabilities(transactions=True, locks=True, cheap_listing=True, reframe=True, shared=True,
+                                persistent=True, gc_grace_s=GC_GRACE_S)
+
     def __init__(self, location: str | PgLocation, *, pool_size: int = POOL_SIZE,
-                 retry_s: float = RETRY_S, connect_timeout_s: int = CONNECT_TIMEOUT_S) -> None:
+                 retry_s: float = RETRY_S, connect_timeout_s: int = CONNECT_TIMEOUT_S,
+                 gc_grace_s: float = GC_GRACE_S) -> None:
+        """``gc_grace_s``: see :attr:`capabilities` (0 is safe when every writer runs on this machine's clock:
+        the advisory locks already order gc's epoch bump against open checkpoints)."""
+        if gc_grace_s != GC_GRACE_S:
+            self.capabilities = dataclasses.replace(self.capabilities, gc_grace_s=gc_grace_s)
         self.loc = location if isinstance(location, PgLocation) else parse_location(location)
         self.where = self.loc.identity
         self.retry_s = retry_s
@@ -750,9 +761,8 @@ class PgBackend(_PgReader, Backend):
             return CorruptStore(f"{self.where}: the store's tables are damaged or missing ({msg})")
         return CorruptStore(f"{self.where}: {msg}")
 
-    def _conflict(self, name: str) -> RefConflict:
-        found = self.get_ref(name)
-        return RefConflict(f"ref {name} moved (found {found.hex() if found else 'nothing'}); re-read it and retry")
+    def _conflict(self, name: str, expected: bytes | None) -> RefConflict:
+        return ref_conflict(name, expected, self.get_ref(name))
 
     # -- verbs -----------------------------------------------------------------------------------------------
 
@@ -796,10 +806,7 @@ class PgBackend(_PgReader, Backend):
                 conn.execute("ROLLBACK")
             self._putconn(conn)
 
-    def gc_lock(self, wait_s: float = 0.0) -> contextlib.AbstractContextManager[bool]:
-        return self.lock("gc", wait_s)
-
-    def reclaim(self, compact: bool = False) -> None:
+    def maintain(self, compact: bool = False) -> None:
         """Forget old transaction tokens (a lost COMMIT is resolved within seconds; a day is plenty) and let
         autovacuum do the rest (``compact``: VACUUM the objects table now)."""
         day_ago = time.time_ns() - 86_400 * 10**9
@@ -808,9 +815,6 @@ class PgBackend(_PgReader, Backend):
             t._queue(f"DELETE FROM {self._sql.s}.txdone WHERE time_ns < %s", (day_ago,))
         if compact:
             self._vacuum()
-
-    def maintain(self, compact: bool = False) -> None:
-        self.reclaim(compact)
 
     def _vacuum(self) -> None:
         deadline = time.monotonic() + self.retry_s
