@@ -137,12 +137,13 @@ def test_an_unreachable_server_fails_in_one_line_naming_the_host() -> None:
 def test_a_checkpoint_costs_the_same_few_round_trips_for_5_or_500_new_objects(store: Store,
                                                                                backend: PgBackend) -> None:
     costs = []
+    store.commit({"first": True}, branch="main")  # the first write also stores HEAD
     for n in (5, 500, 6):
         doc = {"n": n, "parts": {f"k{i}": {"text": f"part {n} {i} " * 20} for i in range(n)}}
         before = backend.round_trips
         store.commit(doc, branch="main")
         costs.append(backend.round_trips - before)
-    assert costs[0] == costs[1] == costs[2] <= 8, costs
+    assert costs[0] == costs[1] == costs[2] <= 10, costs
 
 
 def test_nothing_is_prepared_server_side_so_transaction_poolers_work(store: Store, backend: PgBackend) -> None:

@@ -105,6 +105,7 @@ END $$;
 # pipeline as COMMIT (no extra round trip) and a stale writer can never commit the rest of its transaction.
 # frame STORAGE EXTERNAL: frames are zstd already; TOAST's pglz would only burn CPU trying again.
 _CAS_MARK = "crewckpt-ref-conflict:"
+_SYMREF = "symref:"  # symbolic refs (HEAD -> refs/heads/main) are meta rows, as in the SQLite backend
 _ROW_COLS = "id, branch, seq, time_ns, run_id, trig, parents, tree, summary, alias, meta"
 _RETRYABLE = (pgerr.DeadlockDetected, pgerr.SerializationFailure, pgerr.LockNotAvailable)
 
@@ -269,6 +270,10 @@ class _PgReader:
                        f"ORDER BY n", (ref,))
         return [ReflogEntry(r, _bin(o) if o is not None else None, _bin(n) if n is not None else None, t, m)
                 for r, o, n, t, m in rows]
+
+    def get_symref(self, name: str) -> str | None:
+        r = self._q(f"SELECT value FROM {self._sql.s}.meta WHERE key = %s", (_SYMREF + name,))
+        return str(r[0][0]) if r else None
 
     def index_get(self, cid: bytes) -> IndexRow | None:
         r = self._q(f"SELECT {_ROW_COLS} FROM {self._sql.s}.commits WHERE id = %s", (cid,))
@@ -513,6 +518,10 @@ class PgTxn(_PgReader, Txn):
             change, args = f"UPDATE {s}.refs SET target = %s WHERE name = %s AND target = %s", (new, name, old)
         self._cas_expect[name] = old
         self._queue(f"WITH u AS ({change} RETURNING 1) SELECT {s}.cas_check(count(*), %s) FROM u", (*args, name))
+
+    def set_symref(self, name: str, target: str) -> None:
+        self._queue(f"INSERT INTO {self._s}.meta(key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE "
+                    f"SET value = excluded.value", (_SYMREF + name, target))
 
     def reflog_append(self, entry: ReflogEntry) -> None:
         self._queue(f"INSERT INTO {self._s}.reflog(ref, old, new, time_ns, message) VALUES (%s, %s, %s, %s, %s)",
