@@ -29,16 +29,9 @@ import contextlib
 import dataclasses
 from collections.abc import Iterable, Iterator
 
-from crewckpt.errors import CkptError, RefConflict
-
-
-class StoreBusy(CkptError):
-    """The store stayed locked by another writer for longer than the busy timeout."""
-
-
-class StoreWriteError(CkptError):
-    """The store cannot be written: the disk is full, the store is read-only, or an I/O error. The write
-    was rolled back (nothing of it is stored; refs are unchanged)."""
+from crewckpt.errors import RefConflict
+from crewckpt.errors import StoreBusy as StoreBusy  # re-exported: the old import path
+from crewckpt.errors import StoreWriteError as StoreWriteError
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -49,8 +49,6 @@ from crewckpt.history.summary import json_size, summarize
 if TYPE_CHECKING:  # maintenance modules load on first use: the read path stays quick to import
     from crewckpt.history.fsck import FsckReport
     from crewckpt.history.gc import GcReport, Progress
-    from crewckpt.views.exporter import ExportReport
-    from crewckpt.views.importer import ImportReport
 
 _log = logging.getLogger("crewckpt")
 DEFAULT_DIR = ".ckpt"
@@ -703,20 +701,6 @@ class Store:
         the report lists broken objects and the commits that need them. See :mod:`crewckpt.history.fsck`."""
         from crewckpt.history.fsck import fsck
         return fsck(self, full=full, progress=progress)
-
-    def import_crewai(self, path: str | os.PathLike[str], *, branch_prefix: str | None = None,
-                      branch: str | None = None, progress: Progress | None = None) -> ImportReport:
-        """Import a CrewAI JSON folder or file, or a CrewAI SQLite database (JSONB or text rows), as commits
-        with their CrewAI ids as aliases; deterministic and idempotent. See :mod:`crewckpt.views.importer`."""
-        from crewckpt.views.importer import import_crewai
-        return import_crewai(self, Path(path), branch_prefix=branch_prefix, branch=branch, progress=progress)
-
-    def export_crewai(self, dest: str | os.PathLike[str], fmt: str = "json", *, revs: Sequence[str] | None = None,
-                      branch: str | None = None, strip_prefix: str | None = None) -> ExportReport:
-        """Write commits in CrewAI's own layout (``fmt`` "json" folder or "sqlite" database) so CrewAI reads
-        them. See :mod:`crewckpt.views.exporter`."""
-        from crewckpt.views.exporter import export_crewai
-        return export_crewai(self, Path(dest), fmt, revs=revs, branch=branch, strip_prefix=strip_prefix)
 
     def stats(self) -> dict[str, Any]:
         """Store figures: ``objects`` (count), ``body_bytes`` (uncompressed bodies, packs not counted twice),
