@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from crewckpt.backends.base import IndexRow, writing
 from crewckpt.errors import CkptError, MissingObject
 from crewckpt.format import objects as ob
-from crewckpt.history import refnames
+from crewckpt.history import head, refnames
 from crewckpt.history.commits import to_row
 from crewckpt.history.snapshot import assemble
 
@@ -65,7 +65,7 @@ def rebuild_index(parts: StoreParts, *, dry_run: bool = False, progress: Progres
     all_refs = refs.refs()
     roots: list[bytes] = list(old) + list(all_refs.values())
     written_on: dict[bytes, str] = {}
-    for name in sorted(all_refs):
+    for name in [*sorted(all_refs), head.HEAD]:  # HEAD's reflog: every commit made on the current branch
         for e in refs.reflog(name):
             roots.extend(x for x in (e.old, e.new) if x is not None)
             if name in heads and e.new is not None and e.message.startswith("commit:"):
