@@ -72,6 +72,20 @@ class BranchExists(CkptError):
     """A branch of that name already exists."""
 
 
+class UnknownRemote(CkptError, LookupError):
+    """No remote of that name is configured in the store (``ckpt remote -v`` lists them)."""
+
+
+class PushRejected(CkptError):
+    """A push would lose commits on the remote (not a fast-forward), or another pusher moved the branch first;
+    the message names both tips and what to do. Nothing on the remote branch changed."""
+
+
+class PullDiverged(CkptError):
+    """A pull cannot fast-forward: the local branch and the remote's have each got commits the other lacks;
+    the message names both tips and what to do. Nothing changed locally but the remote-tracking ref."""
+
+
 INSTALL_HINT = "pip install 'crewckpt[crewai]'"
 """How to get the optional CrewAI runtime (the ``crewai`` extra)."""
 

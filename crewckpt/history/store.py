@@ -48,6 +48,7 @@ from crewckpt.history.summary import json_size, summarize
 if TYPE_CHECKING:  # maintenance modules load on first use: the read path stays quick to import
     from crewckpt.history.fsck import FsckReport
     from crewckpt.history.gc import GcReport, Progress
+    from crewckpt.history.remotes import SyncReport
     from crewckpt.views.exporter import ExportReport
     from crewckpt.views.importer import ImportReport
 
@@ -403,6 +404,8 @@ class Store:
         b = r.base
         if r.reflog is not None:
             ref = b if b.startswith("refs/") else refnames.HEADS + b
+            if not b.startswith("refs/") and self.backend.get_ref(ref) is None:
+                ref = refnames.REMOTES + b if self.backend.get_ref(refnames.REMOTES + b) else ref
             log = self.backend.reflog(ref)
             news = [e.new for e in log if e.new is not None]
             if r.reflog >= len(news):
@@ -427,8 +430,8 @@ class Store:
             t = self.backend.get_ref(b)
             if t:
                 return t
-        else:
-            t = self.backend.get_ref(refnames.HEADS + b)
+        else:  # git's order: a local branch first, then a remote-tracking ref (origin/main)
+            t = self.backend.get_ref(refnames.HEADS + b) or self.backend.get_ref(refnames.REMOTES + b)
             if t:
                 return t
         a = self.backend.alias_get(b)
@@ -556,6 +559,60 @@ class Store:
             txn.reflog_delete(oref)
             txn.reflog_append(ReflogEntry(nref, cur, cur, time.time_ns(), f"branch: renamed {old} to {new}"))
             txn.index_rebranch(oref[len(refnames.HEADS):], nref[len(refnames.HEADS):])
+
+    # -- remotes (crewckpt.history.remotes; the transfer is crewckpt.history.sync) ----------------------------
+
+    def remotes(self) -> dict[str, str]:
+        """``name -> location`` of this store's remotes."""
+        from crewckpt.history import remotes
+        return remotes.remotes(self)
+
+    def add_remote(self, name: str, location: str | os.PathLike[str]) -> str:
+        """Add a remote (``ckpt remote add``); returns the location as stored. Raises BadRefName, CkptError."""
+        from crewckpt.history import remotes
+        return remotes.add_remote(self, name, location)
+
+    def remove_remote(self, name: str) -> builtins.list[str]:
+        """Remove a remote and its remote-tracking refs; returns those refs. Raises UnknownRemote."""
+        from crewckpt.history import remotes
+        return remotes.remove_remote(self, name)
+
+    def fetch(self, remote: str | Store | None = None, branches: Sequence[str] | None = None, *,
+              name: str | None = None, dry_run: bool = False, progress: Progress | None = None) -> SyncReport:
+        """Fetch a remote's branches into ``refs/remotes/<remote>/`` (see :func:`crewckpt.history.remotes.fetch`).
+        ``remote``: a remote name (default ``origin``), a location or an open Store (then ``name`` names the
+        tracking namespace)."""
+        from crewckpt.history import remotes
+        return remotes.fetch(self, remote, branches, name=name, dry_run=dry_run, progress=progress)
+
+    def pull(self, remote: str | Store | None = None, branch: str | None = None, *, name: str | None = None,
+             dry_run: bool = False, progress: Progress | None = None) -> SyncReport:
+        """Fetch and fast-forward ``branch`` (see :func:`crewckpt.history.remotes.pull`). Raises PullDiverged."""
+        from crewckpt.history import remotes
+        return remotes.pull(self, remote, branch, name=name, dry_run=dry_run, progress=progress)
+
+    def push(self, remote: str | Store | None = None, branch: str | None = None, *, all_branches: bool = False,
+             force: bool = False, name: str | None = None, dry_run: bool = False, progress: Progress | None = None,
+             check: bool = True) -> SyncReport:
+        """Push ``branch`` (default: the current one) or every branch to a remote (see
+        :func:`crewckpt.history.remotes.push`).
+
+        Raises:
+            PushRejected: with ``check`` (default), when a branch was rejected (the others went; the report is
+                the exception's ``report``). With ``check=False`` rejections are only in the report.
+        """
+        from crewckpt.history import remotes
+        rep = remotes.push(self, remote, branch, all_branches=all_branches, force=force, name=name,
+                           dry_run=dry_run, progress=progress)
+        return remotes.push_or_raise(rep) if check else rep
+
+    @classmethod
+    def clone(cls, src: str | Store, dest: str | os.PathLike[str], *, origin: str = "origin",
+              progress: Progress | None = None) -> Store:
+        """A new store at ``dest`` with every branch of ``src`` and remote ``origin`` naming it (see
+        :func:`crewckpt.history.remotes.clone`; rerunning an interrupted clone completes it)."""
+        from crewckpt.history import remotes
+        return remotes.clone(cls, src, dest, origin=origin, progress=progress)[0]
 
     # -- retention and maintenance ----------------------------------------------------------------------------
 
