@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from crewckpt.backends.base import HEAD_BYTES, ObjectMeta, writing
-from crewckpt.errors import CkptError, MissingObject
+from crewckpt.errors import GcBusy, MissingObject
 from crewckpt.format import objects as ob
 from crewckpt.format.frame import PACK_KEY, PACK_LEVEL, PACKED
 from crewckpt.history.snapshot import links_in
@@ -35,10 +35,6 @@ REPACK_BELOW = 16 << 20  # bytes: gc merges packs smaller than this (one full pa
 PACK_MAX = 16 << 20  # bytes of bodies per new pack
 GC_WAIT_S = 30.0  # seconds gc waits for the lock (another gc, or a writer's automatic repack)
 COMPACT_BELOW = 256 << 20  # bytes: smaller stores are rewritten densely (VACUUM, well under a second)
-
-
-class GcBusy(CkptError):
-    """Another gc holds the store's gc lock."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,7 +20,7 @@ import orjson
 
 from crewckpt.backends.base import Parts, writing
 from crewckpt.errors import CkptError, PullDiverged, PushRejected, StoreExists, UnknownRemote
-from crewckpt.history import refnames
+from crewckpt.history import head, refnames
 from crewckpt.history.sync import Progress, RefResult, RefUpdate, Side, TransferReport, is_ancestor, move_refs, transfer
 
 if TYPE_CHECKING:
@@ -398,6 +398,10 @@ def clone(store_cls: type[Store], src: str | Store, dest: str | os.PathLike[str]
             rep.refs += move_refs(here, [RefUpdate(tracking_prefix(origin) + u.ref[len(refnames.HEADS):], u.new,
                                                    d.backend.get_ref(tracking_prefix(origin) + u.ref[len(refnames.HEADS):]),
                                                    "", "new", f"clone: from {there.name}") for u in updates])
+            src_head = head.head_ref(other.backend)  # the clone starts on the source's current branch
+            if d.backend.get_ref(src_head) is not None:
+                with writing(d.backend) as w:
+                    w.set_symref(head.HEAD, src_head)
     except BaseException:
         d.close()
         raise

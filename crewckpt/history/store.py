@@ -27,6 +27,7 @@ from crewckpt.backends.sqlite import DB_NAME, SqliteBackend
 from crewckpt.errors import (
     AmbiguousRevision,
     BranchExists,
+    BranchInUse,
     CkptError,
     DecodeError,
     FormatVersionError,
@@ -38,7 +39,7 @@ from crewckpt.errors import (
     UnknownRevision,
 )
 from crewckpt.format import objects as ob
-from crewckpt.history import refnames, revisions
+from crewckpt.history import head, refnames, revisions
 from crewckpt.history.commits import CommitInfo, PrunedCommit, from_commit, from_row, to_row
 from crewckpt.history.limits import ReadBudget
 from crewckpt.history.objectdb import ObjectDB
@@ -49,8 +50,6 @@ if TYPE_CHECKING:  # maintenance modules load on first use: the read path stays 
     from crewckpt.history.fsck import FsckReport
     from crewckpt.history.gc import GcReport, Progress
     from crewckpt.history.remotes import SyncReport
-    from crewckpt.views.exporter import ExportReport
-    from crewckpt.views.importer import ImportReport
 
 _log = logging.getLogger("crewckpt")
 DEFAULT_DIR = ".ckpt"
@@ -292,7 +291,9 @@ class Store:
                 except RefConflict:  # only without transactions: another writer moved the branch meanwhile
                     if attempt + 1 == _CAS_RETRIES:
                         raise
-            txn.reflog_append(ReflogEntry(ref, tip, cobj.oid, now, f"commit: {trigger or 'manual'}"))
+            message = f"commit: {trigger or 'manual'}"
+            txn.reflog_append(ReflogEntry(ref, tip, cobj.oid, now, message))
+            head.follow(txn, ref, tip, cobj.oid, now, message)
             _follow(txn, rref, cobj.oid)
             seq = txn.counter_next("seq")  # local order: the commit index's, never the commit's
             txn.index_add(to_row(cobj.oid, c, branch, seq, summary))
@@ -403,18 +404,16 @@ class Store:
     def _base(self, r: revisions.Revision) -> bytes:
         b = r.base
         if r.reflog is not None:
-            ref = b if b.startswith("refs/") else refnames.HEADS + b
-            if not b.startswith("refs/") and self.backend.get_ref(ref) is None:
-                ref = refnames.REMOTES + b if self.backend.get_ref(refnames.REMOTES + b) else ref
-            log = self.backend.reflog(ref)
-            news = [e.new for e in log if e.new is not None]
-            if r.reflog >= len(news):
-                raise UnknownRevision(f"revision {r.text!r}: {b} has only {len(news)} reflog entries")
-            return news[-1 - r.reflog]
-        if b in ("HEAD", "latest"):
+            return self._reflog_base(r)
+        if b in (head.HEAD, "@"):  # git: '@' alone is HEAD
+            t = self.backend.get_ref(head.head_ref(self.backend))
+            if t is None:
+                raise head.unborn(self.backend, r.text)
+            return t
+        if b == "latest":  # the last commit written on any branch (HEAD before it was the current branch)
             last = self.backend.index_last()
             if last is None:
-                raise UnknownRevision(f"revision {b!r}: the store has no commits yet")
+                raise UnknownRevision(f"revision {b!r}: the store has no checkpoints yet")
             return last
         if len(b) == 64 and revisions.is_hex(b):
             cid = bytes.fromhex(b)
@@ -449,6 +448,39 @@ class Store:
                 and all(c in "0123456789abcdefABCDEF" for c in b) else "; see `ckpt list`")
         shown = r.text if len(r.text) <= 80 else r.text[:77] + "..."
         raise UnknownRevision(f"unknown revision {shown!r}: not a commit id, branch or checkpoint id{hint}")
+
+    def _reflog_base(self, r: revisions.Revision) -> bytes:
+        """``REF@{N}`` (N-th prior value of REF; ``@{N}``: of the current branch; ``HEAD@{N}``: of HEAD) and
+        ``@{-N}`` (the tip of the N-th branch checked out before the current one)."""
+        assert r.reflog is not None
+        if r.reflog < 0:
+            name = head.previous_branch(self.backend, -r.reflog)
+            t = self.backend.get_ref(refnames.HEADS + name) if name is not None else None
+            if t is None:
+                why = (f"HEAD was on fewer than {-r.reflog} other branch(es)" if name is None
+                       else f"branch {name!r} no longer exists")
+                raise UnknownRevision(f"revision {r.text!r}: {why}; see `ckpt reflog HEAD`")
+            return t
+        if r.base in (head.HEAD, "@"):
+            ref, label = head.HEAD, head.HEAD
+        elif not r.base:
+            ref = head.head_ref(self.backend)
+            label = head.branch_of(ref)
+        else:
+            ref = r.base if r.base.startswith("refs/") else refnames.HEADS + r.base
+            if ref != r.base and self.backend.get_ref(ref) is None and self.backend.get_ref(refnames.REMOTES + r.base):
+                ref = refnames.REMOTES + r.base  # origin/main@{1}: a remote-tracking ref's reflog
+            label = r.base
+        news = [e.new for e in self.backend.reflog(ref) if e.new is not None]
+        if r.reflog < len(news):
+            return news[-1 - r.reflog]
+        if not news and ref.startswith(refnames.HEADS) and self.backend.get_ref(ref) is None:
+            if not r.base:
+                raise head.unborn(self.backend, r.text)
+            raise UnknownRevision(f"revision {r.text!r}: no branch named {label!r}; see `ckpt branch`")
+        have = f"only {len(news)} reflog entries ({label}@{{0}} to {label}@{{{len(news) - 1}}})" if news else (
+            "no reflog entries")
+        raise UnknownRevision(f"revision {r.text!r}: {label} has {have}; see `ckpt reflog {label}`")
 
     # -- history ---------------------------------------------------------------------------------------------
 
@@ -490,8 +522,51 @@ class Store:
         return {k[len(refnames.RUNS):]: v.hex() for k, v in self.backend.refs(refnames.RUNS).items()}
 
     def reflog(self, branch: str) -> builtins.list[ReflogEntry]:
-        """A branch's reflog, oldest first."""
-        return self.backend.reflog(refnames.branch_ref(branch))
+        """A branch's reflog, or HEAD's for ``"HEAD"`` (every move of HEAD: commits on the current branch,
+        switches, renames of it), oldest first. Raises BadRefName."""
+        return self.backend.reflog(head.HEAD if branch == head.HEAD else refnames.branch_ref(branch))
+
+    def current_branch(self) -> str:
+        """The branch HEAD names: where ``HEAD`` resolves and what `ckpt switch` sets. It may not exist yet
+        (a fresh store's ``main``). Rules: :mod:`crewckpt.history.head`."""
+        return head.branch_of(head.head_ref(self.backend))
+
+    def previous_branch(self, n: int = 1) -> str | None:
+        """The ``n``-th branch HEAD was on before the current one (``@{-n}``), or None."""
+        return head.previous_branch(self.backend, n)
+
+    def switch(self, branch: str, *, create: bool = False, start: str = "HEAD", reason: str = "checkout") -> str:
+        """Make ``branch`` the current branch (HEAD names it); returns the branch HEAD named before.
+
+        A move is one entry in HEAD's reflog, ``"<reason>: moving from OLD to NEW"`` (git's wording; ``reason``
+        is e.g. ``"checkout"`` or ``"resume"``); switching to the current branch changes nothing.
+
+        Args:
+            create: create ``branch`` at ``start`` first (``git switch -c``).
+            start: the revision a created branch starts at (resolved before anything is written).
+        Raises:
+            BadRefName. UnknownRevision: no such branch (and not ``create``), or ``start`` names nothing.
+            BranchExists: ``create`` and the branch exists.
+        """
+        ref = refnames.branch_ref(branch)
+        branch = head.branch_of(ref)
+        start_id = bytes.fromhex(self.resolve(start)) if create else None
+        with self._writing() as txn:
+            now = time.time_ns()
+            old = head.head_ref_stored(txn)
+            if start_id is not None:
+                self._create_ref(txn, ref, start_id, start, now)
+            elif old == ref:
+                return branch
+            tip = txn.get_ref(ref)
+            if tip is None:
+                names = ", ".join(head.branch_of(k) for k in txn.refs(refnames.HEADS)) or "none yet"
+                raise UnknownRevision(f"no branch named {branch!r}; create it with `ckpt switch -c {branch} "
+                                      f"[START]` (branches: {names})")
+            txn.set_symref(head.HEAD, ref)
+            txn.reflog_append(ReflogEntry(head.HEAD, txn.get_ref(old), tip, now,
+                                          f"{reason}: moving from {head.branch_of(old)} to {branch}"))
+        return head.branch_of(old)
 
     def merge_base(self, rev1: str, rev2: str) -> str | None:
         """The nearest common ancestor of two revisions (the fork point), or None. Follows all parents."""
@@ -526,27 +601,40 @@ class Store:
         ref = refnames.branch_ref(name)
         cid = bytes.fromhex(self.resolve(rev))
         with self._writing() as txn:
-            if txn.get_ref(ref) is not None:
-                raise BranchExists(f"branch {name!r} already exists; pick another name or delete it first")
-            txn.set_ref_if_equals(ref, None, cid)
-            txn.reflog_append(ReflogEntry(ref, None, cid, time.time_ns(), f"branch: created from {rev}"))
+            self._create_ref(txn, ref, cid, rev, time.time_ns())
         return cid.hex()
 
+    @staticmethod
+    def _create_ref(txn: Parts, ref: str, cid: bytes, rev: str, now: int) -> None:
+        if txn.get_ref(ref) is not None:
+            raise BranchExists(f"branch {head.branch_of(ref)!r} already exists; pick another name or delete it "
+                               f"first")
+        txn.set_ref_if_equals(ref, None, cid)
+        txn.reflog_append(ReflogEntry(ref, None, cid, now, f"branch: created from {rev}"))
+
     def delete_branch(self, name: str) -> None:
-        """Delete a branch ref and its reflog (its commits stay until pruned). Raises UnknownRevision."""
+        """Delete a branch ref and its reflog (its commits stay until pruned).
+
+        Raises:
+            UnknownRevision: no such branch. BranchInUse: it is the current branch (git refuses too).
+        """
         ref = refnames.branch_ref(name)
         with self._writing() as txn:
             cur = txn.get_ref(ref)
             if cur is None:
                 raise UnknownRevision(f"no branch named {name!r}; see `ckpt branch`")
+            if head.head_ref_stored(txn) == ref:
+                raise BranchInUse(f"cannot delete branch {head.branch_of(ref)!r}: it is the current branch "
+                                  f"(HEAD); switch to another first with `ckpt switch BRANCH`")
             txn.set_ref_if_equals(ref, cur, None)
             txn.reflog_delete(ref)
 
     def rename_branch(self, old: str, new: str) -> None:
-        """Rename a branch: its ref, reflog and the branch of its live commits. Raises BranchExists,
-        UnknownRevision, BadRefName."""
+        """Rename a branch: its ref, reflog and the branch of its live commits; HEAD follows a rename of the
+        current branch (one entry in HEAD's reflog). Raises BranchExists, UnknownRevision, BadRefName."""
         oref, nref = refnames.branch_ref(old), refnames.branch_ref(new)
         with self._writing() as txn:
+            current = head.head_ref_stored(txn)  # before the refs change: a legacy HEAD is read from them
             cur = txn.get_ref(oref)
             if cur is None:
                 raise UnknownRevision(f"no branch named {old!r}; see `ckpt branch`")
@@ -557,7 +645,11 @@ class Store:
             for e in txn.reflog(oref):
                 txn.reflog_append(ReflogEntry(nref, e.old, e.new, e.time_ns, e.message))
             txn.reflog_delete(oref)
-            txn.reflog_append(ReflogEntry(nref, cur, cur, time.time_ns(), f"branch: renamed {old} to {new}"))
+            now, message = time.time_ns(), f"branch: renamed {old} to {new}"
+            txn.reflog_append(ReflogEntry(nref, cur, cur, now, message))
+            if current == oref:
+                txn.set_symref(head.HEAD, nref)
+                txn.reflog_append(ReflogEntry(head.HEAD, cur, cur, now, message))
             txn.index_rebranch(oref[len(refnames.HEADS):], nref[len(refnames.HEADS):])
 
     # -- remotes (crewckpt.history.remotes; the transfer is crewckpt.history.sync) ----------------------------
@@ -666,20 +758,6 @@ class Store:
         the report lists broken objects and the commits that need them. See :mod:`crewckpt.history.fsck`."""
         from crewckpt.history.fsck import fsck
         return fsck(self, full=full, progress=progress)
-
-    def import_crewai(self, path: str | os.PathLike[str], *, branch_prefix: str | None = None,
-                      branch: str | None = None, progress: Progress | None = None) -> ImportReport:
-        """Import a CrewAI JSON folder or file, or a CrewAI SQLite database (JSONB or text rows), as commits
-        with their CrewAI ids as aliases; deterministic and idempotent. See :mod:`crewckpt.views.importer`."""
-        from crewckpt.views.importer import import_crewai
-        return import_crewai(self, Path(path), branch_prefix=branch_prefix, branch=branch, progress=progress)
-
-    def export_crewai(self, dest: str | os.PathLike[str], fmt: str = "json", *, revs: Sequence[str] | None = None,
-                      branch: str | None = None, strip_prefix: str | None = None) -> ExportReport:
-        """Write commits in CrewAI's own layout (``fmt`` "json" folder or "sqlite" database) so CrewAI reads
-        them. See :mod:`crewckpt.views.exporter`."""
-        from crewckpt.views.exporter import export_crewai
-        return export_crewai(self, Path(dest), fmt, revs=revs, branch=branch, strip_prefix=strip_prefix)
 
     def stats(self) -> dict[str, Any]:
         """Store figures: ``objects`` (count), ``body_bytes`` (uncompressed bodies, packs not counted twice),

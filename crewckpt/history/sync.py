@@ -30,9 +30,10 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from crewckpt.backends.base import Backend, Parts, ReflogEntry, StoredObject, writing
+from crewckpt.backends.base import Backend, ReflogEntry, StoredObject, writing
 from crewckpt.errors import CkptError, DecodeError, IntegrityError, MissingObject, RefConflict
 from crewckpt.format import objects as ob
+from crewckpt.history import head, refnames
 from crewckpt.history.commits import from_commit, from_row, to_row
 from crewckpt.history.objectdb import ObjectDB
 from crewckpt.history.snapshot import links_in
@@ -146,6 +147,9 @@ def transfer(sender: Side, receiver: Side, updates: Sequence[RefUpdate], *, dry_
             report.refs = [RefResult(u.ref, _hex(u.expected), u.new.hex(), u.status) for u in updates]
             report.seconds = time.perf_counter() - t0
             return report
+        if plans:  # pin HEAD first: a store that never stored it reads it from the last commit written
+            with writing(receiver.backend) as w:
+                head.head_ref_stored(w)
         try:
             for i, p in enumerate(plans):
                 n, size = _land(sender, receiver, p, epoch)
@@ -376,8 +380,11 @@ def move_refs(receiver: Side, updates: Sequence[RefUpdate]) -> list[RefResult]:
             continue
         try:
             with writing(receiver.backend) as w:
+                now = time.time_ns()
                 w.set_ref_if_equals(u.ref, u.expected, u.new)
-                w.reflog_append(ReflogEntry(u.ref, u.expected, u.new, time.time_ns(), u.message))
+                w.reflog_append(ReflogEntry(u.ref, u.expected, u.new, now, u.message))
+                if u.ref.startswith(refnames.HEADS):
+                    head.follow(w, u.ref, u.expected, u.new, now, u.message)
         except RefConflict:
             now = receiver.backend.get_ref(u.ref)
             out.append(RefResult(u.ref, _hex(u.expected), u.new.hex(), "rejected",
@@ -417,11 +424,6 @@ def is_ancestor(side: Side, ancestor: bytes, descendant: bytes) -> bool:
                 seen.add(par)
                 stack.append(par)
     return False
-
-
-def side_of(backend: Backend | Parts, objects: ObjectDB, name: str) -> Side:
-    """A :class:`Side` from a backend and its object layer."""
-    return Side(backend, objects, name)  # type: ignore[arg-type]
 
 
 class _EpochMoved(Exception):
