@@ -86,6 +86,11 @@ class PullDiverged(CkptError):
     the message names both tips and what to do. Nothing changed locally but the remote-tracking ref."""
 
 
+class SyncError(CkptError):
+    """A transfer between two stores could not be planned or completed (the message names the store, the
+    object and the fix); nothing half-done is left referenced."""
+
+
 class BranchInUse(CkptError):
     """The branch is the current branch (HEAD names it): it cannot be deleted."""
 

@@ -21,7 +21,16 @@ import orjson
 from crewckpt.backends.base import Parts, writing
 from crewckpt.errors import CkptError, PullDiverged, PushRejected, StoreExists, UnknownRemote
 from crewckpt.history import head, refnames
-from crewckpt.history.sync import Progress, RefResult, RefUpdate, Side, TransferReport, is_ancestor, move_refs, transfer
+from crewckpt.history.sync import (
+    Progress,
+    RefResult,
+    RefUpdate,
+    Side,
+    TransferReport,
+    is_ancestor,
+    move_refs,
+    transfer,
+)
 
 if TYPE_CHECKING:
     from crewckpt.history.store import Store
@@ -56,10 +65,10 @@ def remotes(store: Store) -> dict[str, str]:
 def canonical(location: str | os.PathLike[str]) -> str:
     """The canonical identity of a location (the registry's; a plain path becomes absolute)."""
     try:
-        from crewckpt.backends import registry
+        from crewckpt.backends import registry  # type: ignore[attr-defined, unused-ignore]
     except ImportError:  # before the location registry: locations are SQLite folders
         return os.path.abspath(os.fspath(location))
-    return registry.identity(location)  # type: ignore[attr-defined, no-any-return]
+    return registry.identity(location)  # type: ignore[no-any-return, unused-ignore]
 
 
 def add_remote(store: Store, name: str, location: str | os.PathLike[str]) -> str:

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from crewckpt.backends.base import Backend, ReflogEntry, StoredObject, writing
-from crewckpt.errors import CkptError, DecodeError, IntegrityError, MissingObject, RefConflict
+from crewckpt.errors import DecodeError, IntegrityError, MissingObject, RefConflict, SyncError
 from crewckpt.format import objects as ob
 from crewckpt.history import head, refnames
 from crewckpt.history.commits import from_commit, from_row, to_row
@@ -44,10 +44,6 @@ Progress = Callable[[str, int, "int | None"], None]
 LOOSE_MIN = 1 << 20  # bytes: bodies larger than this travel (and are stored) loose, as Store.commit does
 STAGE_BYTES = 64 << 20  # frames kept in memory between reading and writing; beyond this they are re-read
 _RETRIES = 3  # plans redone when a gc ran on the receiver meanwhile
-
-
-class SyncError(CkptError):
-    """A transfer could not be planned or completed (the message names the store, the object and the fix)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +153,7 @@ def transfer(sender: Side, receiver: Side, updates: Sequence[RefUpdate], *, dry_
                 report.bytes += size
                 if progress:
                     progress("write", i + 1, len(plans))
-        except _EpochMoved:
+        except _EpochChanged:
             if attempt + 1 == _RETRIES:
                 raise SyncError(f"{receiver.name}: a gc keeps running there during the transfer; retry later") from None
             continue
@@ -344,7 +340,7 @@ def _land(sender: Side, receiver: Side, p: _CommitPlan, epoch: str | None) -> tu
     cobj = receiver.objects.frame(ob.COMMIT, p.body)
     with writing(receiver.backend) as w:
         if w.meta_get("gc_epoch") != epoch:
-            raise _EpochMoved
+            raise _EpochChanged
         if w.index_get(p.cid) is not None:  # another transfer landed it meanwhile
             return 0, 0
         now = time.time_ns()
@@ -386,9 +382,9 @@ def move_refs(receiver: Side, updates: Sequence[RefUpdate]) -> list[RefResult]:
                 if u.ref.startswith(refnames.HEADS):
                     head.follow(w, u.ref, u.expected, u.new, now, u.message)
         except RefConflict:
-            now = receiver.backend.get_ref(u.ref)
+            found = receiver.backend.get_ref(u.ref)
             out.append(RefResult(u.ref, _hex(u.expected), u.new.hex(), "rejected",
-                                 f"{receiver.name} moved it to {_hex(now, 12) or 'nothing'} meanwhile "
+                                 f"{receiver.name} moved it to {_hex(found, 12) or 'nothing'} meanwhile "
                                  f"(another writer won); fetch and try again"))
             continue
         out.append(RefResult(u.ref, _hex(u.expected), u.new.hex(), u.status))
@@ -426,7 +422,7 @@ def is_ancestor(side: Side, ancestor: bytes, descendant: bytes) -> bool:
     return False
 
 
-class _EpochMoved(Exception):
+class _EpochChanged(Exception):
     """A gc ran on the receiver since the plan: objects counted as present may be gone; plan again."""
 
 
