@@ -140,6 +140,11 @@ class GcBusy(CkptError):
     """Another gc holds the store's gc lock."""
 
 
+class GcAborted(CkptError):
+    """gc could not read an object its mark had to walk through (listed, but unreadable right now): it
+    deleted nothing."""
+
+
 class JsonPathError(ValueError):
     """A JSON path that cannot be parsed, or that does not lead to a value in the document."""
 

@@ -165,8 +165,9 @@ def connect(store: Store, remote: str | Store | None) -> Iterator[tuple[str | No
 
 
 def side(store: Store, name: str) -> Side:
-    """The sync view of a store."""
-    return Side(store.backend, store.objects, name)
+    """The sync view of a store (its maintenance parts: verified objects over the backend's parts)."""
+    p = store.parts
+    return Side(p.backend, p.objects, name)
 
 
 def location_of(store: Store) -> str | None:

@@ -49,6 +49,8 @@ from crewckpt.history.summary import json_size, summarize
 if TYPE_CHECKING:  # maintenance modules load on first use: the read path stays quick to import
     from crewckpt.history.fsck import FsckReport
     from crewckpt.history.gc import GcReport, Progress
+    from crewckpt.history.parts import StoreParts
+    from crewckpt.history.reindex import RebuildReport
     from crewckpt.history.remotes import SyncReport
 
 _log = logging.getLogger("crewckpt")
@@ -223,7 +225,7 @@ class Store:
         logs; a running gc postpones it)."""
         from crewckpt.history.gc import merge_packs
         try:
-            if merge_packs(self, self._my_packs):
+            if merge_packs(self.parts, self._my_packs):
                 self._my_packs = []
         except CkptError as e:
             _log.warning("crewckpt: automatic repack skipped: %s", e)
@@ -252,6 +254,13 @@ class Store:
         if run is None:
             run = self._run = "w-" + uuid.uuid4().hex[:12]
         return run
+
+    @property
+    def parts(self) -> StoreParts:
+        """The parts maintenance works on (gc, fsck, the index rebuild): objects, refs, index, meta, backend."""
+        from crewckpt.history.parts import StoreParts
+        return StoreParts(self.objects, self.backend, self.backend, self.backend, self.backend,
+                          lambda: self.stats()["file_bytes"], lambda doc: summarize(doc, json_size(doc)))
 
     def _writing(self) -> contextlib.AbstractContextManager[Parts]:
         """One transaction when the backend has them, else the backend's own atomic verbs (callers keep the
@@ -751,13 +760,19 @@ class Store:
             GcBusy: the gc lock stayed taken for ``wait_s`` seconds. See :func:`crewckpt.history.gc.gc` for the safety argument.
         """
         from crewckpt.history.gc import gc
-        return gc(self, dry_run=dry_run, grace_ns=int(grace_s * 1e9), progress=progress, wait_s=wait_s)
+        return gc(self.parts, dry_run=dry_run, grace_ns=int(grace_s * 1e9), progress=progress, wait_s=wait_s)
 
     def fsck(self, full: bool = False, progress: Progress | None = None) -> FsckReport:
         """Check the store (quick: live commits' graphs; full: every object re-hashed). Never raises for damage:
         the report lists broken objects and the commits that need them. See :mod:`crewckpt.history.fsck`."""
         from crewckpt.history.fsck import fsck
-        return fsck(self, full=full, progress=progress)
+        return fsck(self.parts, full=full, progress=progress)
+
+    def rebuild_index(self, *, dry_run: bool = False, progress: Progress | None = None) -> RebuildReport:
+        """Rebuild the commit index (a derived cache) from objects, refs and reflogs; see
+        :mod:`crewckpt.history.reindex` for which commits become live and how branch and order are chosen."""
+        from crewckpt.history.reindex import rebuild_index
+        return rebuild_index(self.parts, dry_run=dry_run, progress=progress)
 
     def stats(self) -> dict[str, Any]:
         """Store figures: ``objects`` (count), ``body_bytes`` (uncompressed bodies, packs not counted twice),
