@@ -50,8 +50,8 @@ def restore(rev: str = "HEAD", *, store: Any = None, cls: Any = None, fork: bool
     """Restore the entity a checkpoint records, ready to resume with ``kickoff()``.
 
     Args:
-        rev: revision: commit id or prefix (>= 4 hex), branch, ``main~2``, ``exp@{1}``, ``HEAD``/``latest``,
-            or a CrewAI checkpoint id imported as an alias.
+        rev: revision: commit id or prefix (>= 4 hex), branch, ``main~2``, ``exp@{1}``, ``HEAD`` (the current
+            branch's tip), ``latest`` (the last checkpoint written), or a CrewAI checkpoint id (an alias).
         store: a :class:`crewckpt.Store`, a store folder, or None (``$CKPT_STORE`` or the nearest ``.ckpt``).
         cls: class to restore into (e.g. your Flow subclass, whose methods the checkpoint cannot carry);
             default: Crew, Flow or Agent after the checkpoint's first entity.

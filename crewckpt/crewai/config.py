@@ -104,8 +104,9 @@ class CheckpointConfig(CrewAICheckpointConfig):
             signals listed, chaining to the previous handler). Default ``["task_completed"]``.
         provider: always a :class:`CrewckptProvider`.
         max_checkpoints: after each write keep only the newest N (>= 1) checkpoints of the branch written.
-        restore_from: a revision (``"3fa2c1"``, ``"main"``, ``"main~2"``, ``"exp@{1}"``, ``"latest"``) in the
-            store at ``location``, or ``"<store path>#<rev>"``. Used by ``from_checkpoint``/``fork`` and
+        restore_from: a revision (``"3fa2c1"``, ``"main"``, ``"main~2"``, ``"exp@{1}"``, ``"HEAD"``: the
+            current branch's tip, ``"latest"``: the last checkpoint written) in the store at ``location``, or
+            ``"<store path>#<rev>"``. Used by ``from_checkpoint``/``fork`` and
             ``kickoff(from_checkpoint=...)``.
         view: also publish every checkpoint to a CrewAI JSON folder or SQLite database (a live view that
             CrewAI's own tools read), written incrementally by a background thread; a view that cannot be
