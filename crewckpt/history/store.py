@@ -270,7 +270,7 @@ class Store:
         """The parts maintenance works on (gc, fsck, the index rebuild): objects, refs, index, meta, backend."""
         from crewckpt.history.parts import StoreParts
         return StoreParts(self.objects, self.backend, self.backend, self.backend, self.backend,
-                          lambda: self.stats()["file_bytes"], lambda doc: summarize(doc, json_size(doc)))
+                          lambda: self.stats()["file_bytes"], self.profile.summary)
 
     def _writing(self) -> contextlib.AbstractContextManager[Parts]:
         """One transaction when the backend has them, else the backend's own atomic verbs (callers keep the
