@@ -49,6 +49,9 @@ from crewckpt.history.summary import json_size, summarize
 if TYPE_CHECKING:  # maintenance modules load on first use: the read path stays quick to import
     from crewckpt.history.fsck import FsckReport
     from crewckpt.history.gc import GcReport, Progress
+    from crewckpt.history.parts import StoreParts
+    from crewckpt.history.reindex import RebuildReport
+    from crewckpt.history.remotes import SyncReport
 
 _log = logging.getLogger("crewckpt")
 DEFAULT_DIR = ".ckpt"
@@ -222,7 +225,7 @@ class Store:
         logs; a running gc postpones it)."""
         from crewckpt.history.gc import merge_packs
         try:
-            if merge_packs(self, self._my_packs):
+            if merge_packs(self.parts, self._my_packs):
                 self._my_packs = []
         except CkptError as e:
             _log.warning("crewckpt: automatic repack skipped: %s", e)
@@ -251,6 +254,13 @@ class Store:
         if run is None:
             run = self._run = "w-" + uuid.uuid4().hex[:12]
         return run
+
+    @property
+    def parts(self) -> StoreParts:
+        """The parts maintenance works on (gc, fsck, the index rebuild): objects, refs, index, meta, backend."""
+        from crewckpt.history.parts import StoreParts
+        return StoreParts(self.objects, self.backend, self.backend, self.backend, self.backend,
+                          lambda: self.stats()["file_bytes"], lambda doc: summarize(doc, json_size(doc)))
 
     def _writing(self) -> contextlib.AbstractContextManager[Parts]:
         """One transaction when the backend has them, else the backend's own atomic verbs (callers keep the
@@ -428,8 +438,8 @@ class Store:
             t = self.backend.get_ref(b)
             if t:
                 return t
-        else:
-            t = self.backend.get_ref(refnames.HEADS + b)
+        else:  # git's order: a local branch first, then a remote-tracking ref (origin/main)
+            t = self.backend.get_ref(refnames.HEADS + b) or self.backend.get_ref(refnames.REMOTES + b)
             if t:
                 return t
         a = self.backend.alias_get(b)
@@ -467,6 +477,8 @@ class Store:
             label = head.branch_of(ref)
         else:
             ref = r.base if r.base.startswith("refs/") else refnames.HEADS + r.base
+            if ref != r.base and self.backend.get_ref(ref) is None and self.backend.get_ref(refnames.REMOTES + r.base):
+                ref = refnames.REMOTES + r.base  # origin/main@{1}: a remote-tracking ref's reflog
             label = r.base
         news = [e.new for e in self.backend.reflog(ref) if e.new is not None]
         if r.reflog < len(news):
@@ -649,6 +661,60 @@ class Store:
                 txn.reflog_append(ReflogEntry(head.HEAD, cur, cur, now, message))
             txn.index_rebranch(oref[len(refnames.HEADS):], nref[len(refnames.HEADS):])
 
+    # -- remotes (crewckpt.history.remotes; the transfer is crewckpt.history.sync) ----------------------------
+
+    def remotes(self) -> dict[str, str]:
+        """``name -> location`` of this store's remotes."""
+        from crewckpt.history import remotes
+        return remotes.remotes(self)
+
+    def add_remote(self, name: str, location: str | os.PathLike[str]) -> str:
+        """Add a remote (``ckpt remote add``); returns the location as stored. Raises BadRefName, CkptError."""
+        from crewckpt.history import remotes
+        return remotes.add_remote(self, name, location)
+
+    def remove_remote(self, name: str) -> builtins.list[str]:
+        """Remove a remote and its remote-tracking refs; returns those refs. Raises UnknownRemote."""
+        from crewckpt.history import remotes
+        return remotes.remove_remote(self, name)
+
+    def fetch(self, remote: str | Store | None = None, branches: Sequence[str] | None = None, *,
+              name: str | None = None, dry_run: bool = False, progress: Progress | None = None) -> SyncReport:
+        """Fetch a remote's branches into ``refs/remotes/<remote>/`` (see :func:`crewckpt.history.remotes.fetch`).
+        ``remote``: a remote name (default ``origin``), a location or an open Store (then ``name`` names the
+        tracking namespace)."""
+        from crewckpt.history import remotes
+        return remotes.fetch(self, remote, branches, name=name, dry_run=dry_run, progress=progress)
+
+    def pull(self, remote: str | Store | None = None, branch: str | None = None, *, name: str | None = None,
+             dry_run: bool = False, progress: Progress | None = None) -> SyncReport:
+        """Fetch and fast-forward ``branch`` (see :func:`crewckpt.history.remotes.pull`). Raises PullDiverged."""
+        from crewckpt.history import remotes
+        return remotes.pull(self, remote, branch, name=name, dry_run=dry_run, progress=progress)
+
+    def push(self, remote: str | Store | None = None, branch: str | None = None, *, all_branches: bool = False,
+             force: bool = False, name: str | None = None, dry_run: bool = False, progress: Progress | None = None,
+             check: bool = True) -> SyncReport:
+        """Push ``branch`` (default: the current one) or every branch to a remote (see
+        :func:`crewckpt.history.remotes.push`).
+
+        Raises:
+            PushRejected: with ``check`` (default), when a branch was rejected (the others went; the report is
+                the exception's ``report``). With ``check=False`` rejections are only in the report.
+        """
+        from crewckpt.history import remotes
+        rep = remotes.push(self, remote, branch, all_branches=all_branches, force=force, name=name,
+                           dry_run=dry_run, progress=progress)
+        return remotes.push_or_raise(rep) if check else rep
+
+    @classmethod
+    def clone(cls, src: str | Store, dest: str | os.PathLike[str], *, origin: str = "origin",
+              progress: Progress | None = None) -> Store:
+        """A new store at ``dest`` with every branch of ``src`` and remote ``origin`` naming it (see
+        :func:`crewckpt.history.remotes.clone`; rerunning an interrupted clone completes it)."""
+        from crewckpt.history import remotes
+        return remotes.clone(cls, src, dest, origin=origin, progress=progress)[0]
+
     # -- retention and maintenance ----------------------------------------------------------------------------
 
     def prune(self, branch: str, *, keep: int | None = None, older_than_ns: int | None = None,
@@ -694,13 +760,19 @@ class Store:
             GcBusy: the gc lock stayed taken for ``wait_s`` seconds. See :func:`crewckpt.history.gc.gc` for the safety argument.
         """
         from crewckpt.history.gc import gc
-        return gc(self, dry_run=dry_run, grace_ns=int(grace_s * 1e9), progress=progress, wait_s=wait_s)
+        return gc(self.parts, dry_run=dry_run, grace_ns=int(grace_s * 1e9), progress=progress, wait_s=wait_s)
 
     def fsck(self, full: bool = False, progress: Progress | None = None) -> FsckReport:
         """Check the store (quick: live commits' graphs; full: every object re-hashed). Never raises for damage:
         the report lists broken objects and the commits that need them. See :mod:`crewckpt.history.fsck`."""
         from crewckpt.history.fsck import fsck
-        return fsck(self, full=full, progress=progress)
+        return fsck(self.parts, full=full, progress=progress)
+
+    def rebuild_index(self, *, dry_run: bool = False, progress: Progress | None = None) -> RebuildReport:
+        """Rebuild the commit index (a derived cache) from objects, refs and reflogs; see
+        :mod:`crewckpt.history.reindex` for which commits become live and how branch and order are chosen."""
+        from crewckpt.history.reindex import rebuild_index
+        return rebuild_index(self.parts, dry_run=dry_run, progress=progress)
 
     def stats(self) -> dict[str, Any]:
         """Store figures: ``objects`` (count), ``body_bytes`` (uncompressed bodies, packs not counted twice),
