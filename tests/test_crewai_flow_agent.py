@@ -260,13 +260,13 @@ def test_signal_event_checkpoints_the_running_state_once(monkeypatch: pytest.Mon
     from crewai.events.types.system_events import SigHupEvent, SigTermEvent
     from crewai.state.runtime import RuntimeState
 
-    from crewckpt.crewai import hooks
+    from crewckpt.crewai import signals
 
     # the 0.5 s repeat window on a clock of our own: a slow first write (a loaded machine) cannot widen it
     clock = [1.0e9]
-    monkeypatch.setattr(hooks, "time", types.SimpleNamespace(monotonic=lambda: clock[0],
-                                                             perf_counter=time.perf_counter))
-    monkeypatch.setattr(hooks, "_last_signal_event", {})
+    monkeypatch.setattr(signals, "time", types.SimpleNamespace(monotonic=lambda: clock[0],
+                                                               perf_counter=time.perf_counter))
+    monkeypatch.setattr(signals, "_last_signal_event", {})
     crew = research_crew(1, checkpoint=CheckpointConfig(on_events=["SIGTERM"]))
     crewai_event_bus.set_runtime_state(RuntimeState(root=[crew]))
     source = object()  # CrewAI's own signal events come from its Telemetry object, not an entity

@@ -111,7 +111,9 @@ def test_a_pruned_commit_exports_under_the_branch_its_document_names_or_main(tmp
     b = s.commit({"x": 2})
     s.commit({"x": 3})
     s.prune("main", keep=1)
-    report = s.export_crewai(tmp_path / "out", "json", revs=[a, b])
+    from crewckpt.views.exporter import export_crewai
+
+    report = export_crewai(s, tmp_path / "out", "json", revs=[a, b])
     assert report.to_json()["written"] == 2 and not report.problems, report.to_json()
     assert {p.parent.name for p in (tmp_path / "out").rglob("*.json")} == {"crew-branch", "main"}
 

@@ -194,7 +194,8 @@ def test_revisions(store: Store) -> None:
     assert r("main") == ids[4] and r("main~2") == ids[2] and r("main^") == ids[3] and r("main^^") == ids[2]
     assert r("main~0") == ids[4] and r("exp^2") == ids[4] and r("exp^1") == fork and r("exp^0") == merge
     assert r("exp~1~1") == ids[2] and r("exp^~2") == ids[1]
-    assert r("HEAD") == merge and r("latest") == merge and r("HEAD~1") == fork
+    # HEAD names the current branch (main: writing on exp did not switch it); latest is the last written
+    assert r("HEAD") == ids[4] == r("@") and r("latest") == merge and r("HEAD~1") == ids[3] == r("@~1")
     assert r("main@{0}") == ids[4] and r("main@{4}") == ids[0] and r("refs/heads/exp") == merge
     assert r("20261129T234221_0d859361") == ids[1] and r("20261129T234221_0d859361~1") == ids[0]
     assert store.read("main~4") == {"n": 0}

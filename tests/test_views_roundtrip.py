@@ -206,9 +206,9 @@ def test_on_disk_store_and_progress_callback(fixtures: Path, tmp_path: Path) -> 
 
 def test_store_methods(fixtures: Path, tmp_path: Path) -> None:
     store = Store.memory()
-    report = store.import_crewai(fixtures / "flow_json", branch_prefix="crewai/")
+    report = import_crewai(store, fixtures / "flow_json", branch_prefix="crewai/")
     assert len(report.imported) == 5 and set(report.branches) == {"crewai/main", "crewai/experiment-1"}
-    out = store.export_crewai(tmp_path / "v.db", "sqlite", branch="crewai/main", strip_prefix="crewai/")
+    out = export_crewai(store, tmp_path / "v.db", "sqlite", branch="crewai/main", strip_prefix="crewai/")
     assert len(out.outcome.written) == 3
 
 

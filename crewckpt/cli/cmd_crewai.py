@@ -87,6 +87,9 @@ def resume(rev: str, inputs_text: str | None, branch: str | None, flow_class: st
         except ValueError as exc:
             raise CkptError(f"cannot restore {rev} ({full[:12]}): {_restore_problem(exc)}") from None
         run = run_restored(entity, inputs)
+    from crewckpt.history.head import follow_run
+
+    switched = follow_run(store, run.branch, run.checkpoint_id, full)
     output = getattr(run.result, "raw", run.result)
     record: dict[str, Any] = {
         "rev": rev,
@@ -102,7 +105,7 @@ def resume(rev: str, inputs_text: str | None, branch: str | None, flow_class: st
         emit_json(record, file=stdout)
         return
     click.echo(f"Resumed {type(entity).__name__} from {full[:8]}; latest checkpoint now {record['head'][:8]} "
-               f"on branch {record['branch']}")
+               f"on branch {record['branch']}" + (" (now the current branch)" if switched else ""))
     if record["output"] is not None:
         click.echo(
             record["output"] if isinstance(record["output"], str) else orjson.dumps(record["output"]).decode()

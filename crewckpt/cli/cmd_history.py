@@ -82,9 +82,8 @@ def log(
     store = app.store()
     if branch:
         rev = branch
-    head = try_resolve(store, "HEAD")  # once: resolving HEAD scans the commit index
-    if rev in ("HEAD", "latest") and head is not None:
-        rev = head
+    head = try_resolve(store, "HEAD")  # the current branch's tip; None while it is unborn
+    current = store.current_branch()
     commits = _log_commits(store, rev, all_, limit)
     if as_json:
         emit_ndjson(_log_record(c) for c in commits)
@@ -115,7 +114,10 @@ def log(
             for line in row.before:
                 app.line(line, "red")
             prefix = row.row + " "
-        _print_log_entry(app, commit, shorts, tips.get(commit.id, []), commit.id == head, prefix, oneline)
+        refs = tips.get(commit.id, [])
+        if commit.id == head and current in refs:  # git's decoration: (HEAD -> main, other)
+            refs = [f"HEAD -> {current}"] + [r for r in refs if r != current]
+        _print_log_entry(app, commit, shorts, refs, prefix, oneline)
         if commit.id in cut:
             app.styled([(prefix.replace("*", "~"), "red"), ("(pruned: history continues no further)", "dim")])
 
@@ -149,13 +151,13 @@ def _is_pruned(commit: Any) -> bool:
 
 
 def _print_log_entry(
-    app: Any, commit: Any, shorts: dict[str, str], refs: list[str], is_head: bool, prefix: str, oneline: bool
+    app: Any, commit: Any, shorts: dict[str, str], refs: list[str], prefix: str, oneline: bool
 ) -> None:
     short = shorts.get(commit.id, commit.id[:8])
     if _is_pruned(commit):
         app.styled([(prefix, "red"), (short, "yellow"), (" (pruned: history continues no further)", "dim")])
         return
-    decoration = _decoration(refs, is_head)
+    decoration = f" ({', '.join(refs)})" if refs else ""
     summary = summary_fields(commit)
     if oneline:
         app.styled(
@@ -186,11 +188,6 @@ def _print_log_entry(
     detail = f"{entity_summary(summary)}, {summary['event_count']} events, {_kb(summary['logical_bytes'])}"
     app.styled([(cont or pad, "red"), (f"    {detail}", None)])
     app.styled([(cont or pad, "red")])
-
-
-def _decoration(refs: list[str], is_head: bool) -> str:
-    names = (["HEAD"] if is_head else []) + refs
-    return f" ({', '.join(names)})" if names else ""
 
 
 def _kb(n: int) -> str:
@@ -385,8 +382,10 @@ def _is_crewai_path(arg: str) -> bool:
 def rev_parse(rev: str, as_json: bool) -> None:
     """Print the full commit id that REV names.
 
-    REV: a full id, a unique prefix of 4+ hex digits, a branch, HEAD/latest, X~N, X^, X^N, branch@{N},
-    or a CrewAI checkpoint id (``20261129T234223_1e1c9b77``).
+    REV: a full id, a unique prefix of 4+ hex digits, a branch, HEAD or @ (the current branch's tip),
+    latest (the last checkpoint written on any branch), X~N, X^, X^N, BRANCH@{N}, HEAD@{N}, @{N} (the
+    current branch's reflog), @{-N} (the N-th branch checked out before), or a CrewAI checkpoint id
+    (``20261129T234223_1e1c9b77``).
 
     \b
     Example:

@@ -20,28 +20,15 @@ from crewai.state.checkpoint_config import CheckpointConfig as CrewAICheckpointC
 from crewai.state.provider.core import BaseProvider
 from pydantic import Field, SerializeAsAny, field_validator
 
+from crewckpt.crewai.locations import join_location as join_location  # re-exported: the old path
+from crewckpt.crewai.locations import split_location as split_location
+from crewckpt.crewai.signals import SIGNAL_EVENTS as SIGNAL_EVENTS
+
 DEFAULT_LOCATION = "./.ckpt"
 RESTORED_CONTEXT = "crewckpt_restored"
 """Validation-context key set when a config is rebuilt from a stored checkpoint (no store is prepared)."""
 SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
 """File suffixes of an SQLite database (CrewAI's SQLite provider habit); never a store folder's name."""
-SIGNAL_EVENTS: frozenset[str] = frozenset({"SIGTERM", "SIGINT", "SIGHUP", "SIGTSTP", "SIGCONT"})
-
-
-def split_location(location: str) -> tuple[str, str | None]:
-    """Split ``"<store path>#<rev>"`` (the form a CrewckptProvider returns) into ``(path, rev)``.
-
-    A location without ``#`` is a store path with no revision: ``(location, None)``.
-    """
-    path, sep, rev = str(location).rpartition("#")
-    if not sep:
-        return str(location), None
-    return path, rev or None
-
-
-def join_location(store_path: str | os.PathLike[str], commit_id: str) -> str:
-    """``"<absolute store path>#<commit id>"``: what CrewAI's events and ``extract_id`` see."""
-    return f"{os.path.abspath(store_path)}#{commit_id}"
 
 
 class CrewckptProvider(BaseProvider):
@@ -117,8 +104,9 @@ class CheckpointConfig(CrewAICheckpointConfig):
             signals listed, chaining to the previous handler). Default ``["task_completed"]``.
         provider: always a :class:`CrewckptProvider`.
         max_checkpoints: after each write keep only the newest N (>= 1) checkpoints of the branch written.
-        restore_from: a revision (``"3fa2c1"``, ``"main"``, ``"main~2"``, ``"exp@{1}"``, ``"latest"``) in the
-            store at ``location``, or ``"<store path>#<rev>"``. Used by ``from_checkpoint``/``fork`` and
+        restore_from: a revision (``"3fa2c1"``, ``"main"``, ``"main~2"``, ``"exp@{1}"``, ``"HEAD"``: the
+            current branch's tip, ``"latest"``: the last checkpoint written) in the store at ``location``, or
+            ``"<store path>#<rev>"``. Used by ``from_checkpoint``/``fork`` and
             ``kickoff(from_checkpoint=...)``.
         view: also publish every checkpoint to a CrewAI JSON folder or SQLite database (a live view that
             CrewAI's own tools read), written incrementally by a background thread; a view that cannot be
@@ -208,7 +196,7 @@ class CheckpointConfig(CrewAICheckpointConfig):
     def model_post_init(self, __context: Any) -> None:
         super().model_post_init(__context)
         if self.signals:
-            from crewckpt.crewai.hooks import install_signal_handlers
+            from crewckpt.crewai.signals import install_signal_handlers
 
             install_signal_handlers(self.signals)
         if self.restore_from is None and not (__context or {}).get(RESTORED_CONTEXT):

@@ -35,7 +35,7 @@ from crewai.events.types.checkpoint_events import (
     CheckpointStartedEvent,
 )
 
-from crewckpt.crewai.config import CheckpointConfig, join_location
+from crewckpt.crewai.locations import join_location
 from crewckpt.crewai.run import entity_meta
 from crewckpt.crewai.snapshot import IdWeakMap, builder_for
 from crewckpt.history.lineage import continuation_branch
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from crewai.state.runtime import RuntimeState
 
     from crewckpt import Store
+    from crewckpt.crewai.config import CheckpointConfig
 
 logger = logging.getLogger("crewckpt.crewai")
 
