@@ -52,9 +52,11 @@ def head_ref(r: Parts) -> str:
 def head_ref_stored(txn: Parts) -> str:
     """:func:`head_ref` inside a write, storing it first when the store has none yet, so that a store made
     before HEAD was stored keeps the HEAD it had (the legacy rule depends on the last commit written)."""
+    stored = txn.get_symref(HEAD)
+    if stored is not None and _valid(stored):
+        return stored
     ref = head_ref(txn)
-    if txn.get_symref(HEAD) != ref:
-        txn.set_symref(HEAD, ref)
+    txn.set_symref(HEAD, ref)
     return ref
 
 
