@@ -13,6 +13,7 @@ import orjson
 from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_option, obj, paged, try_resolve
 from crewckpt.cli.fmt import commit_json, entity_summary, local_time, safe_text, short_ids, summary_fields
 from crewckpt.errors import UnknownRevision
+from crewckpt.views.document import crew_summary
 
 _TAG_STYLE = {
     "header": "bold",
@@ -268,7 +269,7 @@ def list_(path: str | None, branch: str | None, as_json: bool) -> None:
         trigger = triggers.get(c.trigger) or triggers.setdefault(
             c.trigger, f"{c.trigger or 'manual':<{twidth}}  "
         )
-        s = c.summary
+        s = crew_summary(c.summary)
         key = (s.entities, s.tasks_done, s.tasks_total)
         what = summaries.get(key) or summaries.setdefault(key, entity_summary(s))
         return when, shorts[c.id] + "  ", branch, trigger, what

@@ -39,6 +39,7 @@ from crewckpt.crewai.locations import join_location
 from crewckpt.crewai.run import entity_meta
 from crewckpt.crewai.snapshot import IdWeakMap, builder_for
 from crewckpt.history.lineage import continuation_branch
+from crewckpt.views.document import CREWAI
 
 if TYPE_CHECKING:
     from crewai.state.runtime import RuntimeState
@@ -103,15 +104,15 @@ def _open_or_init(key: str, create: bool) -> Store:
     from crewckpt.errors import StoreNotFound
 
     try:
-        return Store.open(key)
+        return Store.open(key, profile=CREWAI)
     except StoreNotFound:
         if not create:
             raise
     Path(key).parent.mkdir(parents=True, exist_ok=True)
     try:
-        return Store.init(key)
+        return Store.init(key, profile=CREWAI)
     except Exception:
-        return Store.open(key)  # another process created it meanwhile
+        return Store.open(key, profile=CREWAI)  # another process created it meanwhile
 
 
 def _db_identity(key: str) -> tuple[int, int] | None:
@@ -171,7 +172,7 @@ def commit_document(store: Store, doc: dict[str, Any], *, parent_id: str | None,
     parents, target = place(store, parent_id, branch)
     if target != branch and isinstance(doc, dict) and "branch" in doc:
         doc["branch"] = target
-    commit_id = store.commit(doc, branch=target, parents=parents, run_id=run_id, trigger=trigger)
+    commit_id = store.commit(doc, branch=target, parents=parents, run_id=run_id, trigger=trigger, profile=CREWAI)
     return commit_id, target
 
 
@@ -230,7 +231,7 @@ def write_checkpoint(state: RuntimeState, cfg: CheckpointConfig, event: Any = No
             parents, target = place(store, parent_id, branch_name)
             doc = builder_for(state).document(state, parent_id=parent_id, branch=target, trigger=trigger)
             commit_id = store.commit(doc, branch=target, parents=parents, run_id=run_id_for(state),
-                                     trigger=commit_trigger or trigger, meta=entity_meta(state))
+                                     trigger=commit_trigger or trigger, meta=entity_meta(state), profile=CREWAI)
         except Exception as exc:
             logger.warning("crewckpt: checkpoint on %s failed (trigger=%s): %s", location, trigger, exc,
                            exc_info=logger.isEnabledFor(logging.DEBUG))
