@@ -33,9 +33,9 @@ from crewckpt import CkptError, Store
 from crewckpt.cli.graph import graph_rows
 from crewckpt.crewai import CheckpointConfig
 from crewckpt.crewai.writer import forget_stores
-from crewckpt.history.diff import diff_documents
-from crewckpt.history.diff_render import human_bytes, plain_text, render_stat
 from crewckpt.testing import ScriptedLLM, ScriptedLLMError, offline_env, research_crew  # sets offline env
+from crewckpt.views.diff import diff_documents
+from crewckpt.views.diff_render import human_bytes, plain_text, render_stat
 
 N_TASKS = 6
 FAIL_AT_CALL = 4  # the scripted LLM answers one call per task: call 4 is task 4

@@ -103,3 +103,19 @@ def test_a_format_1_store_lists_the_same_log_columns(tmp_path: Path) -> None:
     manifest = json.loads((Path(__file__).parent / "data" / "format1-store.json").read_text())
     m4 = next(c for c in manifest["commits"] if c["label"] == "m4")
     assert lines[m4["id"][:8]].endswith("crew:fixture crew [2/3 tasks]"), out
+
+
+def test_the_generic_json_diff_knows_no_crewai_shape() -> None:
+    from crewckpt.history.diff import diff_json, plain_text, render_changes
+
+    old = {"entities": [{"entity_type": "crew", "tasks": [{"output": None}]}], "n": 1, "gone": [1]}
+    new = {"entities": [{"entity_type": "crew", "tasks": [{"output": {"raw": "done"}}]}], "n": 2, "added": True}
+    d = diff_json(old, new)
+    assert d["schema"] == "crewckpt.jsondiff/1" and not d["identical"] and set(d) == {
+        "schema", "identical", "sizes", "changes", "changes_truncated"}  # no entities/tasks/events sections
+    assert [(c["path"], c["op"]) for c in d["changes"]] == [
+        ("entities[0].tasks[0].output", "changed"), ("n", "changed"), ("gone", "removed"), ("added", "added")]
+    assert plain_text(render_changes(d["changes"])).splitlines()[1] == "  ~ n: 1 -> 2"
+    assert diff_json([1], [1])["identical"] and diff_json(1, 1.0)["changes"] == [
+        {"path": "$", "op": "changed", "old": 1, "new": 1.0}]
+    assert diff_json(list(range(10)), [], max_changes=3)["changes_truncated"] == 7

@@ -268,7 +268,7 @@ def info_crewai_path(path: str, as_json: bool) -> None:
     if as_json:
         emit_json(record)
         return
-    from crewckpt.history.diff_render import human_bytes
+    from crewckpt.history.diff import human_bytes
 
     rows = [
         ("location", f"{path} ({kind})"),

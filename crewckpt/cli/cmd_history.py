@@ -192,7 +192,7 @@ def _print_log_entry(
 
 
 def _kb(n: int) -> str:
-    from crewckpt.history.diff_render import human_bytes
+    from crewckpt.history.diff import human_bytes
 
     return human_bytes(n)
 
@@ -474,8 +474,8 @@ def diff(rev1: str, rev2: str | None, stat: bool, word_diff: bool, context: int,
       ckpt diff main~3 main --stat
       ckpt diff HEAD --json | jq '.entities[0].tasks[] | select(.op != "unchanged")'
     """
-    from crewckpt.history.diff import diff_documents
-    from crewckpt.history.diff_render import render_full, render_stat
+    from crewckpt.views.diff import diff_documents
+    from crewckpt.views.diff_render import render_full, render_stat
 
     app = obj()
     if rev2 is None:

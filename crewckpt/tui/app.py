@@ -41,13 +41,13 @@ from textual.widgets.tree import TreeNode
 from textual.worker import get_current_worker
 
 from crewckpt.errors import CkptError
-from crewckpt.history import diff as diff_mod
-from crewckpt.history import diff_render
 from crewckpt.history.commits import CommitInfo
 from crewckpt.history.store import Store
 from crewckpt.tui import details
 from crewckpt.tui.model import History, build_history, entity_kind, line_title, progress_bar, relative_time
 from crewckpt.tui.runner import INSTALL_HINT, RunPlan, crewai_available
+from crewckpt.views import diff as diff_mod
+from crewckpt.views import diff_render
 from crewckpt.views.document import crew_summary
 
 PAGE = 100
