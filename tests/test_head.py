@@ -177,6 +177,10 @@ def test_a_store_without_a_stored_head_opens_on_the_branch_of_its_last_commit(tm
     c.close()
     with Store.open(path) as s:
         assert s.current_branch() == "main"
+        assert s.fsck().problems == ["HEAD holds 'refs/heads/..bad', not a branch ref (read meanwhile as the branch "
+                                     "of the last checkpoint written, else main); set it with `ckpt switch BRANCH`"]
+        s.switch("main")  # the fix fsck names: the stored value is replaced, and fsck is clean again
+        assert s.fsck().ok and s.backend.get_symref("HEAD") == "refs/heads/main"
 
 
 def test_the_format1_fixture_store_opens_with_head_on_its_last_written_branch(tmp_path: Path) -> None:
