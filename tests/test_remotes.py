@@ -39,12 +39,21 @@ def doc(i: int, extra: str = "") -> dict[str, object]:
 
 
 @pytest.fixture
-def make(tmp_path: Path) -> Iterator[Callable[[str], Store]]:
+def make(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[[str], Store]]:
+    """``make(kind)``: a new empty store of that kind (memory, sqlite, postgres: a fresh schema each)."""
     opened: list[Store] = []
     n = iter(range(1000))
 
     def _make(kind: str) -> Store:
-        s = Store.memory() if kind == "memory" else Store.init(tmp_path / f"s{next(n)}")
+        i = next(n)
+        if kind == "memory":
+            s = Store.memory()
+        elif kind == "sqlite":
+            s = Store.init(tmp_path / f"s{i}")
+        else:
+            from crewckpt.backends.postgres import PgBackend
+            url = request.getfixturevalue("pg_url")
+            s = Store(PgBackend.create(f"{url}r{i}", {"format_version": str(ob.FORMAT_VERSION), "gc_epoch": "0"}))
         opened.append(s)
         return s
 
@@ -67,8 +76,11 @@ def assert_clean(*stores: Store) -> None:
         assert r.ok, (r.broken, r.problems)
 
 
-@pytest.mark.parametrize("src_kind", KINDS)
-@pytest.mark.parametrize("dst_kind", KINDS)
+PAIRS = [(a, b) for a in KINDS for b in KINDS] + [
+    pytest.param(a, b, marks=pytest.mark.postgres) for a, b in (("postgres", "sqlite"), ("memory", "postgres"))]
+
+
+@pytest.mark.parametrize(("src_kind", "dst_kind"), PAIRS)
 def test_fetch_push_pull_keep_ids_aliases_and_send_only_what_is_missing(make: Callable[[str], Store], src_kind: str,
                                                                         dst_kind: str) -> None:
     a, b = make(src_kind), make(dst_kind)
@@ -153,7 +165,7 @@ def test_local_branch_shadows_a_tracking_ref_of_the_same_name(make: Callable[[st
     assert b.resolve("origin/main") == mine and b.resolve("refs/remotes/origin/main") == theirs
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", [*KINDS, pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_diverged_push_is_rejected_unless_forced_and_pull_refuses_naming_both_tips(make: Callable[[str], Store],
                                                                                    kind: str) -> None:
     remote, a, b = make(kind), make("memory"), make("sqlite")

@@ -35,6 +35,7 @@ from crewai.events.types.checkpoint_events import (
     CheckpointStartedEvent,
 )
 
+from crewckpt.crewai import publish
 from crewckpt.crewai.locations import join_location
 from crewckpt.crewai.run import entity_meta
 from crewckpt.crewai.snapshot import IdWeakMap, builder_for
@@ -253,6 +254,8 @@ def write_checkpoint(state: RuntimeState, cfg: CheckpointConfig, event: Any = No
         view = cfg.view_target()
         if view is not None:
             _live_view(location, *view, max_checkpoints=cfg.max_checkpoints).publish(commit_id)
+        if cfg.push_to and cfg.push_every:
+            publish.after_checkpoint(cfg, location, target)
         return commit_id
 
 
