@@ -490,14 +490,18 @@ class Store:
             if ref != r.base and self.backend.get_ref(ref) is None and self.backend.get_ref(refnames.REMOTES + r.base):
                 ref = refnames.REMOTES + r.base  # origin/main@{1}: a remote-tracking ref's reflog
             label = r.base
-        news = [e.new for e in self.backend.reflog(ref) if e.new is not None]
-        if r.reflog < len(news):
-            return news[-1 - r.reflog]
-        if not news and ref.startswith(refnames.HEADS) and self.backend.get_ref(ref) is None:
+        log, n = self.backend.reflog(ref), r.reflog
+        # git's rule (refs.c read_ref_at): @{0} is the newest entry's new side, @{n} the old side of the
+        # (n-1)-th newest, so the oldest entry also answers for the value before it
+        found = (log[-1].new if n == 0 else log[-n].old) if log and n <= len(log) else None
+        if found is not None:
+            return found
+        if not log and ref.startswith(refnames.HEADS) and self.backend.get_ref(ref) is None:
             if not r.base:
                 raise head.unborn(self.backend, r.text)
             raise UnknownRevision(f"revision {r.text!r}: no branch named {label!r}; see `ckpt branch`")
-        have = f"only {len(news)} reflog entries ({label}@{{0}} to {label}@{{{len(news) - 1}}})" if news else (
+        last = len(log) if log and log[0].old is not None else len(log) - 1
+        have = f"only {len(log)} reflog entries ({label}@{{0}} to {label}@{{{last}}})" if log else (
             "no reflog entries")
         raise UnknownRevision(f"revision {r.text!r}: {label} has {have}; see `ckpt reflog {label}`")
 
