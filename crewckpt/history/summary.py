@@ -14,20 +14,31 @@ import orjson
 from crewckpt.errors import DocumentTooLarge
 from crewckpt.format.objects import Summary
 from crewckpt.history.limits import MAX_DEPTH
-from crewckpt.history.snapshot import Frozen
-
-
-def _fragment(v: Any) -> Any:
-    if isinstance(v, Frozen):
-        return orjson.Fragment(v.json_bytes) if v.json_bytes is not None else v.value
-    raise TypeError(f"value of type {type(v).__name__} is not JSON")
+from crewckpt.history.snapshot import Frozen, Parts
 
 
 def json_size(doc: Any) -> int:
-    """Bytes of ``doc`` as compact UTF-8 JSON (the 'logical' size); a :class:`Frozen` with ``json_bytes``
-    counts those bytes without being dumped again."""
+    """Bytes of ``doc`` as compact UTF-8 JSON (the 'logical' size). A :class:`Frozen` with ``json_bytes`` counts
+    those bytes without being dumped or copied again and a :class:`Parts` value sums its pieces, so a document
+    made mostly of Frozen values is sized in time proportional to its plain part."""
+    extra = 0
+
+    def hint(v: Any) -> Any:
+        nonlocal extra
+        if isinstance(v, Frozen):
+            if v.json_bytes is None:
+                return v.value
+            extra += len(v.json_bytes) - 4  # dumped as the placeholder null
+            return None
+        if isinstance(v, Parts):
+            sizes = [json_size(p) for p in v.pieces]
+            full = [n for n in sizes if n > 2]  # an empty piece adds nothing, not even a comma
+            extra += 2 + sum(n - 2 for n in full) + max(len(full) - 1, 0) - 4
+            return None
+        raise TypeError(f"value of type {type(v).__name__} is not JSON")
+
     try:
-        return len(orjson.dumps(doc, default=_fragment))
+        return len(orjson.dumps(doc, default=hint)) + extra
     except (TypeError, orjson.JSONEncodeError):  # big ints, lone surrogates, deep nesting
         return _walk_size(doc)
 
@@ -48,6 +59,8 @@ def _walk_size(doc: Any) -> int:
                 total += len(v.json_bytes)
             else:
                 stack.append((v.value, level))
+        elif isinstance(v, Parts):
+            stack.append((v.plain(), level))
         elif isinstance(v, (dict, list, tuple)):
             if level >= MAX_DEPTH:
                 loop = _cycle_path(doc)
@@ -75,6 +88,8 @@ def _cycle_path(doc: Any) -> str | None:
         v, path, leaving = stack.pop()
         if isinstance(v, Frozen):
             v = v.value
+        if isinstance(v, Parts):
+            v = v.plain()
         if leaving:
             on_path.discard(id(v))
             continue
@@ -101,33 +116,50 @@ def entity_name(e: dict[str, Any]) -> str:
     return ""
 
 
+def _bare(v: Any) -> Any:
+    """``v`` without its :class:`Frozen` / :class:`Parts` wrapping (a Parts value becomes a new dict/list)."""
+    while isinstance(v, Frozen):
+        v = v.value
+    return v.plain() if isinstance(v, Parts) else v
+
+
+def _field(v: Any, key: str) -> Any:
+    """``v[key]`` of a dict (also Frozen or Parts), else None; a Parts value is not rebuilt."""
+    while isinstance(v, Frozen):
+        v = v.value
+    if isinstance(v, Parts) and not v.array:
+        for p in v.pieces:
+            p = p.value if isinstance(p, Frozen) else p
+            if isinstance(p, dict) and key in p:
+                return p[key]
+        return None
+    return v.get(key) if isinstance(v, dict) else None
+
+
 def summarize(doc: Any, logical_bytes: int | None = None) -> Summary:
     """Summary of one checkpoint document (see module docstring); ``logical_bytes`` if already known."""
     size = json_size(doc) if logical_bytes is None else logical_bytes
-    doc = doc.value if isinstance(doc, Frozen) else doc
+    doc = _bare(doc)
     if not isinstance(doc, dict):
         return Summary(logical_bytes=size)
     entities: list[tuple[str, str]] = []
     done = total = 0
-    ents = doc.get("entities")
-    ents = ents.value if isinstance(ents, Frozen) else ents
+    ents = _bare(doc.get("entities"))
     if isinstance(ents, list):
         for e in ents:
-            e = e.value if isinstance(e, Frozen) else e
+            e = _bare(e)
             if not isinstance(e, dict) or not isinstance(e.get("entity_type"), str):
                 continue
             entities.append((e["entity_type"], entity_name(e)))
-            tasks = e.get("tasks")
-            tasks = tasks.value if isinstance(tasks, Frozen) else tasks
+            tasks = _bare(e.get("tasks"))
             if isinstance(tasks, list):
                 total += len(tasks)
-                tasks = [t.value if isinstance(t, Frozen) else t for t in tasks]
-                done += sum(1 for t in tasks if isinstance(t, dict) and t.get("output") is not None)
+                done += sum(1 for t in tasks if _field(t, "output") is not None)
     events = 0
-    rec = doc.get("event_record")
-    rec = rec.value if isinstance(rec, Frozen) else rec
+    rec = _bare(doc.get("event_record"))
     nodes = rec.get("nodes") if isinstance(rec, dict) else None
-    nodes = nodes.value if isinstance(nodes, Frozen) else nodes
-    if isinstance(nodes, dict):
+    while isinstance(nodes, Frozen):
+        nodes = nodes.value
+    if isinstance(nodes, (dict, Parts)):
         events = len(nodes)
     return Summary(tuple(entities), done, total, events, size)
