@@ -30,6 +30,7 @@ import zstandard
 
 from crewckpt import Frozen, Store
 from crewckpt.history.snapshot import AppendMap, Parts
+from crewckpt.views.document import CREWAI
 
 _WORDS = [blake3.blake3(str(k).encode()).hexdigest()[:3 + k % 6] for k in range(2000)]  # a 2,000-word vocabulary
 TASK_EVERY = 6  # events per task, as CrewAI's "*" gives per task
@@ -171,7 +172,7 @@ def run_growing(steps: int = 1000) -> dict[str, Any]:
         for frozen in (True, False):
             g = Growing(frozen, n_tasks)
             folder = Path(tmp, f"store-{frozen}")
-            s = Store.init(folder)
+            s = Store.init(folder, profile=CREWAI)
             times, ids = [], []
             for i in range(steps):
                 g.step(i)

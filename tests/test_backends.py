@@ -23,9 +23,14 @@ def row(i: int, branch: str = "main", seq: int | None = None) -> IndexRow:
                     b"\x95\x90\x00\x00\x00\x00", None, None)
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    b: Backend = MemoryBackend() if request.param == "memory" else SqliteBackend.create(tmp_path)
+    b: Backend
+    if request.param == "postgres":
+        from crewckpt.backends.postgres import PgBackend
+        b = PgBackend.create(request.getfixturevalue("pg_url"))
+    else:
+        b = MemoryBackend() if request.param == "memory" else SqliteBackend.create(tmp_path)
     yield b
     b.close()
 

@@ -99,10 +99,23 @@ def test_a_pruned_format_2_commit_reads_from_its_object_with_no_local_fields() -
     c = s.commit({"n": 3}, run_id="r")
     assert s.prune("main", keep=1) == [a, b]
     info = s.info(a)
-    assert (info.live, info.seq, info.branch, info.summary) == (False, UNINDEXED_SEQ, "", ob.Summary())
+    assert (info.live, info.seq, info.branch, info.summary) == (False, UNINDEXED_SEQ, "", {})
     assert (info.run_id, info.trigger, info.meta) == ("r", "t", {"k": 1})
     assert [x.id for x in s.log("main")] == [c, b, a] and s.resolve("main~2") == a
     assert s.read("main~2") == {"n": 1}
+
+
+def test_a_pruned_commit_exports_under_the_branch_its_document_names_or_main(tmp_path: Path) -> None:
+    s = Store.init(tmp_path / "s")
+    a = s.commit({"x": 1, "branch": "crew-branch"})
+    b = s.commit({"x": 2})
+    s.commit({"x": 3})
+    s.prune("main", keep=1)
+    from crewckpt.views.exporter import export_crewai
+
+    report = export_crewai(s, tmp_path / "out", "json", revs=[a, b])
+    assert report.to_json()["written"] == 2 and not report.problems, report.to_json()
+    assert {p.parent.name for p in (tmp_path / "out").rglob("*.json")} == {"crew-branch", "main"}
 
 
 def _history(s: Store, branch: str, n: int) -> None:

@@ -11,7 +11,7 @@ import pytest
 from crewckpt import Frozen, Store
 from crewckpt.format import objects as ob
 from crewckpt.history.snapshot import AppendMap, Parts, Refreezer, Splitter
-from crewckpt.history.summary import json_size, summarize
+from crewckpt.history.summary import json_size
 from crewckpt.testing import crewai_offline  # noqa: F401  (fixture)
 
 
@@ -131,9 +131,11 @@ def test_summary_counts_tasks_and_events_inside_parts() -> None:
                          "tasks": [Frozen(Parts([F({"name": "t1"}), F({"output": {"raw": "r"}})], join=True)),
                                    Frozen(Parts([F({"name": "t2"}), F({"output": None})], join=True))]}],
            "event_record": {"nodes": Parts([F({"e1": {}}), F({"e2": {}, "e3": {}})])}}
-    s = summarize(doc)
-    assert (s.tasks_done, s.tasks_total, s.event_count) == (1, 2, 3)
-    assert s.logical_bytes == len(orjson.dumps(bare(doc)))
+    from crewckpt.views.document import CREWAI
+
+    s = CREWAI.summary(doc)
+    assert (s["tasks_done"], s["tasks_total"], s["event_count"]) == (1, 2, 3)
+    assert s["logical_bytes"] == len(orjson.dumps(bare(doc)))
 
 
 # -- CrewAI ----------------------------------------------------------------------------------------------

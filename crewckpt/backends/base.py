@@ -8,7 +8,8 @@ A backend is four parts plus what it declares about itself:
   delete, all in batches. An object is never changed in place (see :meth:`Backend.reframe` for the one
   optional exception, an equivalent frame for the same body).
 * :class:`RefStore`: refs ``name -> oid`` moved only by compare-and-swap (:class:`RefConflict` on a stale
-  old value), and an append-only reflog per ref.
+  old value), an append-only reflog per ref, and symbolic refs ``name -> ref name`` (``HEAD ->
+  refs/heads/main``, git's HEAD file; HEAD's moves are logged in the reflog of ``HEAD``).
 * :class:`CommitIndex`: a *derived cache* of the commit objects (one row per live commit, its local order
   ``seq`` and owning branch), foreign-id aliases and local counters. Rebuildable from objects and refs
   (crewckpt.history.fsck.rebuild_index); never the only copy of anything but liveness and local order.
@@ -28,16 +29,9 @@ import contextlib
 import dataclasses
 from collections.abc import Iterable, Iterator
 
-from crewckpt.errors import CkptError, RefConflict
-
-
-class StoreBusy(CkptError):
-    """The store stayed locked by another writer for longer than the busy timeout."""
-
-
-class StoreWriteError(CkptError):
-    """The store cannot be written: the disk is full, the store is read-only, or an I/O error. The write
-    was rolled back (nothing of it is stored; refs are unchanged)."""
+from crewckpt.errors import RefConflict
+from crewckpt.errors import StoreBusy as StoreBusy  # re-exported: the old import path
+from crewckpt.errors import StoreWriteError as StoreWriteError
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -73,8 +67,8 @@ class IndexRow:
 
     id: 32-byte commit id; branch: the branch it belongs to locally (prune, rename); seq: local write order
     (store-wide, increasing along every branch); time_ns: UTC ns; parents: raw ids; tree: raw id of the
-    snapshot root; summary: msgpack-encoded :class:`crewckpt.format.objects.Summary`; meta_json: the
-    commit's metadata JSON text.
+    snapshot root; summary: the msgpack-encoded listing summary, opaque here (a map written by the store's
+    profile; a format-1 store's rows hold a 5-slot list); meta_json: the commit's metadata JSON text.
     """
 
     id: bytes
@@ -211,6 +205,16 @@ class RefStore(abc.ABC):
     @abc.abstractmethod
     def reflog_delete(self, ref: str) -> None:
         """Drop a ref's whole reflog (branch deletion, as git does)."""
+
+    @abc.abstractmethod
+    def get_symref(self, name: str) -> str | None:
+        """The ref name symbolic ref ``name`` holds (``"HEAD"`` -> ``"refs/heads/main"``), or None when it was
+        never set. Returned as stored: the store above validates it (crewckpt.history.head)."""
+
+    @abc.abstractmethod
+    def set_symref(self, name: str, target: str) -> None:
+        """Point symbolic ref ``name`` at ref name ``target`` (which need not exist yet: an unborn branch).
+        A plain overwrite: callers that must not lose a concurrent switch do it in a transaction."""
 
 
 class CommitIndex(abc.ABC):
@@ -354,6 +358,10 @@ class TransactionalBackend(Backend, abc.ABC):
     def reflog_delete(self, ref: str) -> None:
         with self.transaction() as t:
             t.reflog_delete(ref)
+
+    def set_symref(self, name: str, target: str) -> None:
+        with self.transaction() as t:
+            t.set_symref(name, target)
 
     def index_add(self, row: IndexRow) -> None:
         with self.transaction() as t:

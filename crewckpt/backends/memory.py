@@ -30,6 +30,7 @@ class _State:
     def __init__(self) -> None:
         self.objects: dict[bytes, tuple[StoredObject, int]] = {}
         self.refs: dict[str, bytes] = {}
+        self.symrefs: dict[str, str] = {}
         self.reflog: list[ReflogEntry] = []
         self.index: dict[bytes, IndexRow] = {}
         self.aliases: dict[str, bytes] = {}
@@ -69,6 +70,9 @@ class _MemReader:
 
     def reflog(self, ref: str) -> list[ReflogEntry]:
         return [e for e in self._s.reflog if e.ref == ref]
+
+    def get_symref(self, name: str) -> str | None:
+        return self._s.symrefs.get(name)
 
     def index_get(self, cid: bytes) -> IndexRow | None:
         return self._s.index.get(cid)
@@ -137,6 +141,9 @@ class MemoryTxn(_MemReader, Txn):
     def reflog_delete(self, ref: str) -> None:
         self._s.reflog = [e for e in self._s.reflog if e.ref != ref]
 
+    def set_symref(self, name: str, target: str) -> None:
+        self._s.symrefs[name] = target
+
     def index_add(self, row: IndexRow) -> None:
         self._s.index.setdefault(row.id, row)
 
@@ -192,6 +199,7 @@ class MemoryBackend(_MemReader, TransactionalBackend):
             work = copy.copy(cur)
             work.objects = dict(cur.objects)
             work.refs, work.reflog = dict(cur.refs), list(cur.reflog)
+            work.symrefs = dict(cur.symrefs)
             work.index, work.aliases = dict(cur.index), dict(cur.aliases)
             work.counters, work.meta = dict(cur.counters), dict(cur.meta)
             yield MemoryTxn(work)

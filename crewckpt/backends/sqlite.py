@@ -54,6 +54,7 @@ CREATE TABLE aliases(alias TEXT PRIMARY KEY, id BLOB NOT NULL) WITHOUT ROWID;
 # Small tables are WITHOUT ROWID (no separate key index: one page each instead of two) and the write
 # counters live in ``meta``: on a store of a few hundred KB, every page is 4 KiB of disk.
 
+_SYMREF = "symref:"  # symbolic refs live in meta (key "symref:HEAD"): stores made before them open unchanged
 _ROW_COLS = "id, branch, seq, time_ns, run_id, trig, parents, tree, summary, alias, meta"
 
 
@@ -142,6 +143,10 @@ class _SqlReader:
         return [ReflogEntry(r, _bin(o) if o is not None else None, _bin(n) if n is not None else None, t, m)
                 for r, o, n, t, m in rows]
 
+    def get_symref(self, name: str) -> str | None:
+        r = self._q("SELECT value FROM meta WHERE key=?", (_SYMREF + name,))
+        return str(r[0][0]) if r else None
+
     def index_get(self, cid: bytes) -> IndexRow | None:
         r = self._q(f"SELECT {_ROW_COLS} FROM commits WHERE id=?", (cid,))
         return _row(r[0]) if r else None
@@ -214,6 +219,9 @@ class SqliteTxn(_SqlReader, Txn):
             self._b._conn.execute("DELETE FROM refs WHERE name=?", (name,))
         else:
             self._b._conn.execute("INSERT OR REPLACE INTO refs(name, target) VALUES (?,?)", (name, new))
+
+    def set_symref(self, name: str, target: str) -> None:
+        self._b._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?,?)", (_SYMREF + name, target))
 
     def reflog_append(self, entry: ReflogEntry) -> None:
         self._b._conn.execute("INSERT INTO reflog(ref, old, new, time_ns, message) VALUES (?,?,?,?,?)",

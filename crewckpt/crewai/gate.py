@@ -44,7 +44,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from crewckpt.errors import CkptError
+from crewckpt.errors import UntrustedCode, UntrustedEndpoint
 
 ENDPOINT_VAR = "CREWCKPT_LLM_ENDPOINTS"
 ENDPOINT_FIELDS = ("base_url", "api_base")
@@ -59,44 +59,6 @@ _YES = frozenset({"1", "true", "yes"})  # crewai.types.callback._TRUSTED_DESERIA
 DEFAULT_CACHE_FUNCTION = "crewai.tools.base_tool._default_cache_function"
 _SEQ_ORIGINS = (list, set, frozenset, tuple, Sequence, typing.Sequence)
 _MAP_ORIGINS = (dict, Mapping, typing.Mapping)
-
-
-class UntrustedCode(CkptError, ValueError):
-    """A checkpoint names code that restoring would import or run, and the user did not opt in.
-
-    Attributes:
-        path: the field, e.g. ``entities[0].agents[1].tools[0].tool_type``.
-        value: the stored string.
-        findings: every ``(path, value, what)`` found in the document.
-    """
-
-    def __init__(self, findings: list[tuple[str, str, str]]) -> None:
-        self.findings = findings
-        self.path, self.value, what = findings[0]
-        more = f" (and {len(findings) - 1} more field(s))" if len(findings) > 1 else ""
-        shown = self.value if len(self.value) <= 60 else self.value[:57] + "..."
-        # the variable comes before the details: callers may cut long lines
-        super().__init__(f"field {self.path} names code{more}; set {ENV_VAR}=1 only for a checkpoint you "
-                         f"trust ({shown!r}: {what})")
-
-
-class UntrustedEndpoint(CkptError, ValueError):
-    """A checkpoint points an LLM at an endpoint the user does not trust (the API key would go there).
-
-    Attributes:
-        path: the field, e.g. ``entities[0].agents[0].llm.base_url``.
-        value: the stored URL.
-        findings: every ``(path, url)`` found.
-    """
-
-    def __init__(self, findings: list[tuple[str, str]]) -> None:
-        self.findings = findings
-        self.path, self.value = findings[0]
-        more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
-        shown = self.value if len(self.value) <= 60 else self.value[:57] + "..."
-        super().__init__(f"field {self.path} points the LLM at {shown!r}{more}, where your API key and prompts "
-                         f"would be sent; add that URL to {ENDPOINT_VAR} (comma-separated) to trust it, or set "
-                         f"{ENV_VAR}=1 for a checkpoint you trust")
 
 
 def _norm_url(url: str) -> str:

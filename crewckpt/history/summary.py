@@ -1,7 +1,6 @@
-"""Commit summaries: what listing shows without decoding snapshots.
+"""Document sizes: the ``logical_bytes`` every commit summary records (bytes of the document as compact JSON).
 
-Knows CrewAI's RuntimeState shape (``entities`` with ``entity_type``; crews' ``tasks`` whose ``output`` is set
-once done; ``event_record.nodes``) but never depends on it: any other JSON gets an empty summary plus its size.
+What else a summary holds is the store profile's business (:mod:`crewckpt.history.profile`).
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from typing import Any
 import orjson
 
 from crewckpt.errors import DocumentTooLarge
-from crewckpt.format.objects import Summary
 from crewckpt.history.limits import MAX_DEPTH
 from crewckpt.history.snapshot import Frozen, Parts
 
@@ -105,61 +103,3 @@ def _cycle_path(doc: Any) -> str | None:
         for k, x in items:
             stack.append((x, f"{path}.{k}" if isinstance(k, str) else f"{path}[{k}]", False))
     return None
-
-
-def entity_name(e: dict[str, Any]) -> str:
-    """A crew's or flow's ``name``, an agent's ``role``, else the empty string."""
-    for k in ("name", "role"):
-        v = e.get(k)
-        if isinstance(v, str) and v:
-            return v
-    return ""
-
-
-def _bare(v: Any) -> Any:
-    """``v`` without its :class:`Frozen` / :class:`Parts` wrapping (a Parts value becomes a new dict/list)."""
-    while isinstance(v, Frozen):
-        v = v.value
-    return v.plain() if isinstance(v, Parts) else v
-
-
-def _field(v: Any, key: str) -> Any:
-    """``v[key]`` of a dict (also Frozen or Parts), else None; a Parts value is not rebuilt."""
-    while isinstance(v, Frozen):
-        v = v.value
-    if isinstance(v, Parts) and not v.array:
-        for p in v.pieces:
-            p = p.value if isinstance(p, Frozen) else p
-            if isinstance(p, dict) and key in p:
-                return p[key]
-        return None
-    return v.get(key) if isinstance(v, dict) else None
-
-
-def summarize(doc: Any, logical_bytes: int | None = None) -> Summary:
-    """Summary of one checkpoint document (see module docstring); ``logical_bytes`` if already known."""
-    size = json_size(doc) if logical_bytes is None else logical_bytes
-    doc = _bare(doc)
-    if not isinstance(doc, dict):
-        return Summary(logical_bytes=size)
-    entities: list[tuple[str, str]] = []
-    done = total = 0
-    ents = _bare(doc.get("entities"))
-    if isinstance(ents, list):
-        for e in ents:
-            e = _bare(e)
-            if not isinstance(e, dict) or not isinstance(e.get("entity_type"), str):
-                continue
-            entities.append((e["entity_type"], entity_name(e)))
-            tasks = _bare(e.get("tasks"))
-            if isinstance(tasks, list):
-                total += len(tasks)
-                done += sum(1 for t in tasks if _field(t, "output") is not None)
-    events = 0
-    rec = _bare(doc.get("event_record"))
-    nodes = rec.get("nodes") if isinstance(rec, dict) else None
-    while isinstance(nodes, Frozen):
-        nodes = nodes.value
-    if isinstance(nodes, (dict, Parts)):
-        events = len(nodes)
-    return Summary(tuple(entities), done, total, events, size)
