@@ -82,6 +82,21 @@ def pg_server() -> Iterator[Any]:
         srv.stop()
 
 
+@pytest.fixture(scope="session")
+def pg_bouncer(pg_server: Any) -> Iterator[Any]:
+    """A PgBouncer in transaction mode (2 server connections for every client) in front of the session's
+    server; skips when pgbouncer is not installed (fails under ``CKPT_REQUIRE_POSTGRES=1``)."""
+    import pg_server as pgs
+    binary = pgs.find_pgbouncer()
+    if binary is None or getattr(pg_server, "proc", None) is None:
+        _no_postgres("no pgbouncer binary (Debian: apt-get install pgbouncer), or an external server is in use")
+    bouncer = pgs.PgBouncer.start(pg_server, binary, pool_mode="transaction", pool_size=2)
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()
+
+
 _PG_SCHEMAS = itertools.count(1)
 
 
