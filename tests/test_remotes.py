@@ -110,9 +110,8 @@ def test_fetch_push_pull_keep_ids_aliases_and_send_only_what_is_missing(make: Ca
     assert_clean(a, b)
 
 
-@pytest.mark.parametrize("kind", KINDS)
 def test_clone_copies_every_branch_with_tracking_refs_and_a_rerun_finishes_it(make: Callable[[str], Store],
-                                                                              kind: str, tmp_path: Path) -> None:
+                                                                              tmp_path: Path) -> None:
     a = make("sqlite")
     commit_chain(a, 3)
     a.create_branch("exp", "main~1")
