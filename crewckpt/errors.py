@@ -72,6 +72,25 @@ class BranchExists(CkptError):
     """A branch of that name already exists."""
 
 
+class UnknownRemote(CkptError, LookupError):
+    """No remote of that name is configured in the store (``ckpt remote -v`` lists them)."""
+
+
+class PushRejected(CkptError):
+    """A push would lose commits on the remote (not a fast-forward), or another pusher moved the branch first;
+    the message names both tips and what to do. Nothing on the remote branch changed."""
+
+
+class PullDiverged(CkptError):
+    """A pull cannot fast-forward: the local branch and the remote's have each got commits the other lacks;
+    the message names both tips and what to do. Nothing changed locally but the remote-tracking ref."""
+
+
+class SyncError(CkptError):
+    """A transfer between two stores could not be planned or completed (the message names the store, the
+    object and the fix); nothing half-done is left referenced."""
+
+
 class BranchInUse(CkptError):
     """The branch is the current branch (HEAD names it): it cannot be deleted."""
 

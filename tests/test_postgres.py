@@ -338,3 +338,49 @@ def test_gc_while_processes_write_reused_objects_keeps_every_acknowledged_checkp
     store.gc()
     check_acknowledged(store, acked)
     assert not store.fsck(full=True).problems
+
+
+def _wait_for_acks(ack: Path, n: int, proc: subprocess.Popen[str], deadline_s: float = 120) -> None:
+    import time
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if ack.exists() and len(ack.read_text().splitlines()) >= n:
+            return
+        try:
+            proc.wait(timeout=0.05)  # poll soon again; returns at once if it exited
+            return
+        except subprocess.TimeoutExpired:
+            continue
+    raise AssertionError(f"{ack.name}: fewer than {n} acknowledgements within {deadline_s} s")
+
+
+def test_fleet_with_kill_9_of_writers_and_gc_loses_no_acknowledged_checkpoint(pg_url: str, store: Store,
+                                                                             tmp_path: Path) -> None:
+    """slow (conftest SLOW): 6 writers (3 on one branch), a gc loop; a writer and the gc are killed with
+    SIGKILL mid-run (a gc is restarted); every acknowledged checkpoint stays readable and fsck is clean."""
+    import random
+    import signal
+    rng = random.Random(15)
+    worker = str(HERE / "pg_worker.py")
+    jobs = [("main", 40, "k0"), ("main", 40, "k1"), ("main", 40, "k2"), ("own-a", 40, "k3"), ("own-b", 40, "k4"),
+            ("own-c", 40, "k5")]
+    tags = [t for _, _, t in jobs]
+    procs = {tag: subprocess.Popen([sys.executable, worker, "commit", pg_url, b, str(n), str(tmp_path / f"{tag}.ack"),
+                                    tag], stderr=subprocess.PIPE, text=True) for b, n, tag in jobs}
+    gc = subprocess.Popen([sys.executable, worker, "gc", pg_url, "600", *tags], stderr=subprocess.PIPE, text=True)
+    victim = rng.choice(tags)
+    _wait_for_acks(tmp_path / f"{victim}.ack", rng.randint(3, 20), procs[victim])
+    procs[victim].send_signal(signal.SIGKILL)
+    gc.send_signal(signal.SIGKILL)
+    gc.wait(timeout=60)
+    gc = subprocess.Popen([sys.executable, worker, "gc", pg_url, "5", *tags], stderr=subprocess.PIPE, text=True)
+    for tag, p in procs.items():
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == (-signal.SIGKILL if tag == victim else 0), err[-3000:]
+    _, err = gc.communicate(timeout=300)
+    assert gc.returncode == 0, err[-3000:]
+    acked = [json.loads(line) for tag in tags if (tmp_path / f"{tag}.ack").exists()
+             for line in (tmp_path / f"{tag}.ack").read_text().splitlines() if line.endswith("]")]
+    assert len(acked) >= 5 * 40 + 3
+    check_acknowledged(store, acked)
+    assert not store.fsck(full=True).problems

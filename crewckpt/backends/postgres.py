@@ -835,7 +835,7 @@ class PgBackend(_PgReader, TransactionalBackend):
         finally:
             self._putconn(conn)
 
-    def database_bytes(self) -> int:
+    def disk_bytes(self) -> int:
         """Bytes the store's tables take in the database (``pg_total_relation_size``: heap, TOAST, indexes)."""
         r = self._q("SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c JOIN pg_namespace n "
                     "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind IN ('r', 'S')",

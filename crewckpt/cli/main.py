@@ -247,11 +247,16 @@ SHORT_HELP = {
     "import": "Import CrewAI JSON/SQLite checkpoints.",
     "export": "Write checkpoints in CrewAI's layouts.",
     "tui": "Browse checkpoints in a terminal UI.",
+    "remote": "List, add or remove remotes.",
+    "clone": "Copy a store (every branch) into a new one.",
+    "fetch": "Bring a remote's branches as origin/BRANCH.",
+    "pull": "Fetch and fast-forward a branch.",
+    "push": "Send a branch to a remote (fast-forward).",
 }
 
 
 def _register() -> None:
-    from crewckpt.cli import cmd_branch, cmd_crewai, cmd_history, cmd_maint, cmd_tui
+    from crewckpt.cli import cmd_branch, cmd_crewai, cmd_history, cmd_maint, cmd_remote, cmd_tui
 
     for command in (
         cmd_history.init,
@@ -274,6 +279,11 @@ def _register() -> None:
         cmd_crewai.import_,
         cmd_crewai.export,
         cmd_tui.tui,
+        cmd_remote.remote,
+        cmd_remote.clone,
+        cmd_remote.fetch,
+        cmd_remote.pull,
+        cmd_remote.push,
     ):
         command.short_help = SHORT_HELP[command.name or ""]
         cli.add_command(command)

@@ -51,6 +51,7 @@ if TYPE_CHECKING:  # maintenance modules load on first use: the read path stays 
     from crewckpt.history.gc import GcReport, Progress
     from crewckpt.history.parts import StoreParts
     from crewckpt.history.reindex import RebuildReport
+    from crewckpt.history.remotes import SyncReport
 
 _log = logging.getLogger("crewckpt")
 DEFAULT_DIR = ".ckpt"
@@ -437,8 +438,8 @@ class Store:
             t = self.backend.get_ref(b)
             if t:
                 return t
-        else:
-            t = self.backend.get_ref(refnames.HEADS + b)
+        else:  # git's order: a local branch first, then a remote-tracking ref (origin/main)
+            t = self.backend.get_ref(refnames.HEADS + b) or self.backend.get_ref(refnames.REMOTES + b)
             if t:
                 return t
         a = self.backend.alias_get(b)
@@ -476,6 +477,8 @@ class Store:
             label = head.branch_of(ref)
         else:
             ref = r.base if r.base.startswith("refs/") else refnames.HEADS + r.base
+            if ref != r.base and self.backend.get_ref(ref) is None and self.backend.get_ref(refnames.REMOTES + r.base):
+                ref = refnames.REMOTES + r.base  # origin/main@{1}: a remote-tracking ref's reflog
             label = r.base
         news = [e.new for e in self.backend.reflog(ref) if e.new is not None]
         if r.reflog < len(news):
@@ -657,6 +660,60 @@ class Store:
                 txn.set_symref(head.HEAD, nref)
                 txn.reflog_append(ReflogEntry(head.HEAD, cur, cur, now, message))
             txn.index_rebranch(oref[len(refnames.HEADS):], nref[len(refnames.HEADS):])
+
+    # -- remotes (crewckpt.history.remotes; the transfer is crewckpt.history.sync) ----------------------------
+
+    def remotes(self) -> dict[str, str]:
+        """``name -> location`` of this store's remotes."""
+        from crewckpt.history import remotes
+        return remotes.remotes(self)
+
+    def add_remote(self, name: str, location: str | os.PathLike[str]) -> str:
+        """Add a remote (``ckpt remote add``); returns the location as stored. Raises BadRefName, CkptError."""
+        from crewckpt.history import remotes
+        return remotes.add_remote(self, name, location)
+
+    def remove_remote(self, name: str) -> builtins.list[str]:
+        """Remove a remote and its remote-tracking refs; returns those refs. Raises UnknownRemote."""
+        from crewckpt.history import remotes
+        return remotes.remove_remote(self, name)
+
+    def fetch(self, remote: str | Store | None = None, branches: Sequence[str] | None = None, *,
+              name: str | None = None, dry_run: bool = False, progress: Progress | None = None) -> SyncReport:
+        """Fetch a remote's branches into ``refs/remotes/<remote>/`` (see :func:`crewckpt.history.remotes.fetch`).
+        ``remote``: a remote name (default ``origin``), a location or an open Store (then ``name`` names the
+        tracking namespace)."""
+        from crewckpt.history import remotes
+        return remotes.fetch(self, remote, branches, name=name, dry_run=dry_run, progress=progress)
+
+    def pull(self, remote: str | Store | None = None, branch: str | None = None, *, name: str | None = None,
+             dry_run: bool = False, progress: Progress | None = None) -> SyncReport:
+        """Fetch and fast-forward ``branch`` (see :func:`crewckpt.history.remotes.pull`). Raises PullDiverged."""
+        from crewckpt.history import remotes
+        return remotes.pull(self, remote, branch, name=name, dry_run=dry_run, progress=progress)
+
+    def push(self, remote: str | Store | None = None, branch: str | None = None, *, all_branches: bool = False,
+             force: bool = False, name: str | None = None, dry_run: bool = False, progress: Progress | None = None,
+             check: bool = True) -> SyncReport:
+        """Push ``branch`` (default: the current one) or every branch to a remote (see
+        :func:`crewckpt.history.remotes.push`).
+
+        Raises:
+            PushRejected: with ``check`` (default), when a branch was rejected (the others went; the report is
+                the exception's ``report``). With ``check=False`` rejections are only in the report.
+        """
+        from crewckpt.history import remotes
+        rep = remotes.push(self, remote, branch, all_branches=all_branches, force=force, name=name,
+                           dry_run=dry_run, progress=progress)
+        return remotes.push_or_raise(rep) if check else rep
+
+    @classmethod
+    def clone(cls, src: str | Store, dest: str | os.PathLike[str], *, origin: str = "origin",
+              progress: Progress | None = None) -> Store:
+        """A new store at ``dest`` with every branch of ``src`` and remote ``origin`` naming it (see
+        :func:`crewckpt.history.remotes.clone`; rerunning an interrupted clone completes it)."""
+        from crewckpt.history import remotes
+        return remotes.clone(cls, src, dest, origin=origin, progress=progress)[0]
 
     # -- retention and maintenance ----------------------------------------------------------------------------
 
