@@ -84,10 +84,83 @@ def lost(store: Any, ids: list[str], steps: int, offset: int = 0) -> int:
     return bad
 
 
+def _table_bytes(url: str, tables: list[str]) -> int:
+    import psycopg
+    with psycopg.connect(url, autocommit=True) as c:
+        row = c.execute("SELECT coalesce(sum(pg_total_relation_size(t::regclass)), 0) FROM unnest(%s::text[]) t",
+                        (tables,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def versus_langgraph(srv_url: str, steps: int) -> None:
+    """crewckpt's PostgreSQL backend vs langgraph-checkpoint-postgres's PostgresSaver on the same server: the
+    same sequence of states (benchmarks/growing_doc.py: a CrewAI-shaped document growing by one event per
+    step; its top-level keys are the LangGraph channels), step by step, one thread/branch. PostgresSaver writes a channel's value again
+    whenever it changed (here: the growing event list every step); crewckpt stores what is new."""
+    try:
+        from langgraph.checkpoint.base import empty_checkpoint
+        from langgraph.checkpoint.postgres import PostgresSaver
+    except ImportError:
+        print("(PostgresSaver comparison skipped: pip install langgraph-checkpoint-postgres)")
+        return
+    import psycopg
+    from growing_doc import Growing, _plain  # issue 13's CrewAI-shaped growing document (~1.3 KB per event)
+
+    from crewckpt.backends.postgres import PgBackend
+    from crewckpt.format import objects as ob
+    from crewckpt.history.store import Store
+
+    with psycopg.connect(srv_url, autocommit=True) as c:
+        c.execute("CREATE DATABASE langgraph")
+    lg_url = srv_url.rsplit("/", 1)[0] + "/langgraph"
+    g = Growing(frozen=False, n_tasks=max(1, steps // 6))
+    states = []
+    for i in range(steps):
+        g.step(i)
+        states.append(_plain(g.doc))
+    with PostgresSaver.from_conn_string(lg_url) as saver:
+        saver.setup()
+        config: Any = {"configurable": {"thread_id": "t0", "checkpoint_ns": ""}}
+        versions: dict[str, Any] = {}
+        prev: dict[str, Any] = {}
+        t = time.perf_counter()
+        for step, state in enumerate(states):
+            ckpt = empty_checkpoint()
+            changed = {}
+            for ch, val in state.items():
+                if prev.get(ch) != val:
+                    versions[ch] = saver.get_next_version(versions.get(ch), None)
+                    changed[ch] = versions[ch]
+            ckpt["channel_values"] = dict(state)
+            ckpt["channel_versions"] = dict(versions)
+            config = saver.put(config, ckpt, {"step": step}, changed)  # type: ignore[arg-type]
+            prev = state
+        lg_rate = steps / (time.perf_counter() - t)
+    lg_bytes = _table_bytes(lg_url, ["checkpoints", "checkpoint_blobs", "checkpoint_writes", "checkpoint_migrations"])
+    url = f"{srv_url}?schema=versus"
+    b = PgBackend.create(url, {"format_version": str(ob.FORMAT_VERSION), "gc_epoch": "0"}, gc_grace_s=0)
+    store = Store(b, None)
+    t = time.perf_counter()
+    for state in states:
+        store.commit(state, branch="t0", run_id="t0")
+    ck_rate = steps / (time.perf_counter() - t)
+    ck_bytes = b.disk_bytes()
+    store.gc()  # merges the per-checkpoint packs' leftovers away; VACUUM FULL on a small store
+    gc_bytes = b.disk_bytes()
+    b.close()
+    print(f"\nsame {steps} growing states, one thread, same server: bytes in the database / writes per second")
+    print(f"  PostgresSaver (langgraph-checkpoint-postgres): {lg_bytes:>12,} B  {lg_rate:7.1f}/s")
+    print(f"  crewckpt PostgreSQL backend, as written:       {ck_bytes:>12,} B  {ck_rate:7.1f}/s  "
+          f"({lg_bytes / max(ck_bytes, 1):.1f}x fewer bytes)")
+    print(f"  crewckpt PostgreSQL backend, after ckpt gc:    {gc_bytes:>12,} B             "
+          f"({lg_bytes / max(gc_bytes, 1):.1f}x fewer bytes)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--writers", default="1,4,8")
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--versus-steps", type=int, default=300, help="states in the PostgresSaver comparison (0: skip)")
     a = ap.parse_args()
     import pg_server
 
@@ -128,6 +201,8 @@ def main() -> None:
                 size = sum(f.stat().st_size for f in Path(tmp).rglob("*") if f.is_file())
             print(f"{w:>7} {'sqlite':<10} {r['rate']:>8.1f} {r['p50']:>8.1f} {r['p99']:>8.1f} {size:>12,} "
                   f"{'-':>8} {sq_lost:>5}")
+        if a.versus_steps:
+            versus_langgraph(srv.url, a.versus_steps)
     finally:
         srv.stop()
 

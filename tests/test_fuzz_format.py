@@ -26,7 +26,7 @@ _codec = Codec()
 _real_bodies = [ob.encode_tree(ob.OBJECT, {"a": 1, "b": [1, 2, "x" * 100]}),
                 ob.Commit(ob.Link(b"\1" * 32, ob.TREE), (b"\2" * 32,), 1, "r", None).encode(),
                 ob.Commit(ob.Link(b"\1" * 32, ob.TREE), (b"\2" * 32,), 1, "r", None, version=1, v1_seq=2,
-                          v1_branch="main", v1_summary=ob.Summary()).encode()]
+                          v1_branch="main", v1_summary=ob.V1Summary()).encode()]
 _real_frames = [_codec.encode(b) for b in _real_bodies] + [packed_frame(b"\3" * 32, 5, 70)]
 
 

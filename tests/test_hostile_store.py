@@ -110,7 +110,7 @@ def _commit_root(s: Store, root: ob.Link, branch: str = "main") -> str:
     c = ob.Commit(root, (), 1, "r", None)
     cid = _put(s, ob.COMMIT, c.encode())
     with s.backend.transaction() as txn:
-        txn.index_add(to_row(cid, c, branch, 10_000, ob.Summary()))
+        txn.index_add(to_row(cid, c, branch, 10_000, {}))
         txn.set_ref_if_equals("refs/heads/" + branch, txn.get_ref("refs/heads/" + branch), cid)
     return cid.hex()
 

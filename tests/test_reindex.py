@@ -10,6 +10,7 @@ import pytest
 from cli_helpers import DemoStore, build_demo_store, ckpt, ok
 
 from crewckpt.history.store import Store
+from crewckpt.views.document import CREWAI
 
 
 @pytest.fixture
@@ -43,7 +44,7 @@ def test_rebuild_puts_a_restored_parent_before_its_children(demo):
     """A lost row in the middle of a chain comes back older than its children (walks refuse a parent
     that is not older), and the other rows keep their order."""
     before = _listing(demo.path)
-    with Store.open(demo.path) as s:
+    with Store.open(demo.path, profile=CREWAI) as s:  # a recomputed summary is the profile's (as `ckpt fsck`)
         with s.backend.transaction() as t:
             assert t.index_remove([bytes.fromhex(demo.main[1])]) == 1  # the fork point
         rep = s.rebuild_index()

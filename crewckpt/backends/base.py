@@ -67,8 +67,8 @@ class IndexRow:
 
     id: 32-byte commit id; branch: the branch it belongs to locally (prune, rename); seq: local write order
     (store-wide, increasing along every branch); time_ns: UTC ns; parents: raw ids; tree: raw id of the
-    snapshot root; summary: msgpack-encoded :class:`crewckpt.format.objects.Summary`; meta_json: the
-    commit's metadata JSON text.
+    snapshot root; summary: the msgpack-encoded listing summary, opaque here (a map written by the store's
+    profile; a format-1 store's rows hold a 5-slot list); meta_json: the commit's metadata JSON text.
     """
 
     id: bytes

@@ -816,22 +816,26 @@ class PgBackend(_PgReader, TransactionalBackend):
             self._putconn(conn)
 
     def maintain(self, compact: bool = False) -> None:
-        """Forget old transaction tokens (a lost COMMIT is resolved within seconds; a day is plenty) and let
-        autovacuum do the rest (``compact``: VACUUM the objects table now)."""
+        """gc's hook after a sweep: forget transaction tokens older than a day (a lost COMMIT is resolved
+        within seconds), then VACUUM the objects table (space freed by gc becomes reusable; never blocks
+        writers). ``compact`` (gc passes it for small stores): VACUUM FULL, which also gives the space back
+        to the operating system but holds an exclusive lock on the table while it rewrites it (writers wait
+        for it, a few seconds on a store under 256 MiB)."""
         day_ago = time.time_ns() - 86_400 * 10**9
         with self.transaction() as t:
             assert isinstance(t, PgTxn)
             t._queue(f"DELETE FROM {self._sql.s}.txdone WHERE time_ns < %s", (day_ago,))
-        if compact:
-            self._vacuum()
+        for table in ("objects", "txdone"):
+            self._vacuum(table, full=compact and table == "objects")
 
-    def _vacuum(self) -> None:
+    def _vacuum(self, table: str, full: bool = False) -> None:
+        """VACUUM (FULL) one table, best effort (as SQLite's VACUUM: a failure is ignored)."""
         deadline = time.monotonic() + self.retry_s
         conn = self._getconn(deadline)
         try:
-            conn.execute(f"VACUUM {self._sql.s}.objects")
+            conn.execute(f"VACUUM {'FULL ' if full else ''}{self._sql.s}.{table}")
         except psycopg.Error:
-            pass  # best effort, as SQLite's VACUUM
+            pass
         finally:
             self._putconn(conn)
 

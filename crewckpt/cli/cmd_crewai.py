@@ -197,7 +197,7 @@ def _one_line(exc: BaseException | str, limit: int = 240) -> str:
 
 def list_crewai_path(path: str, branch: str | None, as_json: bool) -> None:
     """`ckpt list PATH`: CrewAI checkpoints at PATH, newest first, parsed one at a time."""
-    from crewckpt.history.summary import summarize
+    from crewckpt.views.document import crewai_summary
     from crewckpt.views.reader import open_source
 
     app = obj()
@@ -212,7 +212,7 @@ def list_crewai_path(path: str, branch: str | None, as_json: bool) -> None:
                 continue
             trigger = checkpoint.value.get("trigger")
             rows.append(
-                (record, summarize(checkpoint.value), trigger if isinstance(trigger, str) else None, None)
+                (record, crewai_summary(checkpoint.value), trigger if isinstance(trigger, str) else None, None)
             )
         problems = list(source.problems)
         kind = source.kind
@@ -242,7 +242,7 @@ def list_crewai_path(path: str, branch: str | None, as_json: bool) -> None:
 
 def info_crewai_path(path: str, as_json: bool) -> None:
     """`ckpt info PATH`: the location (kind, count, branches, bytes) and its newest checkpoint."""
-    from crewckpt.history.summary import summarize
+    from crewckpt.views.document import crewai_summary
     from crewckpt.views.reader import open_source
 
     app = obj()
@@ -252,7 +252,7 @@ def info_crewai_path(path: str, as_json: bool) -> None:
         checkpoint = source.load(latest) if latest else None
         kind = source.kind
         problems = list(source.problems)
-    summary = summarize(checkpoint.value) if checkpoint else None
+    summary = crewai_summary(checkpoint.value) if checkpoint else None
     record = {
         "path": path,
         "kind": kind,
@@ -268,7 +268,7 @@ def info_crewai_path(path: str, as_json: bool) -> None:
     if as_json:
         emit_json(record)
         return
-    from crewckpt.history.diff_render import human_bytes
+    from crewckpt.history.diff import human_bytes
 
     rows = [
         ("location", f"{path} ({kind})"),

@@ -13,6 +13,7 @@ import orjson
 from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_option, obj, paged, try_resolve
 from crewckpt.cli.fmt import commit_json, entity_summary, local_time, safe_text, short_ids, summary_fields
 from crewckpt.errors import UnknownRevision
+from crewckpt.views.document import crew_summary
 
 _TAG_STYLE = {
     "header": "bold",
@@ -191,7 +192,7 @@ def _print_log_entry(
 
 
 def _kb(n: int) -> str:
-    from crewckpt.history.diff_render import human_bytes
+    from crewckpt.history.diff import human_bytes
 
     return human_bytes(n)
 
@@ -200,10 +201,13 @@ def _tips_by_id(store: Any, commits: list[Any] | None = None) -> dict[str, list[
     """commit id -> branch names whose tip it is. With ``commits`` (the ones a log shows), a run's last
     commit that no branch names and no shown commit continues also gets its run ref
     (``refs/runs/<run id>``): an earlier run on a branch that a later, fresh run moved on."""
+    from crewckpt.history import remotes
     from crewckpt.history.refnames import RUNS
 
     tips: dict[str, list[str]] = {}
     for name, tip in sorted(store.branches().items()):
+        tips.setdefault(tip, []).append(name)
+    for name, tip in remotes.tracking_refs(store).items():  # git's decoration shows origin/main too
         tips.setdefault(tip, []).append(name)
     if commits is not None:
         continued = {p for c in commits for p in getattr(c, "parents", ())}
@@ -268,7 +272,7 @@ def list_(path: str | None, branch: str | None, as_json: bool) -> None:
         trigger = triggers.get(c.trigger) or triggers.setdefault(
             c.trigger, f"{c.trigger or 'manual':<{twidth}}  "
         )
-        s = c.summary
+        s = crew_summary(c.summary)
         key = (s.entities, s.tasks_done, s.tasks_total)
         what = summaries.get(key) or summaries.setdefault(key, entity_summary(s))
         return when, shorts[c.id] + "  ", branch, trigger, what
@@ -473,8 +477,8 @@ def diff(rev1: str, rev2: str | None, stat: bool, word_diff: bool, context: int,
       ckpt diff main~3 main --stat
       ckpt diff HEAD --json | jq '.entities[0].tasks[] | select(.op != "unchanged")'
     """
-    from crewckpt.history.diff import diff_documents
-    from crewckpt.history.diff_render import render_full, render_stat
+    from crewckpt.views.diff import diff_documents
+    from crewckpt.views.diff_render import render_full, render_stat
 
     app = obj()
     if rev2 is None:

@@ -245,8 +245,8 @@ def _report_dict(report: Any) -> dict[str, Any]:
 
 
 def human_bytes(n: int) -> str:
-    """1536 -> "1.5 KB" (crewckpt.history.diff_render.human_bytes, imported only when printing)."""
-    from crewckpt.history.diff_render import human_bytes as fmt
+    """1536 -> "1.5 KB" (crewckpt.history.diff.human_bytes, imported only when printing)."""
+    from crewckpt.history.diff import human_bytes as fmt
 
     return fmt(n)
 

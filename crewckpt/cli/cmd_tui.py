@@ -23,6 +23,7 @@ def tui_store_path(store_path: str | None, confirm: Callable[[str], bool] = clic
     from crewckpt.errors import StoreNotFound
     from crewckpt.history.store import Store
     from crewckpt.views import transfer
+    from crewckpt.views.document import CREWAI
 
     named = store_path or os.environ.get("CKPT_STORE") or None
     hint = crewai_store_hint(named)
@@ -34,7 +35,7 @@ def tui_store_path(store_path: str | None, confirm: Callable[[str], bool] = clic
     if not confirm(f"{named} is {crewai_location(named)}, not a crewckpt store. Import it into {dest} and "
                    f"browse that?"):
         raise StoreNotFound(hint)
-    store = Store.open(dest) if os.path.exists(dest) else Store.init(dest)
+    store = Store.open(dest, profile=CREWAI) if os.path.exists(dest) else Store.init(dest, profile=CREWAI)
     with store:
         report = transfer.import_checkpoints(store, named)
     click.echo(report.summary(), err=True)

@@ -62,9 +62,10 @@ class AppContext:
         if self._store is None:
             from crewckpt.errors import StoreNotFound
             from crewckpt.history.store import Store
+            from crewckpt.views.document import CREWAI
 
-            try:
-                self._store = Store.open(self.store_path)
+            try:  # the CrewAI profile: what `ckpt import` and an index rebuild record
+                self._store = Store.open(self.store_path, profile=CREWAI)
             except StoreNotFound as exc:
                 named = self.store_path or os.environ.get("CKPT_STORE") or None
                 hint = crewai_store_hint(named)
@@ -73,7 +74,7 @@ class AppContext:
                 target = named or ".ckpt"
                 if not create or os.path.lexists(target):
                     raise StoreNotFound(_with_crewai_nearby(str(exc))) from None
-                self._store = Store.init(target)
+                self._store = Store.init(target, profile=CREWAI)
                 click.echo(f"ckpt: created the store {target}", err=True)
         return self._store
 

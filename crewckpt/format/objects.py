@@ -141,7 +141,7 @@ def unpackb(body: bytes) -> Any:
 _JSON_LEAVES = frozenset({str, int, float, bool, type(None), Link})
 
 
-def _check_json(payload: Any) -> None:
+def check_json(payload: Any) -> None:
     """Reject what msgpack can carry but JSON cannot (bin strings, non-string map keys), so a hostile or
     damaged tree can never make ``read`` return a non-JSON value. Iterative: payloads may nest deeply.
     Exact type checks (msgpack builds only plain types): ~1/3 of the unpack time."""
@@ -179,7 +179,7 @@ def decode_tree(body: bytes) -> tuple[int, Any]:
     if not isinstance(v, list) or len(v) != 2 or v[0] not in _FORMS or isinstance(v[0], bool):
         raise DecodeError("tree body is not [form, payload]")
     form, payload = v
-    _check_json(payload)
+    check_json(payload)
     if form == VALUE:
         if isinstance(payload, (dict, list, Link)):
             raise DecodeError("value tree holds a container or link")
@@ -198,12 +198,11 @@ def decode_tree(body: bytes) -> tuple[int, Any]:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Summary:
-    """What listing needs, stored in the commit so listing never decodes snapshots.
-
-    entities: ``((entity_type, name), ...)``; tasks_done/tasks_total over all crews; event_count: nodes in
-    ``event_record``; logical_bytes: size of the document as compact JSON (bytes).
-    """
+class V1Summary:
+    """The summary slot of a format-1 commit body (objects_format.md 5.3; format 2 has none: a summary is a
+    commit-index cache there). Fixed layout ``[entities, tasks_done, tasks_total, event_count,
+    logical_bytes]``: entities ``[[entity_type, name], ...]``, ints. Kept to decode and re-encode format-1
+    bodies exactly; :meth:`as_map` gives the generic summary map the store lists."""
 
     entities: tuple[tuple[str, str], ...] = ()
     tasks_done: int = 0
@@ -215,8 +214,14 @@ class Summary:
         return [[list(e) for e in self.entities], self.tasks_done, self.tasks_total, self.event_count,
                 self.logical_bytes]
 
+    def as_map(self) -> dict[str, Any]:
+        """The slot as a summary map, keys named as in format 1 (in slot order)."""
+        return {"entities": [list(e) for e in self.entities], "tasks_done": self.tasks_done,
+                "tasks_total": self.tasks_total, "event_count": self.event_count,
+                "logical_bytes": self.logical_bytes}
+
     @classmethod
-    def decode(cls, v: Any) -> Summary:
+    def decode(cls, v: Any) -> V1Summary:
         try:
             ents, done, total, events, size = v
             entities = tuple((str(t), str(n)) for t, n in ents)
@@ -258,7 +263,7 @@ class Commit:
     version: int = COMMIT_FORMAT
     v1_seq: int = 0
     v1_branch: str = ""
-    v1_summary: Summary | None = None
+    v1_summary: V1Summary | None = None
 
     def encode(self) -> bytes:
         """The commit body in its ``version``'s layout. Raises DecodeError for a version it cannot write."""
@@ -267,7 +272,7 @@ class Commit:
                           self.meta_json, self.alias])
         if self.version == 1:
             return packb([1, self.tree.ext(), list(self.parents), self.time_ns, self.v1_seq, self.v1_branch,
-                          self.run_id, self.trigger, (self.v1_summary or Summary()).encode(), self.meta_json,
+                          self.run_id, self.trigger, (self.v1_summary or V1Summary()).encode(), self.meta_json,
                           self.alias])
         raise DecodeError(f"cannot encode commit format {self.version!r}")
 
@@ -296,7 +301,7 @@ class Commit:
             if not isinstance(seq, int) or isinstance(seq, bool) or not isinstance(branch, str):
                 raise DecodeError("commit fields have wrong types")
             return cls(tree, tuple(parents), t, run_id, trigger, meta, alias, 1, seq, branch,
-                       Summary.decode(summary))
+                       V1Summary.decode(summary))
         if isinstance(ver, int) and not isinstance(ver, bool) and ver > COMMIT_FORMAT:
             raise DecodeError(f"commit format {ver} is newer than this crewckpt understands; upgrade crewckpt")
         raise DecodeError("commit body has no known commit format")

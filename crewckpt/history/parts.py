@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import Any
 
 from crewckpt.backends.base import Backend, CommitIndex, MetaStore, RefStore
-from crewckpt.format import objects as ob
 from crewckpt.history.objectdb import ObjectDB
 
 
@@ -31,18 +30,16 @@ class StoreParts:
     meta: MetaStore
     backend: Backend
     size_bytes: Callable[[], int]
-    summarize: Callable[[Any], ob.Summary]
+    summarize: Callable[[Any], dict[str, Any]]
 
     @classmethod
     def of(cls, backend: Backend, objects: ObjectDB | None = None, *, size_bytes: Callable[[], int] | None = None,
-           summarize: Callable[[Any], ob.Summary] | None = None) -> StoreParts:
+           summarize: Callable[[Any], dict[str, Any]] | None = None) -> StoreParts:
         """Every part from one backend. Default size: the sum of frame bytes; default summarizer: the
-        store's generic one."""
+        generic profile's (:data:`crewckpt.history.profile.GENERIC`: the size only)."""
         if summarize is None:
-            from crewckpt.history.summary import json_size
-            from crewckpt.history.summary import summarize as default
+            from crewckpt.history.profile import GENERIC
 
-            def summarize(doc: Any) -> ob.Summary:
-                return default(doc, json_size(doc))
+            summarize = GENERIC.summary
         return cls(objects or ObjectDB(backend), backend, backend, backend, backend,
                    size_bytes or (lambda: backend.object_stats()[2]), summarize)

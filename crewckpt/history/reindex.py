@@ -23,7 +23,7 @@ import bisect
 import dataclasses
 import heapq
 import itertools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from crewckpt.backends.base import IndexRow, writing
 from crewckpt.errors import CkptError, MissingObject
@@ -101,8 +101,8 @@ def rebuild_index(parts: StoreParts, *, dry_run: bool = False, progress: Progres
         if prev is not None:
             summary = _summary_of(prev)
         else:
-            summary = c.v1_summary if c.v1_summary is not None else _recompute(parts, c)
-        row = to_row(cid, c, branch[cid], seq, summary or ob.Summary())
+            summary = c.v1_summary.as_map() if c.v1_summary is not None else _recompute(parts, c)
+        row = to_row(cid, c, branch[cid], seq, summary or {})
         if prev is None:
             added += 1
         else:
@@ -128,7 +128,7 @@ def rebuild_index(parts: StoreParts, *, dry_run: bool = False, progress: Progres
     return RebuildReport(len(rows), added, len(dropped), rewritten, renumbered, n_alias, problems)
 
 
-def _summary_of(row: IndexRow) -> ob.Summary | None:
+def _summary_of(row: IndexRow) -> dict[str, Any] | None:
     from crewckpt.history.commits import from_row
     try:
         return from_row(row).summary
@@ -136,13 +136,13 @@ def _summary_of(row: IndexRow) -> ob.Summary | None:
         return None
 
 
-def _recompute(parts: StoreParts, c: ob.Commit) -> ob.Summary:
+def _recompute(parts: StoreParts, c: ob.Commit) -> dict[str, Any]:
     """The summary of a commit's document (format 2 keeps none in the body); empty when unreadable."""
     try:
         doc = assemble(c.tree, parts.objects.trees, parts.objects.blobs)
         return parts.summarize(doc)
     except CkptError:
-        return ob.Summary()
+        return {}
 
 
 def _branches(commits: dict[bytes, ob.Commit], heads: dict[str, bytes], old: dict[bytes, IndexRow],

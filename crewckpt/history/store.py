@@ -43,8 +43,8 @@ from crewckpt.history import head, refnames, revisions
 from crewckpt.history.commits import CommitInfo, PrunedCommit, from_commit, from_row, to_row
 from crewckpt.history.limits import ReadBudget
 from crewckpt.history.objectdb import ObjectDB
+from crewckpt.history.profile import GENERIC, Profile
 from crewckpt.history.snapshot import Splitter, assemble
-from crewckpt.history.summary import json_size, summarize
 
 if TYPE_CHECKING:  # maintenance modules load on first use: the read path stays quick to import
     from crewckpt.history.fsck import FsckReport
@@ -67,11 +67,13 @@ class Store:
     Construct with :meth:`init`, :meth:`open` or :meth:`memory`; close with :meth:`close` or ``with``.
     """
 
-    def __init__(self, backend: Backend, path: Path | None = None) -> None:
+    def __init__(self, backend: Backend, path: Path | None = None, *, profile: Profile = GENERIC) -> None:
         self.backend = backend
         self.path = path
+        self.profile = profile
+        """What the documents mean to this store: summarizer and split hints (:mod:`crewckpt.history.profile`)."""
         self.objects = ObjectDB(backend)
-        self._splitter = Splitter()
+        self._splitters: dict[frozenset[str], Splitter] = {}  # one per split policy
         self._known: set[bytes] = set()
         self._epoch = backend.meta_get(_EPOCH) or "0"
         self._wlock = threading.Lock()
@@ -91,8 +93,9 @@ class Store:
     # -- opening ---------------------------------------------------------------------------------------------
 
     @classmethod
-    def init(cls, path: str | os.PathLike[str] = DEFAULT_DIR, *, private: bool = True) -> Store:
-        """Create a store folder and open it.
+    def init(cls, path: str | os.PathLike[str] = DEFAULT_DIR, *, private: bool = True,
+             profile: Profile = GENERIC) -> Store:
+        """Create a store folder and open it (``profile``: see :attr:`profile`).
 
         ``private`` (default): a folder created here is 0700 and the store's files 0600, since checkpoints
         hold prompts, outputs and inputs; ``private=False`` honours the umask instead (a shared store).
@@ -116,26 +119,27 @@ class Store:
                               f"Store.open({str(p)!r})") from None
         except OSError as e:
             raise CkptError(f"{p}: cannot create the store ({e.strerror}); check the path and permissions") from None
-        return cls(backend, p)
+        return cls(backend, p, profile=profile)
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str] | None = None) -> Store:
+    def open(cls, path: str | os.PathLike[str] | None = None, *, profile: Profile = GENERIC) -> Store:
         """Open an existing store: ``path``, else ``$CKPT_STORE``, else the nearest ``.ckpt`` folder walking up
-        from the working directory. Never creates or repairs anything.
+        from the working directory. Never creates or repairs anything. ``profile``: see :attr:`profile` (the
+        CrewAI layer passes :data:`crewckpt.views.document.CREWAI`).
 
         Raises:
             StoreNotFound, CorruptStore, FormatVersionError (one-line messages naming the path).
         """
-        return cls(SqliteBackend(find_store(path)), find_store(path))
+        return cls(SqliteBackend(find_store(path)), find_store(path), profile=profile)
 
     @classmethod
-    def memory(cls) -> Store:
+    def memory(cls, *, profile: Profile = GENERIC) -> Store:
         """A store held in memory (tests, scratch work)."""
         b = MemoryBackend()
         with b.transaction() as txn:
             txn.meta_set("format_version", str(ob.FORMAT_VERSION))
             txn.meta_set(_EPOCH, "0")
-        return cls(b, None)
+        return cls(b, None, profile=profile)
 
     def _check_version(self) -> None:
         v = self.backend.meta_get("format_version")
@@ -162,7 +166,7 @@ class Store:
 
     def commit(self, doc: Any, *, branch: str = "main", parents: Sequence[str] | None = None,
                meta: dict[str, Any] | None = None, run_id: str | None = None, trigger: str | None = None,
-               time_ns: int | None = None, alias: str | None = None) -> str:
+               time_ns: int | None = None, alias: str | None = None, profile: Profile | None = None) -> str:
         """Store ``doc`` as a new commit on ``branch`` in one backend transaction; returns its 64-hex id.
 
         Args:
@@ -176,6 +180,7 @@ class Store:
             trigger: the CrewAI event type that caused the checkpoint, if any.
             time_ns: UTC wall time in ns (default now; imports pass the original time).
             alias: a foreign id for this commit (a CrewAI checkpoint id).
+            profile: summarizer and split hints for this document (default: the store's :attr:`profile`).
         Raises:
             BadRefName: bad branch or run id. UnknownRevision: a parent does not resolve. TypeError: not JSON.
             ValueError: NaN or Infinity (JSON has neither).
@@ -187,8 +192,12 @@ class Store:
         rref = refnames.run_ref(run)
         parent_ids = None if parents is None else [bytes.fromhex(self.resolve(p)) for p in parents]
         meta_json = orjson.dumps(meta).decode() if meta else None
-        summary = summarize(doc, json_size(doc))
+        prof = self.profile if profile is None else profile
+        summary = prof.summary(doc)
         with self._wlock:
+            splitter = self._splitters.get(prof.separate_keys)
+            if splitter is None:
+                splitter = self._splitters[prof.separate_keys] = Splitter(separate_keys=prof.separate_keys)
             for attempt in range(2):
                 pending: dict[bytes, tuple[int, bytes]] = {}
 
@@ -198,19 +207,20 @@ class Store:
                         pending[oid] = (kind, body)
                     return oid
 
-                root = self._splitter.split(doc, put)
+                root = splitter.split(doc, put)
                 frames = self._frames(pending)
                 try:
                     cid = self._land(frames, root, ref, rref, branch, run, parent_ids, trigger, summary,
                                      meta_json, alias, time_ns, full=attempt == 1)
                 except _EpochChanged:
-                    self._splitter.reset()
+                    for s in self._splitters.values():  # every cache may name objects that gc removed
+                        s.reset()
                     self._known.clear()
                     continue
                 except BaseException:
-                    self._splitter.discard()
+                    splitter.discard()
                     raise
-                self._splitter.keep()
+                splitter.keep()
                 if len(self._known) > 2_000_000:
                     self._known.clear()
                 self._known.update(pending)
@@ -291,7 +301,7 @@ class Store:
         """The parts maintenance works on (gc, fsck, the index rebuild): objects, refs, index, meta, backend."""
         from crewckpt.history.parts import StoreParts
         return StoreParts(self.objects, self.backend, self.backend, self.backend, self.backend,
-                          lambda: self.stats()["file_bytes"], lambda doc: summarize(doc, json_size(doc)))
+                          lambda: self.stats()["file_bytes"], self.profile.summary)
 
     def _writing(self) -> contextlib.AbstractContextManager[Parts]:
         """One transaction when the backend has them, else the backend's own atomic verbs (callers keep the
@@ -299,7 +309,7 @@ class Store:
         return writing(self.backend)
 
     def _land(self, frames: list[Any], root: ob.Link, ref: str, rref: str, branch: str, run: str,
-              parent_ids: list[bytes] | None, trigger: str | None, summary: ob.Summary,
+              parent_ids: list[bytes] | None, trigger: str | None, summary: dict[str, Any],
               meta_json: str | None, alias: str | None, time_ns: int | None, full: bool) -> bytes:
         """One checkpoint: one transaction where the backend has them. ``full``: every referenced object is
         in ``frames`` (caches were just dropped), so it is safe whatever gc does meanwhile: all get
@@ -512,14 +522,18 @@ class Store:
             if ref != r.base and self.backend.get_ref(ref) is None and self.backend.get_ref(refnames.REMOTES + r.base):
                 ref = refnames.REMOTES + r.base  # origin/main@{1}: a remote-tracking ref's reflog
             label = r.base
-        news = [e.new for e in self.backend.reflog(ref) if e.new is not None]
-        if r.reflog < len(news):
-            return news[-1 - r.reflog]
-        if not news and ref.startswith(refnames.HEADS) and self.backend.get_ref(ref) is None:
+        log, n = self.backend.reflog(ref), r.reflog
+        # git's rule (refs.c read_ref_at): @{0} is the newest entry's new side, @{n} the old side of the
+        # (n-1)-th newest, so the oldest entry also answers for the value before it
+        found = (log[-1].new if n == 0 else log[-n].old) if log and n <= len(log) else None
+        if found is not None:
+            return found
+        if not log and ref.startswith(refnames.HEADS) and self.backend.get_ref(ref) is None:
             if not r.base:
                 raise head.unborn(self.backend, r.text)
             raise UnknownRevision(f"revision {r.text!r}: no branch named {label!r}; see `ckpt branch`")
-        have = f"only {len(news)} reflog entries ({label}@{{0}} to {label}@{{{len(news) - 1}}})" if news else (
+        last = len(log) if log and log[0].old is not None else len(log) - 1
+        have = f"only {len(log)} reflog entries ({label}@{{0}} to {label}@{{{last}}})" if log else (
             "no reflog entries")
         raise UnknownRevision(f"revision {r.text!r}: {label} has {have}; see `ckpt reflog {label}`")
 
@@ -819,7 +833,8 @@ class Store:
             s = self._row_info(r).summary
             d = per.setdefault(r.branch, {"commits": 0, "logical_bytes": 0})
             d["commits"] += 1
-            d["logical_bytes"] += s.logical_bytes
+            n_bytes = s.get("logical_bytes")
+            d["logical_bytes"] += n_bytes if isinstance(n_bytes, int) and not isinstance(n_bytes, bool) else 0
         for name in self.branches():  # branches made from existing commits own none of their own yet
             per.setdefault(name, {"commits": 0, "logical_bytes": 0})
         logical = sum(d["logical_bytes"] for d in per.values())

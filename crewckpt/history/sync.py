@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from crewckpt.backends.base import Backend, ReflogEntry, StoredObject, writing
 from crewckpt.errors import DecodeError, IntegrityError, MissingObject, RefConflict, SyncError
@@ -354,13 +355,13 @@ def _land(sender: Side, receiver: Side, p: _CommitPlan, epoch: str | None) -> tu
     return len(p.order) + 1, sum(len(f.frame) for f in frames) + len(cobj.frame)
 
 
-def _summary(p: _CommitPlan) -> ob.Summary:
+def _summary(p: _CommitPlan) -> dict[str, Any]:
     """The listing summary: the sender's index row's (a cache derived from the document, the same in every
     store) when it decodes, else what the commit object itself holds."""
     row = p.summary_row
     if row is not None:
         try:
-            return from_row(row).summary  # type: ignore[arg-type]
+            return from_row(row).summary  # type: ignore[arg-type]  # summary_row is an IndexRow
         except DecodeError:
             pass
     return from_commit(p.cid, p.commit, live=True).summary

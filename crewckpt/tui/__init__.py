@@ -24,16 +24,17 @@ def run(store_path: str | None = None, echo: Callable[[str], None] | None = None
     from crewckpt.history.store import Store
     from crewckpt.tui.app import CheckpointBrowser
     from crewckpt.tui.runner import execute
+    from crewckpt.views.document import CREWAI
 
     out = echo or click.echo
-    with Store.open(store_path) as store:
+    with Store.open(store_path, profile=CREWAI) as store:
         path = str(store.path)
         plan = CheckpointBrowser(store).run()
     if plan is None:
         return
     outcome = execute(plan, path, echo=out)
     head = outcome.head or plan.rev  # the run's own last checkpoint, not the store's HEAD
-    with Store.open(path) as store:
+    with Store.open(path, profile=CREWAI) as store:
         branch = outcome.branch or store.info(head).branch
         switched = follow_run(store, outcome.branch, outcome.head, plan.rev)  # HEAD follows, as `ckpt resume`
     out("")
