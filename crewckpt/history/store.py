@@ -229,11 +229,11 @@ class Store:
                     if len(self._my_packs) >= AUTO_PACKS:
                         self._auto_repack()
                 if not self.backend.capabilities.transactions:
-                    self._repair_after_gc(doc, root)
+                    self._repair_after_gc(doc, root, splitter)
                 return cid.hex()
         raise AssertionError("unreachable: the second attempt re-puts everything and cannot race gc")
 
-    def _repair_after_gc(self, doc: Any, root: ob.Link) -> None:
+    def _repair_after_gc(self, doc: Any, root: ob.Link, splitter: Splitter) -> None:
         """Without transactions, a gc may have swept objects this checkpoint reused from the writer's caches
         between its epoch check and its ref CAS (docs/backends.md, G4). When the gc epoch moved since this
         writer last saw it, put every object of the document and the commit object again (put-if-absent
@@ -242,7 +242,8 @@ class Store:
         if epoch == self._epoch:
             return
         self._epoch = epoch
-        self._splitter.reset()
+        for sp in self._splitters.values():  # every cache may name objects that gc removed
+            sp.reset()
         self._known.clear()
         pending: dict[bytes, tuple[int, bytes]] = {}
 
@@ -251,8 +252,8 @@ class Store:
             pending[oid] = (kind, body)
             return oid
 
-        again = self._splitter.split(doc, put)
-        self._splitter.keep()
+        again = splitter.split(doc, put)
+        splitter.keep()
         again_objs = self._frames(pending) + ([self._last_commit] if self._last_commit is not None else [])
         self.backend.put_many(again_objs, time.time_ns())
         self._last_pack = None
