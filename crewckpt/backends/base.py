@@ -144,8 +144,9 @@ class ObjectStore(abc.ABC):
     def put_many(self, objs: Iterable[StoredObject], now_ns: int) -> int:
         """Put-if-absent: store the absent objects (stored time ``now_ns``), never change a present one's
         frame; a present object's stored time becomes at least ``now_ns`` (gc's grace rule: a reused object
-        is as fresh as a new one). Returns how many were new. Durable when it returns (outside a
-        transaction) or when the transaction commits."""
+        is as fresh as a new one). Returns how many were new (exact for one writer; writers racing to put
+        the same object may each count it). Durable when it returns (outside a transaction) or when the
+        transaction commits."""
 
     @abc.abstractmethod
     def iter_objects(self, prefix: bytes = b"") -> Iterator[ObjectMeta]:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from crewckpt.backends.base import Backend, IndexRow, Parts, ReflogEntry, writing
+from crewckpt.backends.base import Backend, IndexRow, Parts, ReflogEntry, StoredObject, writing
 from crewckpt.backends.memory import MemoryBackend
 from crewckpt.backends.sqlite import DB_NAME, SqliteBackend
 from crewckpt.errors import (
@@ -79,6 +79,7 @@ class Store:
         self._wlock = threading.Lock()
         self._my_packs: builtins.list[tuple[bytes, builtins.list[bytes]]] = []  # merged every AUTO_PACKS
         self._last_pack: tuple[bytes, builtins.list[bytes]] | None = None
+        self._last_commit: StoredObject | None = None  # the commit object _land wrote last
         self._check_version()
         dict_id = backend.meta_get("dictionary")
         if dict_id:
@@ -227,8 +228,39 @@ class Store:
                     self._my_packs.append(self._last_pack)
                     if len(self._my_packs) >= AUTO_PACKS:
                         self._auto_repack()
+                if not self.backend.capabilities.transactions:
+                    self._repair_after_gc(doc, root, splitter)
                 return cid.hex()
         raise AssertionError("unreachable: the second attempt re-puts everything and cannot race gc")
+
+    def _repair_after_gc(self, doc: Any, root: ob.Link, splitter: Splitter) -> None:
+        """Without transactions, a gc may have swept objects this checkpoint reused from the writer's caches
+        between its epoch check and its ref CAS (docs/backends.md, G4). When the gc epoch moved since this
+        writer last saw it, put every object of the document and the commit object again (put-if-absent
+        restores what went; a fresh stored time keeps the rest from the running sweep) before acknowledging."""
+        epoch = self.backend.meta_get(_EPOCH) or "0"
+        if epoch == self._epoch:
+            return
+        self._epoch = epoch
+        for sp in self._splitters.values():  # every cache may name objects that gc removed
+            sp.reset()
+        self._known.clear()
+        pending: dict[bytes, tuple[int, bytes]] = {}
+
+        def put(kind: int, body: bytes) -> bytes:
+            oid = ob.object_id(kind, body)
+            pending[oid] = (kind, body)
+            return oid
+
+        again = splitter.split(doc, put)
+        splitter.keep()
+        again_objs = self._frames(pending) + ([self._last_commit] if self._last_commit is not None else [])
+        self.backend.put_many(again_objs, time.time_ns())
+        self._last_pack = None
+        self._known.update(pending)
+        if again != root:
+            raise IntegrityError(root.oid.hex(), "the document split differently when it was put again after a "
+                                                 "concurrent gc; run `ckpt fsck` on this checkpoint")
 
     def _auto_repack(self) -> None:
         """Merge this writer's per-checkpoint packs every AUTO_PACKS checkpoints (best effort: a failure only
@@ -319,6 +351,7 @@ class Store:
             if alias:
                 txn.alias_set(alias, cobj.oid)
         self._old_version = False
+        self._last_commit = cobj
         return cobj.oid
 
     # -- reading ---------------------------------------------------------------------------------------------
