@@ -785,7 +785,7 @@ class Store:
 
         A commit goes when it is outside the ``keep`` newest by sequence number (a future-dated commit does
         not count as newer) and, if ``older_than_ns`` is given, older than that many ns. Other branches and
-        any commit a branch ref points at are untouched. Space returns with :meth:`gc`.
+        any commit a branch ref or a remote-tracking ref points at are untouched. Space returns with :meth:`gc`.
 
         Raises:
             ValueError: neither ``keep`` nor ``older_than_ns``, or ``keep < 1``. BadRefName.
@@ -797,7 +797,8 @@ class Store:
         b = refnames.check_branch(branch)
         with self._writing() as txn:
             rows = txn.index_rows(b)
-            tips = set(txn.refs(refnames.HEADS).values())
+            # branch tips and remote-tracking tips (origin/main) stay, as refs keep them reachable
+            tips = set(txn.refs(refnames.HEADS).values()) | set(txn.refs(refnames.REMOTES).values())
             cut = time.time_ns() - older_than_ns if older_than_ns is not None else None
             old = rows[:-keep] if keep is not None else rows
             gone = [r for r in old if r.id not in tips and (cut is None or r.time_ns < cut)]
