@@ -428,3 +428,13 @@ def test_a_gc_on_the_receiver_between_planning_and_landing_makes_the_transfer_pl
     assert ran and rep.refs[0].status == "new"
     assert ids(dst, "main") == ids(src, "main") and dst.read("main~2") == src.read("main~2")
     assert_clean(dst)
+
+
+def test_prune_keeps_a_remote_tracking_tip_like_a_branch_tip(make: Callable[[str], Store]) -> None:
+    src, dst = make("memory"), make("memory")
+    tips = commit_chain(src, 3)
+    dst.fetch(src, name="origin")
+    gone = dst.prune("origin/main", older_than_ns=0)  # everything older than now, but the tip stays
+    assert set(gone) == set(tips[:2]) and [c.id for c in dst.list()] == [tips[-1]]
+    dst.gc()
+    assert dst.read("origin/main") == src.read("main") and dst.fsck().ok

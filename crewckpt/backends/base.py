@@ -12,7 +12,7 @@ A backend is four parts plus what it declares about itself:
   refs/heads/main``, git's HEAD file; HEAD's moves are logged in the reflog of ``HEAD``).
 * :class:`CommitIndex`: a *derived cache* of the commit objects (one row per live commit, its local order
   ``seq`` and owning branch), foreign-id aliases and local counters. Rebuildable from objects and refs
-  (crewckpt.history.fsck.rebuild_index); never the only copy of anything but liveness and local order.
+  (crewckpt.history.reindex.rebuild_index); never the only copy of anything but liveness and local order.
 * :class:`MetaStore`: a few strings (format_version, gc_epoch, dictionary, config).
 
 and :class:`Capabilities` (transactions, locks, cheap listing, shared, ...), so the store above adapts

@@ -89,6 +89,21 @@ class Store:
             except (ValueError, TypeError, CkptError) as e:
                 _log.warning("crewckpt: %s: ignoring the store's zstd dictionary (meta row %r: %s); new "
                              "checkpoints are written without it", path or "memory store", str(dict_id)[:80], e)
+        if not backend.capabilities.transactions:
+            self._heal_index()
+
+    def _heal_index(self) -> None:
+        """Without transactions a writer that died after its ref CAS and before its index row (W5 in
+        docs/backends.md) left a branch tip the index does not know: rebuild the index then (best effort)."""
+        try:
+            tips = list(self.backend.refs(refnames.HEADS).values())
+            unknown = [t for t in tips if self.backend.index_get(t) is None]
+            if unknown and self.backend.has_many(unknown):
+                from crewckpt.history.reindex import rebuild_index
+                rebuild_index(self.parts)
+        except CkptError as e:
+            _log.warning("crewckpt: %s: the commit index misses a branch tip and could not be rebuilt (%s); run "
+                         "`ckpt fsck --rebuild-index`", self.path or "store", e)
 
     # -- opening ---------------------------------------------------------------------------------------------
 
@@ -770,7 +785,7 @@ class Store:
 
         A commit goes when it is outside the ``keep`` newest by sequence number (a future-dated commit does
         not count as newer) and, if ``older_than_ns`` is given, older than that many ns. Other branches and
-        any commit a branch ref points at are untouched. Space returns with :meth:`gc`.
+        any commit a branch ref or a remote-tracking ref points at are untouched. Space returns with :meth:`gc`.
 
         Raises:
             ValueError: neither ``keep`` nor ``older_than_ns``, or ``keep < 1``. BadRefName.
@@ -782,7 +797,8 @@ class Store:
         b = refnames.check_branch(branch)
         with self._writing() as txn:
             rows = txn.index_rows(b)
-            tips = set(txn.refs(refnames.HEADS).values())
+            # branch tips and remote-tracking tips (origin/main) stay, as refs keep them reachable
+            tips = set(txn.refs(refnames.HEADS).values()) | set(txn.refs(refnames.REMOTES).values())
             cut = time.time_ns() - older_than_ns if older_than_ns is not None else None
             old = rows[:-keep] if keep is not None else rows
             gone = [r for r in old if r.id not in tips and (cut is None or r.time_ns < cut)]
