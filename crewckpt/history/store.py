@@ -89,6 +89,21 @@ class Store:
             except (ValueError, TypeError, CkptError) as e:
                 _log.warning("crewckpt: %s: ignoring the store's zstd dictionary (meta row %r: %s); new "
                              "checkpoints are written without it", path or "memory store", str(dict_id)[:80], e)
+        if not backend.capabilities.transactions:
+            self._heal_index()
+
+    def _heal_index(self) -> None:
+        """Without transactions a writer that died after its ref CAS and before its index row (W5 in
+        docs/backends.md) left a branch tip the index does not know: rebuild the index then (best effort)."""
+        try:
+            tips = list(self.backend.refs(refnames.HEADS).values())
+            unknown = [t for t in tips if self.backend.index_get(t) is None]
+            if unknown and self.backend.has_many(unknown):
+                from crewckpt.history.reindex import rebuild_index
+                rebuild_index(self.parts)
+        except CkptError as e:
+            _log.warning("crewckpt: %s: the commit index misses a branch tip and could not be rebuilt (%s); run "
+                         "`ckpt fsck --rebuild-index`", self.path or "store", e)
 
     # -- opening ---------------------------------------------------------------------------------------------
 

@@ -865,8 +865,8 @@ class StoreContract:
     def test_a_crash_at_any_write_keeps_every_acknowledged_checkpoint(self,
                                                                       backend_factory: BackendFactory) -> None:
         """Kill the writer before each write of a checkpoint in turn (no transaction): the acknowledged
-        checkpoint stays readable, the branch shows either it or the new one (readable), fsck is clean once the
-        index is rebuilt, and the next checkpoint lands."""
+        checkpoint stays readable, the branch shows either it or the new one (readable), the next open puts
+        a tip the index missed back into it, fsck is clean, and the next checkpoint lands on the tip."""
         from crewckpt.history.store import Store
         doc1, doc2 = {"k": list(range(50)), "s": "a" * 2000}, {"k": list(range(60)), "s": "b" * 2000, "n": 1}
         for k in range(100):
@@ -885,9 +885,8 @@ class StoreContract:
                 assert _doc_text(s2.read(first)) == _doc_text(doc1)
                 tip = s2.branches()["main"]
                 assert tip == first or _doc_text(s2.read(tip)) == _doc_text(doc2)
-                s2.rebuild_index()
-                assert s2.fsck(full=True).ok
-                assert s2.list()[-1].id == tip and s2.resolve("main") == tip
+                assert s2.list()[-1].id == tip  # opening rebuilt a missing index row (W5)
+                assert s2.fsck(full=True).ok and s2.resolve("main") == tip
                 third = s2.commit({"k": 3})
                 assert s2.info(third).parents == (tip,)
             finally:
