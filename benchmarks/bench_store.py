@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from crewai_fixtures import FIXTURES  # noqa: E402  (vendored CrewAI fixtures)
 
 from crewckpt import Store  # noqa: E402
+from crewckpt.views.document import CREWAI  # noqa: E402  (CrewAI documents: its summary and split hints)
 
 
 def parent_order(folder: Path) -> list[Path]:
@@ -60,7 +61,7 @@ def main() -> None:
     json_bytes = sum(len(r) for r in raws)
     docs = [json.loads(r) for r in raws]
     with tempfile.TemporaryDirectory() as tmp:
-        s = Store.init(Path(tmp) / ".ckpt")
+        s = Store.init(Path(tmp) / ".ckpt", profile=CREWAI)  # as the CrewAI writer and `ckpt` open it
         times = []
         for f, d in zip(files, docs):
             t = time.perf_counter()

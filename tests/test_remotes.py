@@ -39,12 +39,21 @@ def doc(i: int, extra: str = "") -> dict[str, object]:
 
 
 @pytest.fixture
-def make(tmp_path: Path) -> Iterator[Callable[[str], Store]]:
+def make(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[[str], Store]]:
+    """``make(kind)``: a new empty store of that kind (memory, sqlite, postgres: a fresh schema each)."""
     opened: list[Store] = []
     n = iter(range(1000))
 
     def _make(kind: str) -> Store:
-        s = Store.memory() if kind == "memory" else Store.init(tmp_path / f"s{next(n)}")
+        i = next(n)
+        if kind == "memory":
+            s = Store.memory()
+        elif kind == "sqlite":
+            s = Store.init(tmp_path / f"s{i}")
+        else:
+            from crewckpt.backends.postgres import PgBackend
+            url = request.getfixturevalue("pg_url")
+            s = Store(PgBackend.create(f"{url}r{i}", {"format_version": str(ob.FORMAT_VERSION), "gc_epoch": "0"}))
         opened.append(s)
         return s
 
@@ -67,8 +76,11 @@ def assert_clean(*stores: Store) -> None:
         assert r.ok, (r.broken, r.problems)
 
 
-@pytest.mark.parametrize("src_kind", KINDS)
-@pytest.mark.parametrize("dst_kind", KINDS)
+PAIRS = [(a, b) for a in KINDS for b in KINDS] + [
+    pytest.param(a, b, marks=pytest.mark.postgres) for a, b in (("postgres", "sqlite"), ("memory", "postgres"))]
+
+
+@pytest.mark.parametrize(("src_kind", "dst_kind"), PAIRS)
 def test_fetch_push_pull_keep_ids_aliases_and_send_only_what_is_missing(make: Callable[[str], Store], src_kind: str,
                                                                         dst_kind: str) -> None:
     a, b = make(src_kind), make(dst_kind)
@@ -98,9 +110,8 @@ def test_fetch_push_pull_keep_ids_aliases_and_send_only_what_is_missing(make: Ca
     assert_clean(a, b)
 
 
-@pytest.mark.parametrize("kind", KINDS)
 def test_clone_copies_every_branch_with_tracking_refs_and_a_rerun_finishes_it(make: Callable[[str], Store],
-                                                                              kind: str, tmp_path: Path) -> None:
+                                                                              tmp_path: Path) -> None:
     a = make("sqlite")
     commit_chain(a, 3)
     a.create_branch("exp", "main~1")
@@ -135,6 +146,9 @@ def test_remote_config_add_list_remove_and_tracking_refs_go_with_it(make: Callab
         b.add_remote("or/igin", str(a.path))
     with pytest.raises(CkptError, match="this store itself"):
         b.add_remote("self", str(b.path))
+    url = "postgresql://u@db.example:5432/ckpt?schema=team"
+    assert b.add_remote("team", url) == url  # a URL is kept as it is (no folder made of it)
+    b.remove_remote("team")
     b.fetch()  # default remote: origin
     assert b.resolve("origin/main") == a.resolve("main")
     assert b.remove_remote("origin") == ["refs/remotes/origin/main"]
@@ -153,7 +167,7 @@ def test_local_branch_shadows_a_tracking_ref_of_the_same_name(make: Callable[[st
     assert b.resolve("origin/main") == mine and b.resolve("refs/remotes/origin/main") == theirs
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", [*KINDS, pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_diverged_push_is_rejected_unless_forced_and_pull_refuses_naming_both_tips(make: Callable[[str], Store],
                                                                                    kind: str) -> None:
     remote, a, b = make(kind), make("memory"), make("sqlite")
@@ -269,8 +283,13 @@ _PUSHER = textwrap.dedent("""
             if hold == "stall" and done == int(os.environ["STALL_AT"]):
                 while True:  # parked mid-push until the test kills it
                     time.sleep(0.05)
-    with Store.open(local) as s:
-        rep = s.push(remote, "main", progress=progress, check=False)
+    def open_remote(loc):
+        if loc.startswith("postgresql://"):  # before the location registry: the backend directly
+            from crewckpt.backends.postgres import PgBackend
+            return Store(PgBackend.open(loc))
+        return Store.open(loc)
+    with Store.open(local) as s, open_remote(remote) as r:
+        rep = s.push(r, "main", progress=progress, check=False)
         print(rep.refs[0].status, flush=True)
 """)
 
@@ -283,45 +302,62 @@ def _wait(cond: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
         time.sleep(0.01)
 
 
-def _pusher(local: Path, remote: Path, flags: Path, hold: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+def _pusher(local: Path, remote: Path | str, flags: Path, hold: str,
+            env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     e = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.Popen([sys.executable, "-c", _PUSHER, str(local), str(remote), str(flags), hold],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
 
 
-def test_two_racing_pushers_of_different_tips_exactly_one_wins(tmp_path: Path) -> None:
-    with Store.init(tmp_path / "remote") as r:
+def _remote_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[str, Store]:
+    """A new remote store another process can open too: (its location, the store)."""
+    if kind == "sqlite":
+        return str(tmp_path / "remote"), Store.init(tmp_path / "remote")
+    from crewckpt.backends.postgres import PgBackend
+    url = request.getfixturevalue("pg_url")
+    return url, Store(PgBackend.create(url, {"format_version": str(ob.FORMAT_VERSION), "gc_epoch": "0"}))
+
+
+PROC_KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@pytest.mark.parametrize("kind", PROC_KINDS)
+def test_two_racing_pushers_of_different_tips_exactly_one_wins(tmp_path: Path, kind: str,
+                                                              request: pytest.FixtureRequest) -> None:
+    where, r = _remote_store(kind, tmp_path, request)
+    with r:
         commit_chain(r, 2)
-    stores = []
-    for who in ("a", "b"):
-        with Store.init(tmp_path / who) as s:
-            s.pull(str(tmp_path / "remote"), "main", name="origin")
-            stores.append(s.commit(doc(7, who), branch="main"))
-    flags = tmp_path / "flags"
-    flags.mkdir()
-    procs = [_pusher(tmp_path / who, tmp_path / "remote", flags, "barrier") for who in ("a", "b")]
-    try:
-        _wait(lambda: len(list(flags.glob("ready-*"))) == 2, "both pushers to plan against the same tip")
-        (flags / "go").touch()
-        outs = [p.communicate(timeout=60) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    statuses = sorted(o.strip() for o, _ in outs)
-    assert statuses == ["fast-forward", "rejected"], outs
-    with Store.open(tmp_path / "remote") as r:
+        stores = []
+        for who in ("a", "b"):
+            with Store.init(tmp_path / who) as s:
+                s.pull(r, "main", name="origin")
+                stores.append(s.commit(doc(7, who), branch="main"))
+        flags = tmp_path / "flags"
+        flags.mkdir()
+        procs = [_pusher(tmp_path / who, where, flags, "barrier") for who in ("a", "b")]
+        try:
+            _wait(lambda: len(list(flags.glob("ready-*"))) == 2, "both pushers to plan against the same tip")
+            (flags / "go").touch()
+            outs = [p.communicate(timeout=60) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        statuses = sorted(o.strip() for o, _ in outs)
+        assert statuses == ["fast-forward", "rejected"], outs
         assert r.resolve("main") in stores  # the winner's tip; the loser's commits are kept, unreferenced
         assert_clean(r)
 
 
-def test_kill_9_mid_push_then_rerun_completes_with_same_ids_and_clean_fsck(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", PROC_KINDS)
+def test_kill_9_mid_push_then_rerun_completes_with_same_ids_and_clean_fsck(tmp_path: Path, kind: str,
+                                                                         request: pytest.FixtureRequest) -> None:
     with Store.init(tmp_path / "local") as s:
         commit_chain(s, 12)
-    Store.init(tmp_path / "remote").close()
+    where, remote = _remote_store(kind, tmp_path, request)
     flags = tmp_path / "flags"
     flags.mkdir()
-    p = _pusher(tmp_path / "local", tmp_path / "remote", flags, "stall", {"STALL_AT": "5"})
+    p = _pusher(tmp_path / "local", where, flags, "stall", {"STALL_AT": "5"})
     try:
         _wait(lambda: any(f.read_text() == "5" for f in flags.glob("wrote-*")) or p.poll() is not None,
               "the pusher to land 5 commits")
@@ -331,7 +367,7 @@ def test_kill_9_mid_push_then_rerun_completes_with_same_ids_and_clean_fsck(tmp_p
     finally:
         if p.poll() is None:
             p.kill()
-    with Store.open(tmp_path / "local") as s, Store.open(tmp_path / "remote") as r:
+    with Store.open(tmp_path / "local") as s, remote as r:
         assert r.branches() == {}  # refs move last
         assert len(r.list()) == 5
         assert_clean(s, r)
@@ -369,3 +405,39 @@ def test_sqlite_remote_file_is_untouched_by_a_refused_fetch(tmp_path: Path) -> N
         with pytest.raises(IntegrityError):
             s.fetch()
         assert s.backend.refs() == {} and s.backend.object_stats()[0] == 0
+
+
+def test_a_gc_on_the_receiver_between_planning_and_landing_makes_the_transfer_plan_again(
+        make: Callable[[str], Store]) -> None:
+    """Objects counted as present at the receiver may be garbage a gc deletes meanwhile: the receiver's gc
+    epoch moved, so the transfer plans again instead of referencing what is gone."""
+    src, dst = make("sqlite"), make("sqlite")
+    tips = commit_chain(src, 3)
+    dst.fetch(src, name="origin")
+    dst.prune("origin/main", keep=1)  # the older commits' objects are garbage at dst now
+    ran: list[str] = []
+
+    def progress(phase: str, done: int, total: int | None) -> None:
+        if phase == "read" and not ran:  # after planning, before landing: a gc sweeps dst
+            ran.append(phase)
+            dst.gc()
+
+    with dst.backend.transaction() as t:  # forget the tracking ref so the pruned commits are wanted again
+        t.set_ref_if_equals("refs/remotes/origin/main", bytes.fromhex(tips[-1]), None)
+    dst.backend.index_remove([bytes.fromhex(tips[-1])])
+    rep = sync.transfer(remotes.side(src, "src"), remotes.side(dst, "dst"),
+                        [sync.RefUpdate("refs/heads/main", bytes.fromhex(tips[-1]), None, "main", "new")],
+                        progress=progress)
+    assert ran and rep.refs[0].status == "new"
+    assert ids(dst, "main") == ids(src, "main") and dst.read("main~2") == src.read("main~2")
+    assert_clean(dst)
+
+
+def test_prune_keeps_a_remote_tracking_tip_like_a_branch_tip(make: Callable[[str], Store]) -> None:
+    src, dst = make("memory"), make("memory")
+    tips = commit_chain(src, 3)
+    dst.fetch(src, name="origin")
+    gone = dst.prune("origin/main", older_than_ns=0)  # everything older than now, but the tip stays
+    assert set(gone) == set(tips[:2]) and [c.id for c in dst.list()] == [tips[-1]]
+    dst.gc()
+    assert dst.read("origin/main") == src.read("main") and dst.fsck().ok

@@ -201,10 +201,13 @@ def _tips_by_id(store: Any, commits: list[Any] | None = None) -> dict[str, list[
     """commit id -> branch names whose tip it is. With ``commits`` (the ones a log shows), a run's last
     commit that no branch names and no shown commit continues also gets its run ref
     (``refs/runs/<run id>``): an earlier run on a branch that a later, fresh run moved on."""
+    from crewckpt.history import remotes
     from crewckpt.history.refnames import RUNS
 
     tips: dict[str, list[str]] = {}
     for name, tip in sorted(store.branches().items()):
+        tips.setdefault(tip, []).append(name)
+    for name, tip in remotes.tracking_refs(store).items():  # git's decoration shows origin/main too
         tips.setdefault(tip, []).append(name)
     if commits is not None:
         continued = {p for c in commits for p in getattr(c, "parents", ())}

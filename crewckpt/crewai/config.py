@@ -112,6 +112,10 @@ class CheckpointConfig(CrewAICheckpointConfig):
             CrewAI's own tools read), written incrementally by a background thread; a view that cannot be
             written is logged and never slows or fails the run. ``view_format``: ``"json"``/``"sqlite"``
             (default: SQLite for ``.db``/``.sqlite``/``.sqlite3``, else JSON). See :func:`flush_views`.
+        push_to: publish the run's branch to this remote of the store (``ckpt remote add``) or location when
+            the run ends, and with ``push_every=N`` after every N checkpoints; best effort on a background
+            thread (a failure is logged, emitted as ``CheckpointFailedEvent`` with trigger ``"push"`` and
+            counted in :func:`crewckpt.crewai.publish.push_stats`). See :func:`crewckpt.crewai.publish.flush_pushes`.
 
     Semantics follow CrewAI's docs: ``checkpoint=None`` inherits from the parent (task -> agent -> crew),
     ``True`` uses CrewAI's defaults, ``False`` opts out and stops inheritance, a config overrides.
@@ -130,6 +134,14 @@ class CheckpointConfig(CrewAICheckpointConfig):
     view_format: Literal["json", "sqlite"] | None = Field(
         default=None, description="Format of `view`; None infers it from the suffix."
     )
+    push_to: str | None = Field(
+        default=None,
+        description="Publish the run's branch to this remote of the store (a name from `ckpt remote`) or store "
+        "location when the run ends (and every `push_every` checkpoints); best effort, in the background.",
+    )
+    push_every: int | None = Field(
+        default=None, description="With push_to: also push after every N checkpoints written (N >= 1)."
+    )
 
     @field_validator("provider", mode="before")
     @classmethod
@@ -144,6 +156,14 @@ class CheckpointConfig(CrewAICheckpointConfig):
             "CrewAI's own JSON files or SQLite db, keep the default provider and add view='./.checkpoints' "
             "(or view='./checkpoints.db'): a live view CrewAI's tools read"
         )
+
+    @field_validator("push_every")
+    @classmethod
+    def _push_every_positive(cls, value: int | None) -> int | None:
+        if value is not None and value < 1:
+            raise ValueError(f"push_every must be at least 1 (got {value}); leave it unset to push only when the "
+                             "run ends")
+        return value
 
     @field_validator("max_checkpoints")
     @classmethod

@@ -49,7 +49,7 @@ from crewai.state import checkpoint_listener
 from crewai.state.checkpoint_config import CheckpointConfig as CrewAICheckpointConfig
 from crewai.state.runtime import RuntimeState
 
-from crewckpt.crewai import gate, secrets
+from crewckpt.crewai import gate, publish, secrets
 from crewckpt.crewai.config import (
     RESTORED_CONTEXT,
     SQLITE_SUFFIXES,
@@ -110,8 +110,17 @@ def _prepare_event(self: CrewAIEventsBus, source: Any, event: Any) -> None:
         cfg = config_for(source, event, state)
         if cfg is not None:
             write_checkpoint(state, cfg, event)
+        if event.type in publish.RUN_END_EVENTS:
+            _push_at_run_end(source, state)
     if pending_signals() and threading.current_thread() is threading.main_thread():
         drain_signals()
+
+
+def _push_at_run_end(source: Any, state: RuntimeState) -> None:
+    """``push_to``: a run ended; publish the branch it wrote on (if it wrote any checkpoint)."""
+    cfg = checkpoint_listener._find_checkpoint(source)
+    if isinstance(cfg, CheckpointConfig) and cfg.push_to and getattr(state, "_checkpoint_id", None):
+        publish.at_run_end(cfg, str(cfg.store_path()), state._branch)
 
 
 def _should_checkpoint(source: Any, event: Any) -> CrewAICheckpointConfig | None:
@@ -268,11 +277,12 @@ def write_target(config: Any, read_path: str) -> tuple[str, dict[str, Any]]:
     """Where a run restored from the store at ``read_path`` writes, and the settings the user chose.
 
     Returns ``(absolute store path, overrides)``: the store read from, unless ``config`` is a crewckpt
-    config whose ``location`` the user set explicitly; ``overrides`` holds ``view``, ``view_format`` and
-    ``max_checkpoints`` when the user set them on ``config``, else None for each. Nothing stored inside
+    config whose ``location`` the user set explicitly; ``overrides`` holds ``view``, ``view_format``,
+    ``max_checkpoints``, ``push_to`` and ``push_every`` when the user set them on ``config``, else None for each. Nothing stored inside
     the checkpoint (which whoever wrote it chose) decides where writes go, what is published or pruned.
     """
-    overrides: dict[str, Any] = {"view": None, "view_format": None, "max_checkpoints": None}
+    overrides: dict[str, Any] = {"view": None, "view_format": None, "max_checkpoints": None, "push_to": None,
+                                 "push_every": None}
     store = os.path.abspath(read_path)
     if isinstance(config, CheckpointConfig):
         chosen = config.model_fields_set

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from crewckpt.errors import CkptError, CorruptStore, IntegrityError, MissingObject
 from crewckpt.format import objects as ob
+from crewckpt.history import head
 from crewckpt.history.commits import row_matches
 from crewckpt.history.snapshot import links_in
 
@@ -69,6 +70,7 @@ def _fsck(parts: StoreParts, full: bool, progress: Progress | None) -> FsckRepor
     for name, t in ref_targets.items():
         if t not in commits and not b.has_many([t]):
             problems.append(f"ref {name} points at missing commit {t.hex()}")
+    problems.extend(head.problems(refs))
     for cid, row in commits.items():
         try:
             c = objects.commit(cid)

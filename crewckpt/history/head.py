@@ -21,7 +21,7 @@ import logging
 import re
 from typing import TYPE_CHECKING
 
-from crewckpt.backends.base import Parts, ReflogEntry
+from crewckpt.backends.base import Parts, ReflogEntry, RefStore
 from crewckpt.errors import BadRefName, UnknownRevision
 from crewckpt.history import refnames
 
@@ -82,6 +82,16 @@ def follow_run(store: Store, branch: str | None, last: str | None, restored_from
         return False
     store.switch(branch, reason="resume")
     return True
+
+
+def problems(refs: RefStore) -> list[str]:
+    """fsck's findings about HEAD: a stored value that is not a branch ref (an unborn branch is fine)."""
+    stored = refs.get_symref(HEAD)
+    if stored is None or _valid(stored):
+        return []
+    shown = stored if len(stored) <= 80 else stored[:77] + "..."
+    return [f"HEAD holds {shown!r}, not a branch ref (read meanwhile as the branch of the last checkpoint "
+            f"written, else main); set it with `ckpt switch BRANCH`"]
 
 
 def branch_of(ref: str) -> str:
