@@ -223,6 +223,16 @@ def test_ref_moves_only_by_compare_and_swap_never_backwards(backend: PgBackend) 
     assert backend.get_ref(REF) == y
 
 
+def test_a_refused_statement_is_one_line_and_not_called_damage(backend: PgBackend) -> None:
+    from crewckpt.errors import CorruptStore
+    with pytest.raises(CkptError) as e:  # PostgreSQL text cannot hold NUL: the server side refuses it
+        with backend.transaction() as t:
+            t.put_many([obj(1)], 1)
+            t.meta_set("note", "a\x00b")
+    assert not isinstance(e.value, CorruptStore) and "\n" not in str(e.value) and "refused" in str(e.value)
+    assert backend.get(obj(1).oid) is None and backend.meta_get("note") is None
+
+
 # -- lost connections, replays, restarts ----------------------------------------------------------------------
 
 def test_sessions_killed_between_checkpoints_reconnect_and_land_exactly_once(store: Store, backend: PgBackend,

@@ -66,8 +66,9 @@ def canonical(location: str | os.PathLike[str]) -> str:
     """The canonical identity of a location (the registry's; a plain path becomes absolute)."""
     try:
         from crewckpt.backends import registry  # type: ignore[attr-defined, unused-ignore]
-    except ImportError:  # before the location registry: locations are SQLite folders
-        return os.path.abspath(os.fspath(location))
+    except ImportError:  # before the location registry: URLs as given, folders made absolute
+        text = os.fspath(location)
+        return text if "://" in text else os.path.abspath(text)
     return registry.identity(location)  # type: ignore[no-any-return, unused-ignore]
 
 
