@@ -56,6 +56,9 @@ def one_line(exc: BaseException) -> str:
 ])
 def test_parse(text: str, scheme: str, target: str) -> None:
     assert registry.parse(text) == Location(scheme, target, text)
+    registry.opener("sqlite")  # loaded backends change nothing
+    registry.opener("memory")
+    assert registry.parse(text) == Location(scheme, target, text)
 
 
 def test_a_pathlike_is_always_a_path() -> None:

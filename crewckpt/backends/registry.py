@@ -201,8 +201,8 @@ def parse(location: str | os.PathLike[str]) -> Location:
                               f"{', '.join(schemes())}")
         return Location(scheme, scheme + text[len(m.group(1)):], text)
     w = _WORD.match(text)
-    if w and (w.group(1).lower() in _openers or _KNOWN.get(w.group(1).lower(), ("", "", None))[2]):
-        scheme = w.group(1).lower()
+    scheme = w.group(1).lower() if w else ""
+    if scheme and f"{scheme}:" not in _PREFIXES and (scheme in _openers or scheme in _KNOWN):
         raise BadLocation(f"{text}: a {scheme} location is written {scheme}://...; for a local folder of that "
                           f"name write ./{text}")
     return Location("sqlite", text, text)
