@@ -44,10 +44,11 @@ CHILD_ENV["PYTHONPYCACHEPREFIX"] = os.path.join(tempfile.gettempdir(), "crewckpt
 def build_store(path: Path, commits: int) -> None:
     """Write ``commits`` commits of real crew checkpoints into a new store at ``path``."""
     from crewckpt.history.store import Store
+    from crewckpt.views.document import CREWAI
 
     docs = [orjson.loads(Path(p).read_bytes()) for p in sorted(glob.glob(FIXTURE))]
     docs.sort(key=lambda d: len(d["event_record"]["nodes"]))  # run order: the record only grows
-    store = Store.init(path)
+    store = Store.init(path, profile=CREWAI)  # CrewAI documents, as the CrewAI writer stores them
     written = 0
     run = 0
     start = time.perf_counter()

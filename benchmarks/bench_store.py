@@ -1,8 +1,15 @@
-"""Store benchmark (issue 3): commit every checkpoint of crew_json_star_n6 (CrewAI 1.15.30, 6 tasks,
-on_events=["*"]) in parent order into a new store, side by side with the JSON files CrewAI wrote.
+"""Store benchmarks.
 
+``python benchmarks/bench_store.py`` (issue 3): commit every checkpoint of crew_json_star_n6 (CrewAI 1.15.30,
+6 tasks, on_events=["*"]) in parent order into a new store, side by side with the JSON files CrewAI wrote.
 Prints: JSON bytes, store bytes on disk before and after gc, the ratio, objects, and per-commit write time
-(median, max, first vs last, and the median of the first and last five). Run: python benchmarks/bench_store.py
+(median, max, first vs last, and the median of the first and last five).
+
+``python benchmarks/bench_store.py --growing [--steps 1000]`` (issue 13): a CrewAI-shaped document growing to
+~1.4 MB over 1,000 commits (one event node per step, the previous node's edges and one task's state edited),
+committed as the CrewAI writer gives it (event nodes :class:`crewckpt.Frozen`) and as plain JSON, against
+writing the whole document to a file with orjson and against the floor: serialize + hash only each step's
+delta (CPU) and one zstd stream of all deltas (bytes). CPU is thread CPU per commit.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from crewai_fixtures import FIXTURES  # noqa: E402  (vendored CrewAI fixtures)
 
 from crewckpt import Store  # noqa: E402
+from crewckpt.views.document import CREWAI  # noqa: E402  (CrewAI documents: its summary and split hints)
 
 
 def parent_order(folder: Path) -> list[Path]:
@@ -41,13 +49,19 @@ def parent_order(folder: Path) -> list[Path]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--fixture", default="crew_json_star_n6")
+    ap.add_argument("--growing", action="store_true", help="the growing-document benchmark (issue 13)")
+    ap.add_argument("--steps", type=int, default=1000)
     args = ap.parse_args()
+    if args.growing:
+        from growing_doc import run_growing
+        run_growing(args.steps)
+        return
     files = parent_order(FIXTURES / args.fixture / "main")
     raws = [f.read_bytes() for f in files]
     json_bytes = sum(len(r) for r in raws)
     docs = [json.loads(r) for r in raws]
     with tempfile.TemporaryDirectory() as tmp:
-        s = Store.init(Path(tmp) / ".ckpt")
+        s = Store.init(Path(tmp) / ".ckpt", profile=CREWAI)  # as the CrewAI writer and `ckpt` open it
         times = []
         for f, d in zip(files, docs):
             t = time.perf_counter()

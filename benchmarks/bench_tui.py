@@ -30,6 +30,7 @@ from crewckpt import Store
 from crewckpt.tui import app as app_mod
 from crewckpt.tui.app import CheckpointBrowser
 from crewckpt.tui.model import build_history
+from crewckpt.views.document import CREWAI
 
 FORK_LEN = 100
 TRIGGERS = ("task_started", "agent_execution_started", "llm_call_completed", "task_completed")
@@ -50,7 +51,7 @@ def build(path: Path, commits: int) -> None:
     forks = max(1, commits // (2 * FORK_LEN))
     main_len = commits - forks * FORK_LEN
     t0 = time.perf_counter()
-    with Store.init(path) as store:
+    with Store.init(path, profile=CREWAI) as store:  # CrewAI-shaped documents, as the writer stores them
         main = []
         for i in range(main_len):
             main.append(store.commit(doc(i), branch="main", trigger=TRIGGERS[i % 4], time_ns=1_795_000_000 * 10**9 + i))

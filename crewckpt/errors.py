@@ -81,6 +81,29 @@ class BranchExists(CkptError):
     """A branch of that name already exists."""
 
 
+class UnknownRemote(CkptError, LookupError):
+    """No remote of that name is configured in the store (``ckpt remote -v`` lists them)."""
+
+
+class PushRejected(CkptError):
+    """A push would lose commits on the remote (not a fast-forward), or another pusher moved the branch first;
+    the message names both tips and what to do. Nothing on the remote branch changed."""
+
+
+class PullDiverged(CkptError):
+    """A pull cannot fast-forward: the local branch and the remote's have each got commits the other lacks;
+    the message names both tips and what to do. Nothing changed locally but the remote-tracking ref."""
+
+
+class SyncError(CkptError):
+    """A transfer between two stores could not be planned or completed (the message names the store, the
+    object and the fix); nothing half-done is left referenced."""
+
+
+class BranchInUse(CkptError):
+    """The branch is the current branch (HEAD names it): it cannot be deleted."""
+
+
 INSTALL_HINT = "pip install 'crewckpt[crewai]'"
 """How to get the optional CrewAI runtime (the ``crewai`` extra)."""
 
@@ -111,3 +134,85 @@ def require_crewai(action: str) -> None:
 class DocumentTooLarge(CkptError, ValueError):
     """A document is bigger or deeper than a stated limit: refused at commit (nesting deeper than
     ``MAX_DEPTH``) or at read (more bytes or values than the read limits; raise them to read it anyway)."""
+
+
+class StoreBusy(CkptError):
+    """The store stayed locked by another writer for longer than the busy timeout."""
+
+
+class StoreWriteError(CkptError):
+    """The store cannot be written: the disk is full, the store is read-only, or an I/O error. The write
+    was rolled back (nothing of it is stored; refs are unchanged)."""
+
+
+class GcBusy(CkptError):
+    """Another gc holds the store's gc lock."""
+
+
+class GcAborted(CkptError):
+    """gc could not read an object its mark had to walk through (listed, but unreadable right now): it
+    deleted nothing."""
+
+
+class JsonPathError(ValueError):
+    """A JSON path that cannot be parsed, or that does not lead to a value in the document."""
+
+
+class UntrustedCode(CkptError, ValueError):
+    """A checkpoint names code that restoring would import or run, and the user did not opt in.
+
+    Attributes:
+        path: the field, e.g. ``entities[0].agents[1].tools[0].tool_type``.
+        value: the stored string.
+        findings: every ``(path, value, what)`` found in the document.
+    """
+
+    def __init__(self, findings: list[tuple[str, str, str]]) -> None:
+        self.findings = findings
+        self.path, self.value, what = findings[0]
+        more = f" (and {len(findings) - 1} more field(s))" if len(findings) > 1 else ""
+        shown = self.value if len(self.value) <= 60 else self.value[:57] + "..."
+        # the variable comes before the details: callers may cut long lines
+        super().__init__(f"field {self.path} names code{more}; set CREWAI_DESERIALIZE_CALLBACKS=1 only for a checkpoint you "
+                         f"trust ({shown!r}: {what})")
+
+
+class UntrustedEndpoint(CkptError, ValueError):
+    """A checkpoint points an LLM at an endpoint the user does not trust (the API key would go there).
+
+    Attributes:
+        path: the field, e.g. ``entities[0].agents[0].llm.base_url``.
+        value: the stored URL.
+        findings: every ``(path, url)`` found.
+    """
+
+    def __init__(self, findings: list[tuple[str, str]]) -> None:
+        self.findings = findings
+        self.path, self.value = findings[0]
+        more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
+        shown = self.value if len(self.value) <= 60 else self.value[:57] + "..."
+        super().__init__(f"field {self.path} points the LLM at {shown!r}{more}, where your API key and prompts "
+                         f"would be sent; add that URL to CREWCKPT_LLM_ENDPOINTS (comma-separated) to trust it, or set "
+                         f"CREWAI_DESERIALIZE_CALLBACKS=1 for a checkpoint you trust")
+
+
+class JsonbError(CkptError, ValueError):
+    """A BLOB is not well-formed JSONB. ``offset`` is the byte where the problem was found; ``reason`` says
+    what is wrong in a few words."""
+
+    def __init__(self, offset: int, reason: str) -> None:
+        super().__init__(f"malformed JSONB at byte {offset}: {reason}")
+        self.offset = offset
+        self.reason = reason
+
+
+class SourceError(CkptError):
+    """A path is not a readable CrewAI checkpoint location (missing, unreadable, not CrewAI's table)."""
+
+
+class DamagedCheckpoint(CkptError):
+    """One checkpoint in a source cannot be read (truncated or invalid JSON/JSONB, not an object)."""
+
+
+class ViewWriteError(CkptError):
+    """A view cannot be written (unsafe branch name, not CrewAI's table, conflicting existing file)."""

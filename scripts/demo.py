@@ -33,9 +33,9 @@ from crewckpt import CkptError, Store
 from crewckpt.cli.graph import graph_rows
 from crewckpt.crewai import CheckpointConfig
 from crewckpt.crewai.writer import forget_stores
-from crewckpt.history.diff import diff_documents
-from crewckpt.history.diff_render import human_bytes, plain_text, render_stat
 from crewckpt.testing import ScriptedLLM, ScriptedLLMError, offline_env, research_crew  # sets offline env
+from crewckpt.views.diff import diff_documents
+from crewckpt.views.diff_render import human_bytes, plain_text, render_stat
 
 N_TASKS = 6
 FAIL_AT_CALL = 4  # the scripted LLM answers one call per task: call 4 is task 4
@@ -118,7 +118,7 @@ def crewckpt_scenario(store_path: Path) -> tuple[dict[str, Any], Store]:
     def after_task(k: int) -> str:
         store = Store.open(store_path)
         return next(c.id for c in store.list("main")
-                    if c.trigger == "task_completed" and c.summary.tasks_done == k)
+                    if c.trigger == "task_completed" and c.summary["tasks_done"] == k)
 
     result = run_scenario(make_config, lambda: "latest", after_task)
     return result, Store.open(store_path)
@@ -166,8 +166,8 @@ def print_graph(store: Store, show_all: bool) -> None:
             print(f"  {line}")
         c = by_id[row.commit_id]
         refs = f" ({', '.join(sorted(tips[c.id]))})" if c.id in tips else ""
-        print(f"  {row.row} {c.id[:10]} {c.trigger or 'manual':<24} tasks {c.summary.tasks_done}/"
-              f"{c.summary.tasks_total}{refs}")
+        print(f"  {row.row} {c.id[:10]} {c.trigger or 'manual':<24} tasks {c.summary['tasks_done']}/"
+              f"{c.summary['tasks_total']}{refs}")
     if not show_all:
         print(f"  ({len(commits) - len(keep)} intermediate checkpoints not shown; --all shows them)")
 
@@ -341,7 +341,7 @@ def run_demo(store_path: Path, store_arg: str, show_all: bool) -> int:
         first_run = [c for c in store.list() if c.run_id == store.list()[0].run_id]
         print(f"  run failed in task 4 ({result['error']}; CrewAI retried the call twice)")
         print(f"  {len(first_run)} checkpoints in one chain, the last: {first_run[-1].trigger} "
-              f"with {first_run[-1].summary.tasks_done}/{first_run[-1].summary.tasks_total} tasks done")
+              f"with {first_run[-1].summary['tasks_done']}/{first_run[-1].summary['tasks_total']} tasks done")
         banner("2. resume from the latest checkpoint")
         print(f"  Crew.from_checkpoint(CheckpointConfig(restore_from='latest')).kickoff()"
               f" -> {result['resumed_calls']} LLM calls (tasks 4-6 only)")

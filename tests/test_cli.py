@@ -117,7 +117,8 @@ def test_log_follows_first_parents_newest_first(demo):
     shown = re.findall(r"^commit ([0-9a-f]{8,})", out, re.MULTILINE)
     expected = list(reversed(demo.main[:2] + demo.alt))
     assert [s for s in shown] == [e[: len(s)] for s, e in zip(shown, expected)] and len(shown) == 4
-    assert "(HEAD, alt)" in out.splitlines()[0]
+    assert "(alt)" in out.splitlines()[0]  # HEAD names main: the writer on alt did not switch it
+    assert "(HEAD -> main)" in ok(ckpt(demo.path, "log")).stdout.splitlines()[0]
     assert "Trigger: task_completed" in out and "crew:crew [4/4 tasks]" in out
     assert "Parents: (root)" in out
 
@@ -125,15 +126,15 @@ def test_log_follows_first_parents_newest_first(demo):
 def test_log_limit_oneline_and_branch_option(demo):
     out = ok(ckpt(demo.path, "log", "--branch", "main", "-n", "2", "--oneline")).stdout.splitlines()
     assert len(out) == 2
-    assert out[0].startswith(demo.main[-1][:8]) and "(main)" in out[0]
+    assert out[0].startswith(demo.main[-1][:8]) and "(HEAD -> main)" in out[0]
     assert out[1].startswith(demo.main[-2][:8]) and "crew:crew [3/4 tasks]" in out[1]
 
 
 def test_log_graph_all_shows_both_branches_and_the_fork_point(demo):
     out = ok(ckpt(demo.path, "log", "--graph", "--all", "--oneline")).stdout.splitlines()
     assert len(out) == 7  # 6 commits + one join line
-    assert out[0].startswith("* ") and "(HEAD, alt)" in out[0]
-    tip_main = next(line for line in out if "(main)" in line)
+    assert out[0].startswith("* ") and "(alt)" in out[0]
+    tip_main = next(line for line in out if "(HEAD -> main)" in line)
     assert tip_main.startswith("| * ")
     join = out.index("|/")
     assert out[join + 1].startswith("* " + demo.fork_point[:8])
@@ -219,7 +220,7 @@ def test_rev_parse_forms(demo):
     assert ok(ckpt(demo.path, "rev-parse", "alt^")).stdout.strip() == demo.alt[0]
     assert ok(ckpt(demo.path, "rev-parse", "20261129T234525_04befffc")).stdout.strip() == demo.main[2]
     record = orjson.loads(ok(ckpt(demo.path, "rev-parse", "HEAD", "--json")).stdout)
-    assert record == {"rev": "HEAD", "id": demo.alt[-1]}
+    assert record == {"rev": "HEAD", "id": demo.main[-1]}  # the current branch's tip (main)
 
 
 def test_unknown_revision_is_one_line(demo):

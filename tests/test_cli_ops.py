@@ -29,12 +29,12 @@ def demo(tmp_path) -> DemoStore:
 
 def test_branch_list_human_and_json(demo):
     lines = ok(ckpt(demo.path, "branch")).stdout.splitlines()
-    assert lines[0].startswith("* alt ") and demo.alt[-1][:8] in lines[0]  # HEAD (latest) is alt's tip
-    assert lines[1].startswith("  main") and "crew:crew [4/4 tasks]" in lines[1]
+    assert lines[0].startswith("  alt ") and demo.alt[-1][:8] in lines[0]
+    assert lines[1].startswith("* main") and "crew:crew [4/4 tasks]" in lines[1]  # HEAD names main
     records = ndjson(ok(ckpt(demo.path, "branch", "--json")).stdout)
     assert [(r["branch"], r["tip"], r["head"]) for r in records] == [
-        ("alt", demo.alt[-1], True),
-        ("main", demo.main[-1], False),
+        ("alt", demo.alt[-1], False),
+        ("main", demo.main[-1], True),
     ]
     assert records[0]["summary"]["tasks_done"] == 4 and records[0]["summary"]["entities"][0] == [
         "crew",
@@ -53,7 +53,7 @@ def test_branch_create_rename_delete(demo):
     assert record == {"deleted": "exp/one", "tip": demo.main[2]}
     assert set(_branches(demo.path)) == {"main", "alt"}
     created = orjson.loads(ok(ckpt(demo.path, "branch", "h", "--json")).stdout)
-    assert created == {"created": "h", "tip": demo.alt[-1]}  # REV defaults to HEAD
+    assert created == {"created": "h", "tip": demo.main[-1]}  # REV defaults to HEAD (main's tip)
 
 
 def test_branch_errors(demo):
@@ -372,9 +372,9 @@ def test_reflog_lists_the_positions_branch_at_n_names(demo):
     assert records[-1]["message"].startswith("branch: created") and records[0]["old"] == demo.alt[0]
     for record in records:
         assert ok(ckpt(demo.path, "rev-parse", record["selector"])).stdout.strip() == record["id"]
-    # BRANCH defaults to the branch of the latest checkpoint (where `ckpt resume` goes on): alt
+    # without BRANCH: HEAD's reflog, as in git (HEAD names main: its commits, not alt's)
     lines = ok(ckpt(demo.path, "reflog", "-n", "2")).stdout.splitlines()
-    assert len(lines) == 2 and lines[0].startswith(demo.alt[-1][:8] + " alt@{0}: commit: task_completed")
+    assert len(lines) == 2 and lines[0].startswith(demo.main[-1][:8] + " HEAD@{0}: commit: task_completed")
     main = ok(ckpt(demo.path, "reflog", "main", "-n", "1")).stdout
     assert main.startswith(demo.main[-1][:8] + " main@{0}: commit: task_completed")
     missing = ckpt(demo.path, "reflog", "nope")

@@ -29,12 +29,22 @@ def test_resume_runs_the_remaining_tasks_and_forks_with_new_inputs(crewai_offlin
         assert [c.id for c in new] == [record["head"]]
         assert new[0].parents == (before[1],)  # the resumed run continues from the checkpoint
         assert store.read(record["head"])["entities"][0]["tasks"][2]["output"] is not None
+        # main~1 was not a tip: the run went on a new branch, and `ckpt resume` made it the current branch
+        assert record["branch"] != "main" and store.current_branch() == record["branch"]
+        assert store.reflog("HEAD")[-1].message == f"resume: moving from main to {record['branch']}"
+        assert store.resolve("HEAD") == record["head"] and store.resolve("@{-1}") == before[-1]
 
     out = ok(ckpt(None, "resume", "main~2", "--branch", "sea", "--inputs", '{"topic": "sea otters"}')).stdout
     assert out.startswith(f"Resumed Crew from {before[0][:8]}")
     with Store.open(".ckpt") as store:
         sea = [c.id for c in store.log("sea")]
         assert len(sea) == 3 and sea[-1] == before[0]  # two new tasks on branch sea, forked at main~2
+        assert store.current_branch() == "sea" and "(now the current branch)" in out
+    from crewckpt.crewai import restore
+
+    restore("main~1", store=".ckpt").kickoff()  # a Python restore writes checkpoints but never moves HEAD
+    with Store.open(".ckpt") as store:
+        assert store.current_branch() == "sea" and store.resolve("latest") not in sea
     stat = ok(ckpt(None, "diff", "main", "sea", "--stat")).stdout
     assert '~ topic: "otters" -> "sea otters"' in stat
     assert (

@@ -85,15 +85,15 @@ def test_inheritance_override_and_opt_out():
     crew.agents[0].checkpoint = CheckpointConfig(location=".agent", on_events=["task_started"])
     crew.kickoff(inputs={"topic": "otters"})
     main = Store.open(".ckpt").list()
-    assert [(c.trigger, c.summary.tasks_done) for c in main] == [("task_completed", 3)]
+    assert [(c.trigger, c.summary["tasks_done"]) for c in main] == [("task_completed", 3)]
     agent = Store.open(".agent").list()
-    assert [(c.trigger, c.summary.tasks_done) for c in agent] == [("task_started", 0)]
+    assert [(c.trigger, c.summary["tasks_done"]) for c in agent] == [("task_started", 0)]
 
     # None on the crew, a config on one agent: only that agent's tasks checkpoint
     crew = research_crew(3)
     crew.agents[2].checkpoint = CheckpointConfig(location=".editor")
     crew.kickoff(inputs={"topic": "otters"})
-    assert [c.summary.tasks_done for c in Store.open(".editor").list()] == [3]
+    assert [c.summary["tasks_done"] for c in Store.open(".editor").list()] == [3]
 
 
 def test_on_events_filtering():
@@ -196,7 +196,7 @@ def test_true_keeps_crewais_default_and_crewckpt_never_writes_json():
     crewai_event_bus.flush()
     json_files = sorted(Path(".checkpoints").rglob("*.json"))
     assert len(json_files) == 1  # task1 (Researcher) only
-    assert [c.summary.tasks_done for c in Store.open(".ckpt").list()] == [2, 3]
+    assert [c.summary["tasks_done"] for c in Store.open(".ckpt").list()] == [2, 3]
 
     research_crew(2, checkpoint=CheckpointConfig(location=".only", on_events=["*"])).kickoff(
         inputs={"topic": "otters"})
@@ -214,7 +214,7 @@ def test_deleting_the_store_between_runs_starts_a_new_one():
     assert len(Store.open(".ckpt").list()) == 1
     shutil.rmtree(".ckpt")
     research_crew(2, checkpoint=CheckpointConfig()).kickoff(inputs={"topic": "otters"})
-    assert [c.summary.tasks_done for c in Store.open(".ckpt").list()] == [1, 2]
+    assert [c.summary["tasks_done"] for c in Store.open(".ckpt").list()] == [1, 2]
 
 
 @pytest.mark.parametrize("view", [".checkpoints", "view.db"])

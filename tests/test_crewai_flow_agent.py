@@ -146,7 +146,7 @@ def test_manual_checkpoints_sync_and_async():
     assert [c.id for c in commits] == written and {c.trigger for c in commits} == {"manual"}
     assert [c.id for c in store.log("handlers")][::-1] == written
     assert "trigger" not in store.read("handlers")
-    assert sorted(c.summary.tasks_done for c in commits)[-1] == 3
+    assert sorted(c.summary["tasks_done"] for c in commits)[-1] == 3
 
     async_written: list[str | None] = []
     with crewai_event_bus.scoped_handlers():
@@ -198,7 +198,7 @@ def test_sigterm_triggers_a_checkpoint_then_terminates():
     store = Store.open(".ckpt")
     commits = store.list()
     assert [c.trigger for c in commits] == ["SIGTERM"]
-    assert commits[0].summary.tasks_done == 1
+    assert commits[0].summary["tasks_done"] == 1
     crew = Crew.from_checkpoint(CheckpointConfig(restore_from="main"))
     for agent in crew.agents:
         agent.llm.delay = 0
@@ -228,7 +228,7 @@ def test_kill_9_mid_run_leaves_every_written_checkpoint_restorable():
         except CkptError:  # not created yet, or being created
             probe = None
         if probe is not None:
-            busy = any(c.summary.tasks_done >= 1 for c in probe.list())
+            busy = any(c.summary["tasks_done"] >= 1 for c in probe.list())
             probe.close()
             if busy:
                 break
@@ -242,7 +242,7 @@ def test_kill_9_mid_run_leaves_every_written_checkpoint_restorable():
     commits = store.list()
     assert 8 <= len(commits) < 26
     assert [c.id for c in store.log("main")][::-1] == [c.id for c in commits]
-    done = commits[-1].summary.tasks_done
+    done = commits[-1].summary["tasks_done"]
     assert 1 <= done < 4
     crew = Crew.from_checkpoint(CheckpointConfig(restore_from="latest"))
     for agent in crew.agents:
@@ -260,13 +260,13 @@ def test_signal_event_checkpoints_the_running_state_once(monkeypatch: pytest.Mon
     from crewai.events.types.system_events import SigHupEvent, SigTermEvent
     from crewai.state.runtime import RuntimeState
 
-    from crewckpt.crewai import hooks
+    from crewckpt.crewai import signals
 
     # the 0.5 s repeat window on a clock of our own: a slow first write (a loaded machine) cannot widen it
     clock = [1.0e9]
-    monkeypatch.setattr(hooks, "time", types.SimpleNamespace(monotonic=lambda: clock[0],
-                                                             perf_counter=time.perf_counter))
-    monkeypatch.setattr(hooks, "_last_signal_event", {})
+    monkeypatch.setattr(signals, "time", types.SimpleNamespace(monotonic=lambda: clock[0],
+                                                               perf_counter=time.perf_counter))
+    monkeypatch.setattr(signals, "_last_signal_event", {})
     crew = research_crew(1, checkpoint=CheckpointConfig(on_events=["SIGTERM"]))
     crewai_event_bus.set_runtime_state(RuntimeState(root=[crew]))
     source = object()  # CrewAI's own signal events come from its Telemetry object, not an entity

@@ -10,9 +10,9 @@ import orjson
 import pytest
 from crewai_fixtures import FIXTURES  # vendored real CrewAI 1.15.30 checkpoints (read-only)
 
-from crewckpt.history.diff import SCHEMA, diff_documents, task_status
-from crewckpt.history.diff_render import human_bytes, plain_text, render_full, render_stat
 from crewckpt.history.jsonpath import JsonPathError, format_path, get_path, parse_path
+from crewckpt.views.diff import SCHEMA, diff_documents, task_status
+from crewckpt.views.diff_render import human_bytes, plain_text, render_full, render_stat
 
 
 def _load(pattern: str) -> list[dict]:

@@ -15,8 +15,7 @@ from crewckpt.history.objectdb import ObjectDB
 BODIES = {
     ob.BLOB: b"x" * 500,
     ob.TREE: ob.encode_tree(ob.OBJECT, {"k": "v" * 300, "n": [1, 2.5, None]}),
-    ob.COMMIT: ob.Commit(ob.Link(b"\x01" * 32, ob.TREE), (b"\x02" * 32,), 5, 7, "main", "r", None,
-                         ob.Summary()).encode(),
+    ob.COMMIT: ob.Commit(ob.Link(b"\x01" * 32, ob.TREE), (b"\x02" * 32,), 5, "r", None).encode(),
     ob.DICT: b"\x37\xa4\x30\xec" + b"d" * 200,
     ob.PACK: b"abc" * 100,
 }
@@ -105,8 +104,10 @@ def test_tree_decoder_rejects_malformed_bodies(body: bytes) -> None:
 
 def test_commit_decoder_rejects_wrong_shapes() -> None:
     good = BODIES[ob.COMMIT]
-    assert ob.Commit.decode(good).seq == 7
-    for bad in (msgpack.packb([1] * 11), msgpack.packb([]), good[:-1], msgpack.packb({"a": 1})):
+    assert ob.Commit.decode(good).run_id == "r" and ob.Commit.decode(good).version == 2
+    for bad in (msgpack.packb([1] * 11), msgpack.packb([2] * 8), msgpack.packb([]), good[:-1],
+                msgpack.packb({"a": 1}), msgpack.packb([True] + [None] * 7), msgpack.packb([3] + [None] * 7),
+                good[:1] + b"\x01" + good[2:]):
         with pytest.raises(DecodeError):
             ob.Commit.decode(bad)
 

@@ -24,8 +24,9 @@ FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCh
 
 _codec = Codec()
 _real_bodies = [ob.encode_tree(ob.OBJECT, {"a": 1, "b": [1, 2, "x" * 100]}),
-                ob.Commit(ob.Link(b"\1" * 32, ob.TREE), (b"\2" * 32,), 1, 2, "main", "r", None,
-                          ob.Summary()).encode()]
+                ob.Commit(ob.Link(b"\1" * 32, ob.TREE), (b"\2" * 32,), 1, "r", None).encode(),
+                ob.Commit(ob.Link(b"\1" * 32, ob.TREE), (b"\2" * 32,), 1, "r", None, version=1, v1_seq=2,
+                          v1_branch="main", v1_summary=ob.V1Summary()).encode()]
 _real_frames = [_codec.encode(b) for b in _real_bodies] + [packed_frame(b"\3" * 32, 5, 70)]
 
 
@@ -158,7 +159,7 @@ def test_reading_a_hostile_graph_gives_json_or_a_store_error(graph: tuple[list[t
     objs, root = graph
     store = Store.memory()
     stored = [store.objects.frame(k, b) for k, b in objs]
-    c = ob.Commit(ob.Link(root, ob.TREE if root_is_tree else ob.BLOB), (), 1, 1, "main", "r", None, ob.Summary())
+    c = ob.Commit(ob.Link(root, ob.TREE if root_is_tree else ob.BLOB), (), 1, "r", None)
     cobj = store.objects.frame(ob.COMMIT, c.encode())
     with store.backend.transaction() as txn:
         txn.put_many([*stored, cobj], 1)

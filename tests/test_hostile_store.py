@@ -107,10 +107,10 @@ def _put(s: Store, kind: int, body: bytes) -> bytes:
 
 
 def _commit_root(s: Store, root: ob.Link, branch: str = "main") -> str:
-    c = ob.Commit(root, (), 1, 10_000, branch, "r", None, ob.Summary())
+    c = ob.Commit(root, (), 1, "r", None)
     cid = _put(s, ob.COMMIT, c.encode())
     with s.backend.transaction() as txn:
-        txn.index_add(to_row(cid, c))
+        txn.index_add(to_row(cid, c, branch, 10_000, {}))
         txn.set_ref_if_equals("refs/heads/" + branch, txn.get_ref("refs/heads/" + branch), cid)
     return cid.hex()
 
@@ -268,7 +268,7 @@ def test_writer_stored_ids_do_not_change(tmp_path: Path) -> None:
     cid = s.commit({"k": "v"}, branch="main", time_ns=1, run_id="run-1")
     c = s.objects.commit(bytes.fromhex(cid))
     assert ob.object_id(ob.COMMIT, c.encode()).hex() == cid
-    assert msgpack.unpackb(c.encode())[5] == "main"
+    assert msgpack.unpackb(c.encode())[4] == "run-1"  # format 2: [2, tree, parents, time_ns, run_id, ...]
 
 
 def test_every_hostile_store_failure_is_a_ckpt_error(tmp_path: Path) -> None:

@@ -112,7 +112,7 @@ def test_imported_secrets_are_in_no_store_byte_and_restore_rebuilds_the_key(
         assert key not in text and token not in text
         assert doc["entities"][0]["agents"][0]["llm"]["api_key"] == REDACTED
         echoed += f"[redacted:{TOKEN_ENV}]" in text
-    assert echoed >= sum(c.summary.tasks_done > 0 for c in commits) > 10  # the earliest have no task output
+    assert echoed >= sum(c.summary["tasks_done"] > 0 for c in commits) > 10  # the earliest have no task output
     files = store_bytes(loc)  # opened again: store.db, -wal and -shm are there
     assert {"store.db", "store.db-wal", "store.db-shm"} <= set(files)
     for name, raw in files.items():
@@ -129,7 +129,7 @@ def test_imported_secrets_are_in_no_store_byte_and_restore_rebuilds_the_key(
     from crewckpt.crewai import restore
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-at-resume-0123456789")
-    last = max(commits, key=lambda c: (c.summary.tasks_done, c.time_ns))
+    last = max(commits, key=lambda c: (c.summary["tasks_done"], c.time_ns))
     crew = restore(last.id, store=loc)
     assert [a.llm.api_key for a in crew.agents] == ["sk-test-at-resume-0123456789"] * len(crew.agents)
     assert any(t.output is not None for t in crew.tasks)

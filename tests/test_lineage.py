@@ -14,6 +14,8 @@ from crewckpt import Store
 from crewckpt.errors import UnknownRevision
 from crewckpt.history import refnames
 from crewckpt.testing import crewai_offline  # noqa: F401  (the fixture)
+from crewckpt.views.exporter import export_crewai
+from crewckpt.views.importer import import_crewai
 
 
 def _names_of(store: Store) -> dict[str, list[str]]:
@@ -95,12 +97,12 @@ def test_import_of_a_continuation_from_an_older_checkpoint_keeps_the_old_tip_nam
     for i, cid in enumerate(ids[:3]):  # a run: 1 <- 2 <- 3
         _crewai_file(src, "main", cid, ids[i - 1] if i else None, doc)
     store = Store.init(tmp_path / ".ckpt")
-    store.import_crewai(src)
+    import_crewai(store, src)
     old_tip = store.branches()["main"]
     # CrewAI resumed from checkpoint 2 and wrote 4 <- 5 on main: import them
     _crewai_file(src, "main", ids[3], ids[1], doc)
     _crewai_file(src, "main", ids[4], ids[3], doc)
-    report = store.import_crewai(src)
+    report = import_crewai(store, src)
     assert len(report.imported) == 2
     assert store.branches()["main"] == old_tip  # the old tip keeps its branch
     new = store.lookup_alias(ids[4])
@@ -110,7 +112,7 @@ def test_import_of_a_continuation_from_an_older_checkpoint_keeps_the_old_tip_nam
     assert report.branches[fork] == new
     # exported back, every checkpoint sits on CrewAI's branch again
     out = tmp_path / "out"
-    store.export_crewai(out)
+    export_crewai(store, out)
     assert sorted(p.name for p in (out / "main").iterdir()) == sorted(p.name for p in (src / "main").iterdir())
 
 
@@ -125,7 +127,7 @@ def test_import_keeps_crewais_own_lineage_forks_on_crewais_branch(tmp_path):
     _crewai_file(src, "main", c, a, doc)  # a second child of a
     _crewai_file(src, "main", d, c, doc)
     store = Store.init(tmp_path / ".ckpt")
-    store.import_crewai(src)
+    import_crewai(store, src)
     assert store.branches() == {"main": store.lookup_alias(d)}
 
 
@@ -133,13 +135,13 @@ def test_a_second_crewai_folder_keeps_its_whole_run_on_one_branch(tmp_path, fixt
     """Imported after another run, crew_json_star's run (26 checkpoints, CrewAI's own forks among them)
     goes on one new branch with the tip it has when imported alone; the old tips keep their names."""
     alone = Store.init(tmp_path / "alone")
-    alone.import_crewai(fixtures_copy / "crew_json_star" / "main")
+    import_crewai(alone, fixtures_copy / "crew_json_star" / "main")
     assert set(alone.branches()) == {"main"}
     tip_alias = alone.info("main").alias
     store = Store.init(tmp_path / ".ckpt")
-    store.import_crewai(fixtures_copy / "crew_restore_src")
+    import_crewai(store, fixtures_copy / "crew_restore_src")
     old = store.branches()
-    report = store.import_crewai(fixtures_copy / "crew_json_star" / "main")
+    report = import_crewai(store, fixtures_copy / "crew_json_star" / "main")
     assert len(report.imported) == 26
     assert store.branches() == {**old, "main-2": store.lookup_alias(tip_alias)}  # no main-from-* branches
     assert len(store.list("main-2")) == 26 and report.branches == {"main-2": store.branches()["main-2"]}
@@ -153,7 +155,7 @@ def test_import_of_a_fresh_run_never_unnames_the_old_tip(tmp_path):
     assert c2 not in store.runs().values()
     src = tmp_path / "cp"
     _crewai_file(src, "main", "20261129T234501_00000001", None, fixture_doc("crew_restore_src/main/*_9e065638_p-*.json"))
-    report = store.import_crewai(src)
+    report = import_crewai(store, src)
     assert store.branches()["main"] == c2  # moving main to the new root would leave c2 without a name
     new = store.lookup_alias("20261129T234501_00000001")
     assert report.branches["main-2"] == new
@@ -169,7 +171,7 @@ def test_import_of_two_runs_on_one_branch_makes_two_lineages(tmp_path):
     _crewai_file(src, "main", c, None, doc)  # a second fresh kickoff
     _crewai_file(src, "main", d, c, doc)
     store = Store.init(tmp_path / ".ckpt")
-    store.import_crewai(src)
+    import_crewai(store, src)
     assert store.branches() == {"main": store.lookup_alias(d)}
     assert store.lookup_alias(b) in _names_of(store)
     with pytest.raises(UnknownRevision):
@@ -179,19 +181,23 @@ def test_import_of_two_runs_on_one_branch_makes_two_lineages(tmp_path):
 # -- ckpt branch and ckpt reflog ---------------------------------------------------------------------------
 
 
-def test_branch_star_and_reflog_default_follow_the_branch_the_next_checkpoint_goes_to(tmp_path):
+def test_branch_star_and_reflog_default_follow_head_not_the_last_write(tmp_path):
     path = str(tmp_path / ".ckpt")
     store = Store.init(path)
     doc = {"entities": [], "n": 1}
-    store.commit(doc, branch="main")
-    c2 = store.commit(dict(doc, n=2), branch="exp", parents=[])
-    store.create_branch("copy", c2)  # a second branch at HEAD: not where the next checkpoint goes
+    c1 = store.commit(doc, branch="main")
+    c2 = store.commit(dict(doc, n=2), branch="exp", parents=[])  # a writer on exp does not switch HEAD
+    store.create_branch("copy", c2)
     store.close()
     lines = ok(ckpt(path, "branch")).stdout.splitlines()
     starred = [line.split()[1] for line in lines if line.startswith("*")]
-    assert starred == ["exp"]
+    assert starred == ["main"]
     rows = ndjson(ok(ckpt(path, "branch", "--json")).stdout)
-    assert [r["branch"] for r in rows if r["head"]] == ["exp"]
+    assert [r["branch"] for r in rows if r["head"]] == ["main"]
     reflog = ok(ckpt(path, "reflog", "--json")).stdout
-    assert {r["id"] for r in ndjson(reflog)} == {c2}
-    assert "exp@{0}" in ok(ckpt(path, "reflog")).stdout
+    assert [r["id"] for r in ndjson(reflog)] == [c1]
+    assert "HEAD@{0}: commit: manual" in ok(ckpt(path, "reflog")).stdout
+    ok(ckpt(path, "switch", "exp"))
+    starred = [line.split()[1] for line in ok(ckpt(path, "branch")).stdout.splitlines() if line.startswith("*")]
+    assert starred == ["exp"]
+    assert [r["id"] for r in ndjson(ok(ckpt(path, "reflog", "--json")).stdout)] == [c2, c1]

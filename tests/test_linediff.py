@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crewckpt.history import linediff
-from crewckpt.history.diff import diff_documents
 from crewckpt.history.linediff import FastMatcher, matching_blocks, unified_diff
+from crewckpt.views.diff import diff_documents
 
 
 def _edited(n: int, every: int) -> tuple[list[str], list[str]]:

@@ -51,14 +51,22 @@ def test_a_location_no_backend_serves_fails_in_one_line_and_creates_nothing(
 
 def test_a_crew_checkpoints_into_a_named_memory_store_and_restores_from_it() -> None:
     events: list[CheckpointCompletedEvent] = []
-    with crewai_event_bus.scoped_handlers():
-        crewai_event_bus.on(CheckpointCompletedEvent)(lambda source, event: events.append(event))
+
+    def seen(source: object, event: CheckpointCompletedEvent) -> None:
+        events.append(event)
+
+    # on/off, not scoped_handlers(): CrewAI registers its own checkpoint listener on the first kickoff, and a
+    # scope would drop it for the rest of the process
+    crewai_event_bus.on(CheckpointCompletedEvent)(seen)
+    try:
         research_crew(3, checkpoint=CheckpointConfig(location="memory:crew-loc")).kickoff(
             inputs={"topic": "otters"})
         crewai_event_bus.flush()
+    finally:
+        crewai_event_bus.off(CheckpointCompletedEvent, seen)
     store = Store.open("memory:crew-loc")
     commits = store.list("main")
-    assert [c.summary.tasks_done for c in commits] == [1, 2, 3]
+    assert [c.summary["tasks_done"] for c in commits] == [1, 2, 3]
     assert [e.location for e in events] == [f"memory:crew-loc#{c.id}" for c in commits]
     assert os.listdir(".") == ["home"]  # nothing on disk
     crew = Crew.from_checkpoint(CheckpointConfig(restore_from="memory:crew-loc#main~1"))

@@ -68,7 +68,7 @@ def test_restore_from_crewai_json_and_sqlite_continues_in_the_crewckpt_store(cre
     with Store.open(work / ".ckpt") as store:
         imported = store.resolve(crewai_id)  # the CrewAI id is an alias of the imported commit
         run = [c for c in store.list() if c.id != imported]
-        assert len(run) == 2 and {c.summary.tasks_done for c in run} == {2, 3}
+        assert len(run) == 2 and {c.summary["tasks_done"] for c in run} == {2, 3}
         assert any(c.parents == (imported,) for c in run)
     assert sorted(p.name for p in folder.rglob("*.json")) == json_files  # nothing written to CrewAI's folder
 
@@ -77,7 +77,7 @@ def test_restore_from_crewai_json_and_sqlite_continues_in_the_crewckpt_store(cre
     with Store.open(work / ".ckpt") as store:
         assert len(store.list()) == 1 + 2 + 2  # the same checkpoint again: imported once, run again
     with Store.open(work / "b") as store:
-        assert [c.summary.tasks_done for c in store.list()] == [3]  # the db's newest checkpoint, nothing left
+        assert [c.summary["tasks_done"] for c in store.list()] == [3]  # the db's newest checkpoint, nothing left
 
 
 def test_crewai_habits_get_one_clear_line(crewai_offline):  # noqa: F811

@@ -1,13 +1,15 @@
 """Stateful property test (issue 8, item 6): the Store against a plain in-memory model.
 
-Random sequences of commit, fork, branch create/delete/rename, prune, gc and reopen on a real SQLite store.
-After every step: branches and their tips, live commits in write order with their branch, every live
+Random sequences of commit, fork, branch create/delete/rename, switch, prune, gc and reopen on a real SQLite
+store. After every step: branches and their tips, the current branch (HEAD) and HEAD's reflog, live commits in write order with their branch, every live
 commit's exact document (compared as JSON text, so 1 / 1.0 / true and -0.0 / 0.0 differ), fsck clean, and
 commits that prune removed and gc collected are unknown.
 
 Model rules (the Store API in docs/TEAM.md): ``commit`` without parents goes on the branch tip; ``prune``
 removes a branch's live commits outside the ``keep`` newest (by write order) unless a branch points at
-them; gc keeps live commits and ref targets, and parents are weak references.
+them; gc keeps live commits and ref targets, and parents are weak references. HEAD (crewckpt.history.head)
+starts on main; a commit on HEAD's branch, a switch and a rename of HEAD's branch append to HEAD's reflog;
+the current branch cannot be deleted.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, precondition, rule
 from reliability_harness import doc_hash
 
-from crewckpt.errors import BranchExists, UnknownRevision
+from crewckpt.errors import BranchExists, BranchInUse, UnknownRevision
 from crewckpt.history.store import Store
 
 json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2 ** 70), 2 ** 70),
@@ -47,6 +49,8 @@ class StoreMachine(RuleBasedStateMachine):
         self.tips: dict[str, str] = {}
         self.pruned: set[str] = set()
         self.collected: set[str] = set()
+        self.head = "main"
+        self.head_log: list[str] = []  # where HEAD moved, oldest first (HEAD's reflog)
 
     def teardown(self) -> None:
         self.store.close()
@@ -57,6 +61,8 @@ class StoreMachine(RuleBasedStateMachine):
         self.branch_of[cid] = branch
         self.order.append(cid)
         self.tips[branch] = cid
+        if branch == self.head:
+            self.head_log.append(cid)
         return cid
 
     @rule(target=commits, branch=branch_names, doc=json_docs)
@@ -94,7 +100,22 @@ class StoreMachine(RuleBasedStateMachine):
         except UnknownRevision:
             assert name not in self.tips
             return
+        except BranchInUse:
+            assert name == self.head
+            return
+        assert name != self.head
         del self.tips[name]
+
+    @rule(name=branch_names)
+    def switch(self, name: str) -> None:
+        try:
+            self.store.switch(name)
+        except UnknownRevision:
+            assert name not in self.tips and name != self.head
+            return
+        if name != self.head:
+            self.head = name
+            self.head_log.append(self.tips[name])
 
     @rule(old=branch_names, new=branch_names)
     def rename_branch(self, old: str, new: str) -> None:
@@ -107,6 +128,9 @@ class StoreMachine(RuleBasedStateMachine):
             assert new in self.tips
             return
         self.tips[new] = self.tips.pop(old)
+        if old == self.head:
+            self.head = new
+            self.head_log.append(self.tips[new])
         for c, b in self.branch_of.items():
             if b == old:
                 self.branch_of[c] = new
@@ -139,6 +163,10 @@ class StoreMachine(RuleBasedStateMachine):
     @invariant()
     def matches_model(self) -> None:
         assert self.store.branches() == dict(sorted(self.tips.items()))
+        assert self.store.current_branch() == self.head
+        assert [e.new.hex() for e in self.store.reflog("HEAD") if e.new] == self.head_log
+        if self.head in self.tips:
+            assert self.store.resolve("HEAD") == self.tips[self.head] == self.store.resolve("@{0}")
         live = self.store.list()
         assert [c.id for c in live] == self.order
         assert all(c.branch == self.branch_of[c.id] for c in live)

@@ -48,6 +48,13 @@ def test_four_processes_500_transactions_each_lose_nothing(tmp_path: Path) -> No
     for i in range(4):  # each run is one linear chain in write order
         chain = [c for c, _ in acked(tmp_path / f"ack{i}")]
         assert s.info(chain[-1]).run_id == f"w{i}" and s.runs()[f"w{i}"] == chain[-1]
+    # HEAD names main: its reflog has exactly main's 1000 commits, as one unbroken chain of moves, and none
+    # of the writers on b2/b3 moved it (each move landed in the transaction of the commit that caused it)
+    head_log = s.reflog("HEAD")
+    on_main = {c for i in (0, 1) for c, _ in acked(tmp_path / f"ack{i}")}
+    assert s.current_branch() == "main" and {e.new.hex() for e in head_log if e.new} == on_main
+    assert len(head_log) == 1000 and head_log[0].old is None
+    assert all(a.new == b.old for a, b in zip(head_log, head_log[1:]))
     assert s.fsck().ok
 
 

@@ -395,7 +395,7 @@ def test_every_tab_on_real_crewai_checkpoints(tmp_path: Path):
             overview = text_of(app, "#overview-body")
             assert h.lines[li].last.id in overview and "cannot read" not in overview
             assert "(parent)" in text_of(app, "#diff-body") or not h.lines[li].last.parents
-        kinds = {kind for c in h.by_id.values() for kind, _ in c.summary.entities}
+        kinds = {kind for c in h.by_id.values() for kind, _ in c.summary["entities"]}
         assert {"crew", "flow", "agent"} <= kinds
 
     drive(s, body)

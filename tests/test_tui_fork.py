@@ -76,7 +76,7 @@ def test_fork_with_edited_output_and_input_reruns_only_downstream_tasks(crewai_o
         fork, done3, done4 = new[2], new[1], new[0]
         assert fork.id == outcome.fork_commit and fork.trigger == "fork" and fork.parents == (main[1],)
         assert [done3.trigger, done4.trigger] == ["task_completed", "task_completed"]
-        assert fork.summary.tasks_done == 2 and done4.summary.tasks_done == 4
+        assert fork.summary["tasks_done"] == 2 and done4.summary["tasks_done"] == 4
         edited_state = store.read(fork.id)["entities"][0]
         assert edited_state["tasks"][1]["output"]["raw"] == EDITED and edited_state["tasks"][2]["output"] is None
         assert edited_state["checkpoint_inputs"] == {"topic": "otters in Norway"}
@@ -115,13 +115,13 @@ def test_resume_from_the_browser_runs_the_remaining_tasks_in_the_terminal(crewai
             inputs={"topic": "otters"})
     with Store.open(".ckpt") as store:
         crashed = store.resolve("main")
-        assert store.info(crashed).summary.tasks_done == 1
+        assert store.info(crashed).summary["tasks_done"] == 1
     monkeypatch.setattr(CheckpointBrowser, "run", lambda self: RunPlan("resume", crashed))
     printed: list[str] = []
     run(".ckpt", echo=printed.append)
     with Store.open(".ckpt") as store:
         new = [c for c in store.log("main") if c.id != crashed][:2]
-        assert [c.summary.tasks_done for c in new] == [3, 2] and new[1].parents == (crashed,)
+        assert [c.summary["tasks_done"] for c in new] == [3, 2] and new[1].parents == (crashed,)
         head = store.resolve("HEAD")
     assert printed[0] == f"Resuming Crew from {crashed[:12]}"
     assert printed[-1].startswith(f"Done: latest checkpoint {head[:12]} on branch main.")

@@ -62,7 +62,7 @@ def test_exported_run_restores_with_crewai_alone(crewai_offline: Path, capsys: p
     assert report.problems == [] and len(report.imported) == 2
     assert sorted(c for c, _ in report.present) == sorted(make_checkpoint_id(c.time_ns, c.id) for c in commits)
     new_root = store.info(report.imported[0][1])
-    assert new_root.parents == (commits[0].id,) and new_root.summary.tasks_done == 2
+    assert new_root.parents == (commits[0].id,) and new_root.summary["tasks_done"] == 2
 
 
 def test_jsonb_checkpoint_crewai_cannot_read_here_restores_after_export(
@@ -84,7 +84,7 @@ def test_jsonb_checkpoint_crewai_cannot_read_here_restores_after_export(
     store = Store.memory()
     import_crewai(store, db, progress=False)
     export_crewai(store, crewai_offline / "view", "json")
-    mid = next(c for c in store.list() if c.summary.tasks_done == 2 and c.trigger == "task_completed")
+    mid = next(c for c in store.list() if c.summary["tasks_done"] == 2 and c.trigger == "task_completed")
     (path,) = glob.glob(str(crewai_offline / "view" / "main" / f"{mid.alias}_p-*.json"))
     crew = crewai.Crew.from_checkpoint(crewai.CheckpointConfig(restore_from=path))
     assert [t.output is not None for t in crew.tasks] == [True, True, False, False]

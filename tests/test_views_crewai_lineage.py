@@ -14,7 +14,8 @@ import pytest
 
 from crewckpt import Store
 from crewckpt.testing import crewai_offline, research_crew  # noqa: F401  (the fixture)
-from crewckpt.views.importer import lookup_alias
+from crewckpt.views.exporter import export_crewai
+from crewckpt.views.importer import import_crewai, lookup_alias
 from crewckpt.views.layout import parse_filename
 
 pytestmark = [pytest.mark.crewai, pytest.mark.usefixtures("crewai_offline")]
@@ -57,14 +58,14 @@ def _forked_store() -> tuple[Store, str]:
 
 def test_crewais_tui_shows_an_exported_fork_under_its_parent(tmp_path):
     store, fork_point = _forked_store()
-    store.export_crewai("view")
+    export_crewai(store, "view")
     files = {parse_filename(p.name)[0]: p for p in Path("view").rglob("*.json")}  # type: ignore[index]
     assert len(files) == 4
     for cid, path in files.items():  # the data names the same parent as the file name
         data = json.loads(path.read_text())
         assert data["parent_id"] == parse_filename(path.name)[1], cid  # type: ignore[index]
         assert data["branch"] == path.parent.name
-    store.export_crewai("view.db", "sqlite")
+    export_crewai(store, "view.db", "sqlite")
     for location in ("view", "view.db"):
         rows = _tree_of(location)
         labels = [label for _, label, _ in rows]
@@ -81,9 +82,9 @@ def test_crewais_tui_shows_an_exported_fork_under_its_parent(tmp_path):
 def test_exported_checkpoints_imported_from_crewai_stay_byte_for_byte(tmp_path, fixtures_copy):
     store = Store.init(tmp_path / ".ckpt")
     src = fixtures_copy / "crew_restore_src"
-    store.import_crewai(src)
+    import_crewai(store, src)
     out = tmp_path / "out"
-    store.export_crewai(out)
+    export_crewai(store, out)
     for path in src.rglob("*.json"):
         assert (out / path.relative_to(src)).read_bytes() == path.read_bytes()
 
@@ -121,7 +122,7 @@ def _view_files(out: Path) -> dict[str, tuple[str | None, Any]]:
 def test_export_names_a_pruned_parent_alike_before_and_after_gc(tmp_path, fixtures_copy, source):
     store = Store.init(tmp_path / ".ckpt")
     if source == "crewai":
-        store.import_crewai(fixtures_copy / "crew_restore_src")
+        import_crewai(store, fixtures_copy / "crew_restore_src")
     else:  # crewckpt's CrewAI writer records the parent's commit id in the data
         parent = None
         for i in range(6):
@@ -129,9 +130,9 @@ def test_export_names_a_pruned_parent_alike_before_and_after_gc(tmp_path, fixtur
                                   parents=[parent] if parent else None, time_ns=1_800_000_000_000_000_000 + i * 10**9)
     assert store.prune("main", keep=3)
     out = tmp_path / "ex"
-    before = _view_files(out) if store.export_crewai(out).outcome.written else {}
+    before = _view_files(out) if export_crewai(store, out).outcome.written else {}
     store.gc()
-    again = store.export_crewai(out)
+    again = export_crewai(store, out)
     assert again.outcome.written == [] and again.outcome.conflicts == []  # nothing new after gc
     after = _view_files(out)
     assert after == before and len(after) == len(store.list())
@@ -153,8 +154,8 @@ def test_export_after_prune_never_writes_a_second_file_for_an_exported_checkpoin
         parent = store.commit({"step": i}, branch="main", parents=[parent] if parent else None,
                               time_ns=1_800_000_000_000_000_000 + i * 10**9)
     out = tmp_path / "ex"
-    assert len(store.export_crewai(out).outcome.written) == 4
+    assert len(export_crewai(store, out).outcome.written) == 4
     store.prune("main", keep=2)
     store.gc()
-    again = store.export_crewai(out)  # the oldest kept one's parent is gone: its name would change
+    again = export_crewai(store, out)  # the oldest kept one's parent is gone: its name would change
     assert again.outcome.written == [] and len(_view_files(out)) == 4

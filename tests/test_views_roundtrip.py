@@ -71,8 +71,8 @@ def test_import_keeps_lineage_branches_aliases_and_is_idempotent(fixtures: Path,
     # the tip of every branch is its newest checkpoint: latest second, then most events recorded
     for branch, tip in report.branches.items():
         on_branch = [store.info(c) for c, (_, b, _) in want.items() if b == branch]
-        newest = max((c.alias[:15], c.summary.event_count) for c in on_branch)  # type: ignore[index]
-        assert (store.info(tip).alias[:15], store.info(tip).summary.event_count) == newest  # type: ignore[index]
+        newest = max((c.alias[:15], c.summary["event_count"]) for c in on_branch)  # type: ignore[index]
+        assert (store.info(tip).alias[:15], store.info(tip).summary["event_count"]) == newest  # type: ignore[index]
     before = store.list()
     again = import_crewai(store, src, progress=False)
     assert again.imported == [] and sorted(again.present) == sorted(report.imported)
@@ -206,9 +206,9 @@ def test_on_disk_store_and_progress_callback(fixtures: Path, tmp_path: Path) -> 
 
 def test_store_methods(fixtures: Path, tmp_path: Path) -> None:
     store = Store.memory()
-    report = store.import_crewai(fixtures / "flow_json", branch_prefix="crewai/")
+    report = import_crewai(store, fixtures / "flow_json", branch_prefix="crewai/")
     assert len(report.imported) == 5 and set(report.branches) == {"crewai/main", "crewai/experiment-1"}
-    out = store.export_crewai(tmp_path / "v.db", "sqlite", branch="crewai/main", strip_prefix="crewai/")
+    out = export_crewai(store, tmp_path / "v.db", "sqlite", branch="crewai/main", strip_prefix="crewai/")
     assert len(out.outcome.written) == 3
 
 

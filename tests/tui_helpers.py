@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from crewckpt import Store
+from crewckpt.views.document import CREWAI
 
 ROLES = ("Researcher", "Writer", "Editor")
 T0 = 1_795_000_000_000_000_000  # ns; fixed so relative times are stable with now_ns
@@ -39,7 +40,7 @@ def crew_doc(done: int, total: int = 4, *, topic: str = "otters", outputs: dict[
 def build_store(path: Path) -> tuple[Store, dict[str, str]]:
     """main: 5 checkpoints (0..4 of 4 tasks); branch "alt" forked at main's 3rd (topic beavers, 2 commits);
     a second run on "main" started from scratch is not made (one top-level line). Returns (store, names)."""
-    store = Store.init(path)
+    store = Store.init(path, profile=CREWAI)  # the CrewAI layer's store: CrewAI summaries
     ids: dict[str, str] = {}
     for k in range(5):
         ids[f"m{k}"] = store.commit(crew_doc(k), branch="main", trigger="task_completed" if k else

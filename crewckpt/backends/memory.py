@@ -1,7 +1,8 @@
 """In-memory backend: the twin of the SQLite backend for tests (dulwich keeps one for every store).
 
-A transaction works on copies of the small tables and a journal of object inserts/deletes, and publishes them
-on success, so a failed transaction leaves nothing behind (contract point 2).
+A transaction works on copies of the small tables and the object map, and publishes them on success, so a
+failed transaction leaves nothing behind. Several handles (:meth:`MemoryBackend.handle`) may share one state,
+as several connections share one database file.
 """
 
 from __future__ import annotations
@@ -10,17 +11,28 @@ import contextlib
 import copy
 import dataclasses
 import threading
-from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 
-from crewckpt.backends.base import HEAD_BYTES, Backend, IndexRow, ObjectMeta, ReflogEntry, StoredObject, Txn
+from crewckpt.backends.base import (
+    HEAD_BYTES,
+    Capabilities,
+    IndexRow,
+    ObjectMeta,
+    ReflogEntry,
+    StoredObject,
+    TransactionalBackend,
+    Txn,
+    ref_conflict,
+)
 from crewckpt.backends.registry import Location, Opened, Opener
-from crewckpt.errors import RefConflict, StoreExists, StoreNotFound
+from crewckpt.errors import StoreExists, StoreNotFound
 
 
 class _State:
     def __init__(self) -> None:
         self.objects: dict[bytes, tuple[StoredObject, int]] = {}
         self.refs: dict[str, bytes] = {}
+        self.symrefs: dict[str, str] = {}
         self.reflog: list[ReflogEntry] = []
         self.index: dict[bytes, IndexRow] = {}
         self.aliases: dict[str, bytes] = {}
@@ -28,25 +40,29 @@ class _State:
         self.meta: dict[str, str] = {}
 
 
+class _Box:
+    """What handles share: the published state, the transaction lock and the named locks."""
+
+    def __init__(self) -> None:
+        self.state = _State()
+        self.lock = threading.RLock()
+        self.named: dict[str, threading.Lock] = {}
+
+
 class _MemReader:
     _s: _State
 
     def get_many(self, oids: Iterable[bytes]) -> dict[bytes, StoredObject]:
-        return {o: self._s.objects[o][0] for o in oids if o in self._s.objects}
-
-    def get_prefix(self, prefix: bytes, kind: int) -> list[StoredObject]:
-        return [o for oid, (o, _) in self._s.objects.items() if oid.startswith(prefix) and o.kind == kind]
+        objs = self._s.objects
+        return {o: objs[o][0] for o in oids if o in objs}
 
     def has_many(self, oids: Iterable[bytes]) -> set[bytes]:
         return {o for o in oids if o in self._s.objects}
 
-    def iter_objects(self) -> Iterator[ObjectMeta]:
+    def iter_objects(self, prefix: bytes = b"") -> Iterator[ObjectMeta]:
         for oid, (o, touched) in list(self._s.objects.items()):
-            yield ObjectMeta(oid, o.kind, o.size, touched, o.frame[:HEAD_BYTES])
-
-    def object_stats(self) -> tuple[int, int, int]:
-        objs = [o for o, _ in self._s.objects.values()]
-        return len(objs), sum(o.size for o in objs), sum(len(o.frame) for o in objs)
+            if oid.startswith(prefix):
+                yield ObjectMeta(oid, o.kind, o.size, touched, o.frame[:HEAD_BYTES], len(o.frame))
 
     def get_ref(self, name: str) -> bytes | None:
         return self._s.refs.get(name)
@@ -57,6 +73,9 @@ class _MemReader:
     def reflog(self, ref: str) -> list[ReflogEntry]:
         return [e for e in self._s.reflog if e.ref == ref]
 
+    def get_symref(self, name: str) -> str | None:
+        return self._s.symrefs.get(name)
+
     def index_get(self, cid: bytes) -> IndexRow | None:
         return self._s.index.get(cid)
 
@@ -66,9 +85,6 @@ class _MemReader:
 
     def index_last(self) -> bytes | None:
         return max(self._s.index.values(), key=lambda r: r.seq).id if self._s.index else None
-
-    def index_prefix(self, hex_prefix: str, limit: int = 20) -> list[bytes]:
-        return sorted(i for i in self._s.index if i.hex().startswith(hex_prefix))[:limit]
 
     def alias_get(self, alias: str) -> bytes | None:
         return self._s.aliases.get(alias)
@@ -103,16 +119,6 @@ class MemoryTxn(_MemReader, Txn):
                 n += 1
         return n
 
-    def touch(self, oids: Sequence[bytes], now_ns: int) -> set[bytes]:
-        missing = set()
-        for oid in oids:
-            old = self._s.objects.get(oid)
-            if old is None:
-                missing.add(oid)
-            else:
-                self._s.objects[oid] = (old[0], now_ns)
-        return missing
-
     def delete_objects(self, oids: Iterable[bytes], touched_before_ns: int) -> int:
         n = 0
         for oid in oids:
@@ -125,8 +131,7 @@ class MemoryTxn(_MemReader, Txn):
     def set_ref_if_equals(self, name: str, old: bytes | None, new: bytes | None) -> None:
         cur = self._s.refs.get(name)
         if cur != old:
-            raise RefConflict(f"ref {name} moved (expected {old.hex() if old else 'nothing'}, found "
-                              f"{cur.hex() if cur else 'nothing'}); re-read it and retry")
+            raise ref_conflict(name, old, cur)
         if new is None:
             self._s.refs.pop(name, None)
         else:
@@ -137,6 +142,9 @@ class MemoryTxn(_MemReader, Txn):
 
     def reflog_delete(self, ref: str) -> None:
         self._s.reflog = [e for e in self._s.reflog if e.ref != ref]
+
+    def set_symref(self, name: str, target: str) -> None:
+        self._s.symrefs[name] = target
 
     def index_add(self, row: IndexRow) -> None:
         self._s.index.setdefault(row.id, row)
@@ -160,43 +168,55 @@ class MemoryTxn(_MemReader, Txn):
         return len(drop)
 
     def counter_next(self, name: str) -> int:
-        self._s.counters[name] = self._s.counters.get(name, 0) + 1
+        floor = max((r.seq for r in self._s.index.values()), default=0) if name == "seq" else 0
+        self._s.counters[name] = max(self._s.counters.get(name, 0), floor) + 1
         return self._s.counters[name]
 
     def meta_set(self, key: str, value: str) -> None:
         self._s.meta[key] = value
 
 
-class MemoryBackend(_MemReader, Backend):
-    """A backend held in process memory; same contract as SQLite, nothing persists."""
+class MemoryBackend(_MemReader, TransactionalBackend):
+    """A backend held in process memory; same contract as SQLite, nothing persists past the last handle."""
 
-    def __init__(self) -> None:
-        self._s = _State()
-        self._lock = threading.RLock()
-        self._gc = threading.Lock()
+    capabilities = Capabilities(transactions=True, locks=True, cheap_listing=True, reframe=True, shared=False,
+                                persistent=False)
+
+    def __init__(self, _box: _Box | None = None) -> None:
+        self._box = _box or _Box()
+
+    @property
+    def _s(self) -> _State:  # type: ignore[override]
+        return self._box.state
+
+    def handle(self) -> MemoryBackend:
+        """Another handle on the same state (as a second connection to one database)."""
+        return MemoryBackend(self._box)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Txn]:
-        with self._lock:
-            work = copy.copy(self._s)
-            work.objects = dict(self._s.objects)
-            work.refs, work.reflog = dict(self._s.refs), list(self._s.reflog)
-            work.index, work.aliases = dict(self._s.index), dict(self._s.aliases)
-            work.counters, work.meta = dict(self._s.counters), dict(self._s.meta)
+        box = self._box
+        with box.lock:
+            cur = box.state
+            work = copy.copy(cur)
+            work.objects = dict(cur.objects)
+            work.refs, work.reflog = dict(cur.refs), list(cur.reflog)
+            work.symrefs = dict(cur.symrefs)
+            work.index, work.aliases = dict(cur.index), dict(cur.aliases)
+            work.counters, work.meta = dict(cur.counters), dict(cur.meta)
             yield MemoryTxn(work)
-            self._s = work
+            box.state = work
 
     @contextlib.contextmanager
-    def gc_lock(self, wait_s: float = 0.0) -> Iterator[bool]:
-        got = self._gc.acquire(timeout=wait_s) if wait_s > 0 else self._gc.acquire(blocking=False)
+    def lock(self, name: str = "gc", wait_s: float = 0.0) -> Iterator[bool]:
+        with self._box.lock:
+            lk = self._box.named.setdefault(name, threading.Lock())
+        got = lk.acquire(timeout=wait_s) if wait_s > 0 else lk.acquire(blocking=False)
         try:
             yield got
         finally:
             if got:
-                self._gc.release()
-
-    def reclaim(self, compact: bool = False) -> None:
-        """Nothing to give back: freed objects are already garbage for Python."""
+                lk.release()
 
     def close(self) -> None:
         """Nothing to release."""

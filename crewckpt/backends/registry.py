@@ -123,6 +123,15 @@ class Opener:
         when it changes); None when there is nothing to compare."""
         return None
 
+    def discover(self) -> Location:
+        """The store to open when no location is given at all; only the default (SQLite) backend looks for
+        one (the nearest ``.ckpt`` walking up).
+
+        Raises:
+            StoreNotFound: none found.
+        """
+        raise StoreNotFound(f"no store location given; pass one or set {ENV_VAR}")
+
     def always_new(self, loc: Location) -> bool:
         """True when opening ``loc`` means creating a fresh store (anonymous ``memory:``)."""
         return False
@@ -332,10 +341,8 @@ def open_backend(location: str | os.PathLike[str] | None = None, *, create: bool
     """
     where = named(location)
     if where is None:
-        from crewckpt.backends.sqlite import discover
-
-        folder = discover()
-        return opener("sqlite").open(Location("sqlite", str(folder), str(folder)))
+        sqlite = opener("sqlite")
+        return sqlite.open(sqlite.discover())
     loc, op = _resolve(where)
     if op.always_new(loc):
         return op.create(loc, meta or {}, private=private)

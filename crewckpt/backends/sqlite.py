@@ -18,17 +18,19 @@ from pathlib import Path
 
 from crewckpt.backends.base import (
     HEAD_BYTES,
-    Backend,
+    Capabilities,
     IndexRow,
     ObjectMeta,
     ReflogEntry,
     StoreBusy,
     StoredObject,
     StoreWriteError,
+    TransactionalBackend,
     Txn,
+    ref_conflict,
 )
 from crewckpt.backends.registry import Location, Opened, Opener
-from crewckpt.errors import CkptError, CorruptStore, RefConflict, StoreExists, StoreNotFound
+from crewckpt.errors import CkptError, CorruptStore, StoreExists, StoreNotFound
 
 DB_NAME = "store.db"
 BATCH = 900  # bound parameters per statement; far below SQLite's 32,766 limit on any build
@@ -53,6 +55,7 @@ CREATE TABLE aliases(alias TEXT PRIMARY KEY, id BLOB NOT NULL) WITHOUT ROWID;
 # Small tables are WITHOUT ROWID (no separate key index: one page each instead of two) and the write
 # counters live in ``meta``: on a store of a few hundred KB, every page is 4 KiB of disk.
 
+_SYMREF = "symref:"  # symbolic refs live in meta (key "symref:HEAD"): stores made before them open unchanged
 _ROW_COLS = "id, branch, seq, time_ns, run_id, trig, parents, tree, summary, alias, meta"
 
 
@@ -107,14 +110,20 @@ class _SqlReader:
                 f"SELECT oid FROM objects WHERE oid IN ({','.join('?' * len(b))})", b))
         return out
 
-    def iter_objects(self) -> Iterator[ObjectMeta]:
-        for oid, kind, size, touched, head in self._q(
-                f"SELECT oid, kind, size, touched, coalesce(substr(CAST(frame AS BLOB), 1, {HEAD_BYTES}), x'') "
-                f"FROM objects"):
+    def iter_objects(self, prefix: bytes = b"") -> Iterator[ObjectMeta]:
+        where = ""
+        args: tuple[bytes, ...] = ()
+        if prefix:
+            where = " WHERE oid BETWEEN ? AND ?"
+            args = (prefix + b"\x00" * (32 - len(prefix)), prefix + b"\xff" * (32 - len(prefix)))
+        for oid, kind, size, touched, head, flen in self._q(
+                f"SELECT oid, kind, size, touched, coalesce(substr(CAST(frame AS BLOB), 1, {HEAD_BYTES}), x''), "
+                f"length(frame) FROM objects{where}", args):
             # substr() of a zero-length blob is NULL: an emptied frame (lost write) must list, not crash;
             # a frame stored as TEXT is cast (it then fails verification, named, instead of a TypeError)
             yield ObjectMeta(_bin(oid), kind, size if isinstance(size, int) else -1,
-                             touched if isinstance(touched, int) else 0, _bin(head))
+                             touched if isinstance(touched, int) else 0, _bin(head),
+                             flen if isinstance(flen, int) else -1)
 
     def object_stats(self) -> tuple[int, int, int]:
         n, size, stored = self._q("SELECT count(*), coalesce(sum(size),0), coalesce(sum(length(frame)),0) "
@@ -134,6 +143,10 @@ class _SqlReader:
         rows = self._q("SELECT ref, old, new, time_ns, message FROM reflog WHERE ref=? ORDER BY n", (ref,))
         return [ReflogEntry(r, _bin(o) if o is not None else None, _bin(n) if n is not None else None, t, m)
                 for r, o, n, t, m in rows]
+
+    def get_symref(self, name: str) -> str | None:
+        r = self._q("SELECT value FROM meta WHERE key=?", (_SYMREF + name,))
+        return str(r[0][0]) if r else None
 
     def index_get(self, cid: bytes) -> IndexRow | None:
         r = self._q(f"SELECT {_ROW_COLS} FROM commits WHERE id=?", (cid,))
@@ -190,13 +203,6 @@ class SqliteTxn(_SqlReader, Txn):
         c = self._b._conn
         return sum(c.execute("UPDATE objects SET frame=? WHERE oid=?", (f, o)).rowcount for o, f in frames)
 
-    def touch(self, oids: Sequence[bytes], now_ns: int) -> set[bytes]:
-        ids = list(dict.fromkeys(oids))
-        for b in _batches(ids):
-            self._b._conn.execute(f"UPDATE objects SET touched=? WHERE oid IN ({','.join('?' * len(b))})",
-                                  (now_ns, *b))
-        return set(ids) - self.has_many(ids)
-
     def delete_objects(self, oids: Iterable[bytes], touched_before_ns: int) -> int:
         ids = list(oids)
         n = 0
@@ -209,12 +215,14 @@ class SqliteTxn(_SqlReader, Txn):
     def set_ref_if_equals(self, name: str, old: bytes | None, new: bytes | None) -> None:
         cur = self.get_ref(name)
         if cur != old:
-            raise RefConflict(f"ref {name} moved (expected {old.hex() if old else 'nothing'}, found "
-                              f"{cur.hex() if cur else 'nothing'}); re-read it and retry")
+            raise ref_conflict(name, old, cur)
         if new is None:
             self._b._conn.execute("DELETE FROM refs WHERE name=?", (name,))
         else:
             self._b._conn.execute("INSERT OR REPLACE INTO refs(name, target) VALUES (?,?)", (name, new))
+
+    def set_symref(self, name: str, target: str) -> None:
+        self._b._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?,?)", (_SYMREF + name, target))
 
     def reflog_append(self, entry: ReflogEntry) -> None:
         self._b._conn.execute("INSERT INTO reflog(ref, old, new, time_ns, message) VALUES (?,?,?,?,?)",
@@ -262,7 +270,7 @@ class SqliteTxn(_SqlReader, Txn):
         self._b._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?,?)", (key, value))
 
 
-class SqliteBackend(_SqlReader, Backend):
+class SqliteBackend(_SqlReader, TransactionalBackend):
     """The SQLite backend over ``<folder>/store.db``.
 
     Use :meth:`create` for a new store and the constructor to open an existing one (never creates files).
@@ -273,6 +281,9 @@ class SqliteBackend(_SqlReader, Backend):
     Raises:
         CorruptStore: the file is not a database, is truncated, or lacks crewckpt's tables.
     """
+
+    capabilities = Capabilities(transactions=True, locks=True, cheap_listing=True, reframe=True, shared=True,
+                                persistent=True)
 
     def __init__(self, folder: str | os.PathLike[str], busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
         self.folder = Path(folder)
@@ -435,15 +446,18 @@ class SqliteBackend(_SqlReader, Backend):
                 raise
 
     @contextlib.contextmanager
-    def gc_lock(self, wait_s: float = 0.0) -> Iterator[bool]:
+    def lock(self, name: str = "gc", wait_s: float = 0.0) -> Iterator[bool]:
+        """An flock on ``<folder>/<name>.lock`` (dies with the process; ``gc.lock`` for gc)."""
         import filelock  # only gc needs it
+        if not name.replace("-", "").isalnum():
+            raise ValueError(f"lock name {name!r}: letters, digits and '-' only")
         if self.read_only:
             raise StoreWriteError(self._read_only_why or f"{self.folder}: the store is read-only; gc cannot run")
         try:  # the lock file is as private as the database
             mode = os.stat(self.folder / DB_NAME).st_mode & 0o666
         except OSError:
             mode = 0o600
-        lock = filelock.FileLock(str(self.folder / "gc.lock"), timeout=wait_s, mode=mode)
+        lock = filelock.FileLock(str(self.folder / f"{name}.lock"), timeout=wait_s, mode=mode)
         try:
             lock.acquire()
         except filelock.Timeout:
@@ -457,7 +471,8 @@ class SqliteBackend(_SqlReader, Backend):
         finally:
             lock.release()
 
-    def reclaim(self, compact: bool = False) -> None:
+    def maintain(self, compact: bool = False) -> None:
+        """Incremental vacuum and a WAL checkpoint; ``compact`` also VACUUMs (best effort)."""
         with self._lock:
             self._retry(lambda: self._conn.executescript("PRAGMA incremental_vacuum;"))
             if compact:
@@ -645,6 +660,11 @@ class SqliteOpener(Opener):
         except OSError as e:
             raise CkptError(f"{p}: cannot create the store ({e.strerror}); check the path and permissions") from None
         return _opened(p, backend)
+
+    def discover(self) -> Location:
+        """The nearest ``.ckpt`` store walking up from the working folder (:func:`discover`)."""
+        folder = str(discover())
+        return Location("sqlite", folder, folder)
 
     def has_store(self, loc: Location) -> bool:
         """``store.db`` is in the folder itself (no ``.ckpt`` descent: a project folder is not a store)."""

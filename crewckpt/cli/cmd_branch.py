@@ -1,4 +1,4 @@
-"""Branch verbs: branch (list, create, delete, rename) and fork."""
+"""Branch verbs: branch (list, create, delete, rename), switch / checkout, fork and reflog."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ def branch(
 ) -> None:
     """List branches, or create branch NAME at REV (default HEAD).
 
-    In the list, `*` marks the branch the next checkpoint goes to: the branch of HEAD (the latest
-    checkpoint), which `ckpt resume` without REV continues.
+    In the list, `*` marks the current branch: the one HEAD names (`ckpt switch` sets it), which
+    `ckpt resume` without REV continues. The current branch cannot be deleted; renaming it moves HEAD along.
 
     \b
     Examples:
@@ -68,14 +68,9 @@ def branch(
 
 
 def current_branch(store: Store) -> str | None:
-    """The branch the next checkpoint goes to: the branch of HEAD (the latest checkpoint written), which
-    `ckpt resume` without REV continues, when HEAD is still that branch's tip; else None (empty store,
-    branch deleted or moved elsewhere)."""
-    head = try_resolve(store, "HEAD")  # None in an empty store
-    if head is None:
-        return None
-    name = store.info(head).branch
-    return name if store.branches().get(name) == head else None
+    """The current branch (the one HEAD names) when it exists; None while it is unborn (no checkpoint yet)."""
+    name = store.current_branch()
+    return name if name in store.branches() else None
 
 
 def _list_branches(store: Store, as_json: bool) -> None:
@@ -282,28 +277,31 @@ def _task_label(doc: object, key: tuple[int, int]) -> str:
 
 
 @click.command()
-@click.argument("branch", required=False)
+@click.argument("branch", required=False, metavar="[BRANCH|HEAD]")
 @click.option("-n", "--max-count", "limit", type=click.IntRange(min=0), help="Show at most N entries.")
 @json_option
 @paged
 def reflog(branch: str | None, limit: int | None, as_json: bool) -> None:
-    """Where branch BRANCH has pointed, newest first: the positions `BRANCH@{N}` names.
+    """Where HEAD or branch BRANCH has pointed, newest first: the positions `HEAD@{N}` / `BRANCH@{N}` name.
 
-    BRANCH defaults to the branch `ckpt branch` marks with `*` (where the next checkpoint goes), else main.
-
-    Each commit, fork, reset or rename that moved the branch is one entry; deleting a branch deletes its
-    reflog.
+    Without an argument: HEAD, as in git. HEAD's reflog has an entry for each commit on the current branch
+    and each switch of the current branch (`ckpt switch`, `ckpt resume`, renaming it); a branch's reflog one
+    for each commit, fork, reset or rename that moved it. Deleting a branch deletes its reflog.
+    `@{N}` is the current branch's `BRANCH@{N}`.
 
     \b
     Examples:
+      ckpt reflog                  # HEAD: commits and switches
       ckpt reflog main -n 5
       ckpt show main@{2} --path entities[0].checkpoint_inputs
     """
+    from crewckpt.history.head import HEAD
+
     app = obj()
     store = app.store()
-    if branch is None:
-        branch = current_branch(store) or "main"
-    if branch not in store.branches():
+    if branch in (None, "@"):
+        branch = HEAD
+    if branch != HEAD and branch not in store.branches():
         from crewckpt.errors import UnknownRevision
 
         names = ", ".join(store.branches()) or "none yet"
@@ -334,3 +332,76 @@ def reflog(branch: str | None, limit: int | None, as_json: bool) -> None:
                 (local_time(e.time_ns), "dim"),
             ]
         )
+
+
+@click.command()
+@click.argument("branch", metavar="BRANCH")
+@click.argument("start", required=False, metavar="[START]")
+@click.option("-c", "--create", "create", is_flag=True, help="Create BRANCH (at START, default HEAD) and switch to it.")
+@json_option
+def switch(branch: str, start: str | None, create: bool, as_json: bool) -> None:
+    """Make BRANCH the current branch: HEAD names it, `HEAD`/`@` resolve to its tip, `ckpt log` and
+    `ckpt resume` without REV use it, and its commits are logged in HEAD's reflog.
+
+    `-` (or `@{-N}`) is the branch HEAD was on before (the N-th before). HEAD always names a branch: to
+    look at an older checkpoint, give its revision to `ckpt show`/`log`, or start a branch there with -c.
+    Checkpoint writers (CrewAI runs) never move HEAD to another branch; they move the branch they write on.
+
+    \b
+    Examples:
+      ckpt switch experiment
+      ckpt switch -c try-gpt main~2     # new branch at main~2, now current
+      ckpt switch -                     # back to the previous branch
+    """
+    _switch(branch, start, create, as_json, "switch", "-c")
+
+
+@click.command()
+@click.argument("branch", metavar="BRANCH")
+@click.argument("start", required=False, metavar="[START]")
+@click.option("-b", "create", is_flag=True, help="Create BRANCH (at START, default HEAD) and switch to it.")
+@json_option
+def checkout(branch: str, start: str | None, create: bool, as_json: bool) -> None:
+    """Same as `ckpt switch BRANCH` (git's older spelling; `-b` is `ckpt switch -c`).
+
+    \b
+    Examples:
+      ckpt checkout experiment
+      ckpt checkout -b try-gpt main~2
+    """
+    _switch(branch, start, create, as_json, "checkout", "-b")
+
+
+def _switch(branch: str, start: str | None, create: bool, as_json: bool, verb: str, flag: str) -> None:
+    """`ckpt switch` / `ckpt checkout`: resolve `-` / `@{-N}`, refuse a commit (no detached HEAD), switch."""
+    import re
+
+    from crewckpt.errors import UnknownRevision
+
+    store = obj().store()
+    if start is not None and not create:
+        raise UsageProblem(f"START goes with {flag}: ckpt {verb} {flag} {branch} {start}")
+    m = re.fullmatch(r"-|@\{-(\d+)\}", branch)
+    if m and not create:
+        n = int(m.group(1) or 1)
+        previous = store.previous_branch(n)
+        if previous is None:
+            raise UnknownRevision(f"{branch}: HEAD was on fewer than {n} other branch(es); see `ckpt reflog`")
+        branch = previous
+    elif not create and branch not in store.branches() and branch != store.current_branch():
+        target = try_resolve(store, branch)
+        if target is not None:
+            raise UsageProblem(f"{branch!r} is a checkpoint, not a branch (HEAD always names a branch); start a "
+                               f"branch there with `ckpt {verb} {flag} NAME {branch}`")
+    before = store.current_branch()
+    store.switch(branch, create=create, start=start or "HEAD")
+    now = store.current_branch()
+    tip = store.branches().get(now)
+    if as_json:
+        emit_json({"branch": now, "previous": before, "tip": tip, "created": create})
+    elif create:
+        click.echo(f"Switched to a new branch '{now}'")
+    elif now == before:
+        click.echo(f"Already on '{now}'")
+    else:
+        click.echo(f"Switched to branch '{now}'")

@@ -87,6 +87,9 @@ def resume(rev: str, inputs_text: str | None, branch: str | None, flow_class: st
         except ValueError as exc:
             raise CkptError(f"cannot restore {rev} ({full[:12]}): {_restore_problem(exc)}") from None
         run = run_restored(entity, inputs)
+    from crewckpt.history.head import follow_run
+
+    switched = follow_run(store, run.branch, run.checkpoint_id, full)
     output = getattr(run.result, "raw", run.result)
     record: dict[str, Any] = {
         "rev": rev,
@@ -102,7 +105,7 @@ def resume(rev: str, inputs_text: str | None, branch: str | None, flow_class: st
         emit_json(record, file=stdout)
         return
     click.echo(f"Resumed {type(entity).__name__} from {full[:8]}; latest checkpoint now {record['head'][:8]} "
-               f"on branch {record['branch']}")
+               f"on branch {record['branch']}" + (" (now the current branch)" if switched else ""))
     if record["output"] is not None:
         click.echo(
             record["output"] if isinstance(record["output"], str) else orjson.dumps(record["output"]).decode()
@@ -194,7 +197,7 @@ def _one_line(exc: BaseException | str, limit: int = 240) -> str:
 
 def list_crewai_path(path: str, branch: str | None, as_json: bool) -> None:
     """`ckpt list PATH`: CrewAI checkpoints at PATH, newest first, parsed one at a time."""
-    from crewckpt.history.summary import summarize
+    from crewckpt.views.document import crewai_summary
     from crewckpt.views.reader import open_source
 
     app = obj()
@@ -209,7 +212,7 @@ def list_crewai_path(path: str, branch: str | None, as_json: bool) -> None:
                 continue
             trigger = checkpoint.value.get("trigger")
             rows.append(
-                (record, summarize(checkpoint.value), trigger if isinstance(trigger, str) else None, None)
+                (record, crewai_summary(checkpoint.value), trigger if isinstance(trigger, str) else None, None)
             )
         problems = list(source.problems)
         kind = source.kind
@@ -239,7 +242,7 @@ def list_crewai_path(path: str, branch: str | None, as_json: bool) -> None:
 
 def info_crewai_path(path: str, as_json: bool) -> None:
     """`ckpt info PATH`: the location (kind, count, branches, bytes) and its newest checkpoint."""
-    from crewckpt.history.summary import summarize
+    from crewckpt.views.document import crewai_summary
     from crewckpt.views.reader import open_source
 
     app = obj()
@@ -249,7 +252,7 @@ def info_crewai_path(path: str, as_json: bool) -> None:
         checkpoint = source.load(latest) if latest else None
         kind = source.kind
         problems = list(source.problems)
-    summary = summarize(checkpoint.value) if checkpoint else None
+    summary = crewai_summary(checkpoint.value) if checkpoint else None
     record = {
         "path": path,
         "kind": kind,
@@ -265,7 +268,7 @@ def info_crewai_path(path: str, as_json: bool) -> None:
     if as_json:
         emit_json(record)
         return
-    from crewckpt.history.diff_render import human_bytes
+    from crewckpt.history.diff import human_bytes
 
     rows = [
         ("location", f"{path} ({kind})"),

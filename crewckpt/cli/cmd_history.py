@@ -13,6 +13,7 @@ import orjson
 from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_option, obj, paged, try_resolve
 from crewckpt.cli.fmt import commit_json, entity_summary, local_time, safe_text, short_ids, summary_fields
 from crewckpt.errors import UnknownRevision
+from crewckpt.views.document import crew_summary
 
 _TAG_STYLE = {
     "header": "bold",
@@ -85,9 +86,8 @@ def log(
     store = app.store()
     if branch:
         rev = branch
-    head = try_resolve(store, "HEAD")  # once: resolving HEAD scans the commit index
-    if rev in ("HEAD", "latest") and head is not None:
-        rev = head
+    head = try_resolve(store, "HEAD")  # the current branch's tip; None while it is unborn
+    current = store.current_branch()
     commits = _log_commits(store, rev, all_, limit)
     if as_json:
         emit_ndjson(_log_record(c) for c in commits)
@@ -118,7 +118,10 @@ def log(
             for line in row.before:
                 app.line(line, "red")
             prefix = row.row + " "
-        _print_log_entry(app, commit, shorts, tips.get(commit.id, []), commit.id == head, prefix, oneline)
+        refs = tips.get(commit.id, [])
+        if commit.id == head and current in refs:  # git's decoration: (HEAD -> main, other)
+            refs = [f"HEAD -> {current}"] + [r for r in refs if r != current]
+        _print_log_entry(app, commit, shorts, refs, prefix, oneline)
         if commit.id in cut:
             app.styled([(prefix.replace("*", "~"), "red"), ("(pruned: history continues no further)", "dim")])
 
@@ -152,13 +155,13 @@ def _is_pruned(commit: Any) -> bool:
 
 
 def _print_log_entry(
-    app: Any, commit: Any, shorts: dict[str, str], refs: list[str], is_head: bool, prefix: str, oneline: bool
+    app: Any, commit: Any, shorts: dict[str, str], refs: list[str], prefix: str, oneline: bool
 ) -> None:
     short = shorts.get(commit.id, commit.id[:8])
     if _is_pruned(commit):
         app.styled([(prefix, "red"), (short, "yellow"), (" (pruned: history continues no further)", "dim")])
         return
-    decoration = _decoration(refs, is_head)
+    decoration = f" ({', '.join(refs)})" if refs else ""
     summary = summary_fields(commit)
     if oneline:
         app.styled(
@@ -191,13 +194,8 @@ def _print_log_entry(
     app.styled([(cont or pad, "red")])
 
 
-def _decoration(refs: list[str], is_head: bool) -> str:
-    names = (["HEAD"] if is_head else []) + refs
-    return f" ({', '.join(names)})" if names else ""
-
-
 def _kb(n: int) -> str:
-    from crewckpt.history.diff_render import human_bytes
+    from crewckpt.history.diff import human_bytes
 
     return human_bytes(n)
 
@@ -206,10 +204,13 @@ def _tips_by_id(store: Any, commits: list[Any] | None = None) -> dict[str, list[
     """commit id -> branch names whose tip it is. With ``commits`` (the ones a log shows), a run's last
     commit that no branch names and no shown commit continues also gets its run ref
     (``refs/runs/<run id>``): an earlier run on a branch that a later, fresh run moved on."""
+    from crewckpt.history import remotes
     from crewckpt.history.refnames import RUNS
 
     tips: dict[str, list[str]] = {}
     for name, tip in sorted(store.branches().items()):
+        tips.setdefault(tip, []).append(name)
+    for name, tip in remotes.tracking_refs(store).items():  # git's decoration shows origin/main too
         tips.setdefault(tip, []).append(name)
     if commits is not None:
         continued = {p for c in commits for p in getattr(c, "parents", ())}
@@ -274,7 +275,7 @@ def list_(path: str | None, branch: str | None, as_json: bool) -> None:
         trigger = triggers.get(c.trigger) or triggers.setdefault(
             c.trigger, f"{c.trigger or 'manual':<{twidth}}  "
         )
-        s = c.summary
+        s = crew_summary(c.summary)
         key = (s.entities, s.tasks_done, s.tasks_total)
         what = summaries.get(key) or summaries.setdefault(key, entity_summary(s))
         return when, shorts[c.id] + "  ", branch, trigger, what
@@ -389,8 +390,10 @@ def _is_crewai_path(arg: str) -> bool:
 def rev_parse(rev: str, as_json: bool) -> None:
     """Print the full commit id that REV names.
 
-    REV: a full id, a unique prefix of 4+ hex digits, a branch, HEAD/latest, X~N, X^, X^N, branch@{N},
-    or a CrewAI checkpoint id (``20261129T234223_1e1c9b77``).
+    REV: a full id, a unique prefix of 4+ hex digits, a branch, HEAD or @ (the current branch's tip),
+    latest (the last checkpoint written on any branch), X~N, X^, X^N, BRANCH@{N}, HEAD@{N}, @{N} (the
+    current branch's reflog), @{-N} (the N-th branch checked out before), or a CrewAI checkpoint id
+    (``20261129T234223_1e1c9b77``).
 
     \b
     Example:
@@ -478,8 +481,8 @@ def diff(rev1: str, rev2: str | None, stat: bool, word_diff: bool, context: int,
       ckpt diff main~3 main --stat
       ckpt diff HEAD --json | jq '.entities[0].tasks[] | select(.op != "unchanged")'
     """
-    from crewckpt.history.diff import diff_documents
-    from crewckpt.history.diff_render import render_full, render_stat
+    from crewckpt.views.diff import diff_documents
+    from crewckpt.views.diff_render import render_full, render_stat
 
     app = obj()
     if rev2 is None:

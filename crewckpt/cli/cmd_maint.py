@@ -119,19 +119,34 @@ def gc(dry_run: bool, as_json: bool) -> None:
 
 @click.command()
 @click.option("--full", is_flag=True, help="Also read every object and verify its hash (slower).")
+@click.option("--rebuild-index", "rebuild", is_flag=True,
+              help="First rebuild the commit index (a cache) from the objects, refs and reflogs, then check.")
 @json_option
-def fsck(full: bool, as_json: bool) -> None:
+def fsck(full: bool, rebuild: bool, as_json: bool) -> None:
     """Check the store: refs, commits, trees, and with --full every object's hash.
 
     Exit status 1 when a problem is found; each problem is one line naming what is affected.
+    --rebuild-index repairs a lost or damaged commit index: every commit the refs and reflogs reach (through
+    parents) becomes live again, with its branch and local order; nothing stored is removed.
 
     \b
     Example:
       ckpt fsck --full
+      ckpt fsck --rebuild-index
     """
     app = obj()
     store = app.store()
     start = time.perf_counter()
+    rebuilt = None
+    if rebuild:
+        with app.progress("rebuild index") as update:
+            rebuilt = store.rebuild_index(progress=update)
+        if not as_json:
+            app.line(f"index rebuilt: {rebuilt.rows} live checkpoint(s); {rebuilt.added} added, {rebuilt.dropped} "
+                     f"dropped, {rebuilt.rewritten} corrected, {rebuilt.renumbered} renumbered, {rebuilt.aliases} "
+                     f"alias(es) restored")
+            for p in rebuilt.problems:
+                app.line(f"problem: {p}", "red")
     with app.progress("fsck --full" if full else "fsck") as update:
         report = store.fsck(full=full, progress=update)
     problems = [
@@ -148,6 +163,8 @@ def fsck(full: bool, as_json: bool) -> None:
         "problems": list(report.problems),
         "seconds": round(time.perf_counter() - start, 3),
     }
+    if rebuilt is not None:
+        record["rebuild_index"] = dataclasses.asdict(rebuilt)
     if as_json:
         emit_json(record)
     else:
@@ -228,8 +245,8 @@ def _report_dict(report: Any) -> dict[str, Any]:
 
 
 def human_bytes(n: int) -> str:
-    """1536 -> "1.5 KB" (crewckpt.history.diff_render.human_bytes, imported only when printing)."""
-    from crewckpt.history.diff_render import human_bytes as fmt
+    """1536 -> "1.5 KB" (crewckpt.history.diff.human_bytes, imported only when printing)."""
+    from crewckpt.history.diff import human_bytes as fmt
 
     return fmt(n)
 

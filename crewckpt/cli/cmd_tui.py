@@ -23,6 +23,7 @@ def tui_store_path(store_path: str | None, confirm: Callable[[str], bool] = clic
     from crewckpt.errors import StoreNotFound
     from crewckpt.history.store import Store
     from crewckpt.views import transfer
+    from crewckpt.views.document import CREWAI
 
     named = registry.named(store_path)
     hint = crewai_store_hint(named)
@@ -35,7 +36,7 @@ def tui_store_path(store_path: str | None, confirm: Callable[[str], bool] = clic
     if not confirm(f"{named} is {crewai_location(named)}, not a crewckpt store. Import it into {dest} and "
                    f"browse that?"):
         raise StoreNotFound(hint)
-    store = Store.open(dest, create=True)
+    store = Store.open(dest, create=True, profile=CREWAI)
     with store:
         report = transfer.import_checkpoints(store, str(named))
     click.echo(report.summary(), err=True)

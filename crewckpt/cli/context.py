@@ -63,9 +63,10 @@ class AppContext:
             from crewckpt.backends import registry
             from crewckpt.errors import StoreNotFound
             from crewckpt.history.store import DEFAULT_DIR, Store
+            from crewckpt.views.document import CREWAI
 
-            try:
-                self._store = Store.open(self.store_path)
+            try:  # the CrewAI profile: what `ckpt import` and an index rebuild record
+                self._store = Store.open(self.store_path, profile=CREWAI)
             except StoreNotFound as exc:
                 named = registry.named(self.store_path)
                 hint = crewai_store_hint(named)
@@ -74,7 +75,7 @@ class AppContext:
                 target = os.fspath(named or DEFAULT_DIR)
                 if not create or registry.occupied(target):
                     raise StoreNotFound(_with_crewai_nearby(str(exc))) from None
-                self._store = Store.init(target)
+                self._store = Store.init(target, profile=CREWAI)
                 click.echo(f"ckpt: created the store {target}", err=True)
         return self._store
 

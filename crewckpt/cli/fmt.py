@@ -60,7 +60,8 @@ def summary_fields(info: Any) -> dict[str, Any]:
 
 
 def summary_fields_of(summary: Any) -> dict[str, Any]:
-    """A Summary (crewckpt.format.objects.Summary, or a dict of its fields) as a plain dict; see above."""
+    """A summary (crewckpt.views.document.CrewSummary, a commit's summary map, or a dict of the fields
+    below) as a plain dict; see above."""
     if summary is None:
         return {"entities": [], "tasks_done": 0, "tasks_total": 0, "event_count": 0, "logical_bytes": 0}
     if isinstance(summary, dict):
@@ -88,7 +89,7 @@ def summary_fields_of(summary: Any) -> dict[str, Any]:
 def entity_summary(summary: Any) -> str:
     """``crew:research [3/6 tasks]``: the first entity, its task progress, then other named entities.
 
-    ``summary``: a commit's Summary (crewckpt.format.objects.Summary) or the dict of summary_fields.
+    ``summary``: a crewckpt.views.document.CrewSummary or the dict of summary_fields.
     Unnamed entities (CrewAI's per-agent executor flows inside a crew) are left out.
     """
     if isinstance(summary, dict):

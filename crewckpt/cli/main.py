@@ -238,7 +238,9 @@ SHORT_HELP = {
     "diff": "Semantic diff of two checkpoints.",
     "branch": "List, create, delete or rename branches.",
     "fork": "Start a branch at a checkpoint.",
-    "reflog": "Where a branch has pointed (BRANCH@{N}).",
+    "switch": "Make a branch the current branch (HEAD).",
+    "checkout": "Same as switch (git's older spelling).",
+    "reflog": "Where HEAD or a branch has pointed (HEAD@{N}).",
     "resume": "Restore and run a checkpoint (needs crewai).",
     "prune": "Remove old checkpoints from branches.",
     "gc": "Free the space of unreachable objects.",
@@ -247,11 +249,16 @@ SHORT_HELP = {
     "import": "Import CrewAI JSON/SQLite checkpoints.",
     "export": "Write checkpoints in CrewAI's layouts.",
     "tui": "Browse checkpoints in a terminal UI.",
+    "remote": "List, add or remove remotes.",
+    "clone": "Copy a store (every branch) into a new one.",
+    "fetch": "Bring a remote's branches as origin/BRANCH.",
+    "pull": "Fetch and fast-forward a branch.",
+    "push": "Send a branch to a remote (fast-forward).",
 }
 
 
 def _register() -> None:
-    from crewckpt.cli import cmd_branch, cmd_crewai, cmd_history, cmd_maint, cmd_tui
+    from crewckpt.cli import cmd_branch, cmd_crewai, cmd_history, cmd_maint, cmd_remote, cmd_tui
 
     for command in (
         cmd_history.init,
@@ -262,6 +269,8 @@ def _register() -> None:
         cmd_history.show,
         cmd_history.diff,
         cmd_branch.branch,
+        cmd_branch.switch,
+        cmd_branch.checkout,
         cmd_branch.fork,
         cmd_branch.reflog,
         cmd_crewai.resume,
@@ -272,6 +281,11 @@ def _register() -> None:
         cmd_crewai.import_,
         cmd_crewai.export,
         cmd_tui.tui,
+        cmd_remote.remote,
+        cmd_remote.clone,
+        cmd_remote.fetch,
+        cmd_remote.pull,
+        cmd_remote.push,
     ):
         command.short_help = SHORT_HELP[command.name or ""]
         cli.add_command(command)

@@ -26,13 +26,11 @@ from typing import Any
 
 from crewckpt.crewai.config import DEFAULT_LOCATION, CheckpointConfig, CrewckptProvider
 from crewckpt.crewai.hooks import install
+from crewckpt.crewai.run import entity_class
 from crewckpt.crewai.snapshot import UnserializableFieldWarning
 from crewckpt.crewai.writer import EMIT_LOCK, flush_views, open_store, write_checkpoint
 
 install()
-
-_ENTITY_CLASSES = ("crew", "flow", "agent")
-
 
 def _store_path(store: Any) -> str:
     """The location of ``store`` (a Store, a location, or None: ``$CKPT_STORE`` / the nearest ``.ckpt``)."""
@@ -56,8 +54,8 @@ def restore(rev: str = "HEAD", *, store: Any = None, cls: Any = None, fork: bool
     """Restore the entity a checkpoint records, ready to resume with ``kickoff()``.
 
     Args:
-        rev: revision: commit id or prefix (>= 4 hex), branch, ``main~2``, ``exp@{1}``, ``HEAD``/``latest``,
-            or a CrewAI checkpoint id imported as an alias.
+        rev: revision: commit id or prefix (>= 4 hex), branch, ``main~2``, ``exp@{1}``, ``HEAD`` (the current
+            branch's tip), ``latest`` (the last checkpoint written), or a CrewAI checkpoint id (an alias).
         store: a :class:`crewckpt.Store`, a store location (folder, ``memory:NAME``, URL), or None
             (``$CKPT_STORE`` or the nearest ``.ckpt``).
         cls: class to restore into (e.g. your Flow subclass, whose methods the checkpoint cannot carry);
@@ -80,22 +78,6 @@ def restore(rev: str = "HEAD", *, store: Any = None, cls: Any = None, fork: bool
     if fork is not False:
         return cls.fork(config, branch=None if fork is True else fork, **kwargs)
     return cls.from_checkpoint(config, **kwargs)
-
-
-def entity_class(doc: Any) -> type:
-    """Crew, Flow or Agent for a checkpoint document's first entity (``entity_type``).
-
-    Raises:
-        ValueError: the document has no entity CrewAI can restore.
-    """
-    from crewai import Agent, Crew, Flow
-
-    entities = doc.get("entities") if isinstance(doc, dict) else None
-    for entity in entities or []:
-        kind = entity.get("entity_type") if isinstance(entity, dict) else None
-        if kind in _ENTITY_CLASSES:
-            return {"crew": Crew, "flow": Flow, "agent": Agent}[kind]
-    raise ValueError("the checkpoint holds no crew, flow or agent to restore")
 
 
 def checkpoint(state: Any = None, location: str | os.PathLike[str] = DEFAULT_LOCATION, *,

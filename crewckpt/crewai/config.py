@@ -22,28 +22,15 @@ from crewai.state.provider.core import BaseProvider
 from pydantic import Field, SerializeAsAny, ValidationInfo, field_validator
 
 from crewckpt.backends import registry
+from crewckpt.crewai.locations import join_location as join_location  # re-exported: the old path
+from crewckpt.crewai.locations import split_location as split_location
+from crewckpt.crewai.signals import SIGNAL_EVENTS as SIGNAL_EVENTS
 
 DEFAULT_LOCATION = "./.ckpt"
 RESTORED_CONTEXT = "crewckpt_restored"
 """Validation-context key set when a config is rebuilt from a stored checkpoint (no store is prepared)."""
 SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
 """File suffixes of an SQLite database (CrewAI's SQLite provider habit); never a store folder's name."""
-SIGNAL_EVENTS: frozenset[str] = frozenset({"SIGTERM", "SIGINT", "SIGHUP", "SIGTSTP", "SIGCONT"})
-
-
-def split_location(location: str) -> tuple[str, str | None]:
-    """Split ``"<store location>#<rev>"`` (the form a CrewckptProvider returns) into ``(location, rev)``.
-
-    A location without ``#`` is a store location with no revision: ``(location, None)``. A URL store ends at
-    its first ``#``, a folder path at its last (folder names may hold ``#``).
-    """
-    return registry.split_rev(str(location))
-
-
-def join_location(store: str | os.PathLike[str], commit_id: str) -> str:
-    """``"<store identity>#<commit id>"`` (the absolute path of a folder store): what CrewAI's events and
-    ``extract_id`` see."""
-    return f"{registry.identity(store)}#{commit_id}"
 
 
 class CrewckptProvider(BaseProvider):
@@ -120,13 +107,18 @@ class CheckpointConfig(CrewAICheckpointConfig):
             signals listed, chaining to the previous handler). Default ``["task_completed"]``.
         provider: always a :class:`CrewckptProvider`.
         max_checkpoints: after each write keep only the newest N (>= 1) checkpoints of the branch written.
-        restore_from: a revision (``"3fa2c1"``, ``"main"``, ``"main~2"``, ``"exp@{1}"``, ``"latest"``) in the
-            store at ``location``, or ``"<store location>#<rev>"``. Used by ``from_checkpoint``/``fork`` and
+        restore_from: a revision (``"3fa2c1"``, ``"main"``, ``"main~2"``, ``"exp@{1}"``, ``"HEAD"``: the
+            current branch's tip, ``"latest"``: the last checkpoint written) in the store at ``location``, or
+            ``"<store location>#<rev>"``. Used by ``from_checkpoint``/``fork`` and
             ``kickoff(from_checkpoint=...)``.
         view: also publish every checkpoint to a CrewAI JSON folder or SQLite database (a live view that
             CrewAI's own tools read), written incrementally by a background thread; a view that cannot be
             written is logged and never slows or fails the run. ``view_format``: ``"json"``/``"sqlite"``
             (default: SQLite for ``.db``/``.sqlite``/``.sqlite3``, else JSON). See :func:`flush_views`.
+        push_to: publish the run's branch to this remote of the store (``ckpt remote add``) or location when
+            the run ends, and with ``push_every=N`` after every N checkpoints; best effort on a background
+            thread (a failure is logged, emitted as ``CheckpointFailedEvent`` with trigger ``"push"`` and
+            counted in :func:`crewckpt.crewai.publish.push_stats`). See :func:`crewckpt.crewai.publish.flush_pushes`.
 
     Semantics follow CrewAI's docs: ``checkpoint=None`` inherits from the parent (task -> agent -> crew),
     ``True`` uses CrewAI's defaults, ``False`` opts out and stops inheritance, a config overrides.
@@ -145,6 +137,14 @@ class CheckpointConfig(CrewAICheckpointConfig):
     view_format: Literal["json", "sqlite"] | None = Field(
         default=None, description="Format of `view`; None infers it from the suffix."
     )
+    push_to: str | None = Field(
+        default=None,
+        description="Publish the run's branch to this remote of the store (a name from `ckpt remote`) or store "
+        "location when the run ends (and every `push_every` checkpoints); best effort, in the background.",
+    )
+    push_every: int | None = Field(
+        default=None, description="With push_to: also push after every N checkpoints written (N >= 1)."
+    )
 
     @field_validator("provider", mode="before")
     @classmethod
@@ -159,6 +159,14 @@ class CheckpointConfig(CrewAICheckpointConfig):
             "CrewAI's own JSON files or SQLite db, keep the default provider and add view='./.checkpoints' "
             "(or view='./checkpoints.db'): a live view CrewAI's tools read"
         )
+
+    @field_validator("push_every")
+    @classmethod
+    def _push_every_positive(cls, value: int | None) -> int | None:
+        if value is not None and value < 1:
+            raise ValueError(f"push_every must be at least 1 (got {value}); leave it unset to push only when the "
+                             "run ends")
+        return value
 
     @field_validator("max_checkpoints")
     @classmethod
@@ -221,7 +229,7 @@ class CheckpointConfig(CrewAICheckpointConfig):
     def model_post_init(self, __context: Any) -> None:
         super().model_post_init(__context)
         if self.signals:
-            from crewckpt.crewai.hooks import install_signal_handlers
+            from crewckpt.crewai.signals import install_signal_handlers
 
             install_signal_handlers(self.signals)
         if self.restore_from is None and not (__context or {}).get(RESTORED_CONTEXT):

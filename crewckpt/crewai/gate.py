@@ -16,6 +16,12 @@ them with ``CREWAI_DESERIALIZE_CALLBACKS``:
   whose ``jsonref.replace_refs`` fetches any non-local ``$ref`` (``http://``, ``file://``);
 * an LLM's ``callbacks`` strings name LiteLLM integrations that LiteLLM imports and sends calls to.
 
+An LLM's endpoint fields (``base_url``, ``api_base``) are not code but decide where the user's API key and
+prompts go: restoring sends both to whatever URL a checkpoint names. :func:`check` therefore also refuses an
+endpoint that is not trusted (:func:`trusted_endpoint`): unset, a loopback host (a local Ollama or LM
+Studio), a URL the environment already configures (``OPENAI_BASE_URL`` and the like), or one the user lists
+in ``CREWCKPT_LLM_ENDPOINTS`` (comma-separated; ``*`` trusts every endpoint).
+
 Resolved through fixed registries, so not a door: ``llm_type`` (``_LLM_TYPE_REGISTRY``), ``executor_type``,
 ``executor_class``, knowledge ``source_type``, memory ``memory_kind``, flow ``persistence_type``, event
 ``type``, ``converter_cls`` (dropped unless already a class), a task failure's exception class (looked up in
@@ -38,7 +44,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from crewckpt.errors import CkptError
+from crewckpt.errors import UntrustedCode, UntrustedEndpoint
+
+ENDPOINT_VAR = "CREWCKPT_LLM_ENDPOINTS"
+ENDPOINT_FIELDS = ("base_url", "api_base")
+# variables CrewAI's providers and LiteLLM read an endpoint from: a URL the user configured is trusted
+ENDPOINT_ENV = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_BASE_URL", "AZURE_API_BASE",
+                "AZURE_OPENAI_ENDPOINT", "OLLAMA_API_BASE", "OLLAMA_HOST", "GEMINI_API_BASE",
+                "WATSONX_URL", "LITELLM_API_BASE", "OPENROUTER_API_BASE", "API_BASE")
+_LOOPBACK = frozenset({"localhost"})
 
 ENV_VAR = "CREWAI_DESERIALIZE_CALLBACKS"
 _YES = frozenset({"1", "true", "yes"})  # crewai.types.callback._TRUSTED_DESERIALIZE_VALUES
@@ -47,23 +61,40 @@ _SEQ_ORIGINS = (list, set, frozenset, tuple, Sequence, typing.Sequence)
 _MAP_ORIGINS = (dict, Mapping, typing.Mapping)
 
 
-class UntrustedCode(CkptError, ValueError):
-    """A checkpoint names code that restoring would import or run, and the user did not opt in.
+def _norm_url(url: str) -> str:
+    return url.strip().rstrip("/").lower()
 
-    Attributes:
-        path: the field, e.g. ``entities[0].agents[1].tools[0].tool_type``.
-        value: the stored string.
-        findings: every ``(path, value, what)`` found in the document.
-    """
 
-    def __init__(self, findings: list[tuple[str, str, str]]) -> None:
-        self.findings = findings
-        self.path, self.value, what = findings[0]
-        more = f" (and {len(findings) - 1} more field(s))" if len(findings) > 1 else ""
-        shown = self.value if len(self.value) <= 60 else self.value[:57] + "..."
-        # the variable comes before the details: callers may cut long lines
-        super().__init__(f"field {self.path} names code{more}; set {ENV_VAR}=1 only for a checkpoint you "
-                         f"trust ({shown!r}: {what})")
+def trusted_endpoint(url: Any, environ: Mapping[str, str] | None = None) -> bool:
+    """True when restoring may point an LLM at ``url``: empty, a loopback host, a URL configured in one of
+    ENDPOINT_ENV, or listed in ``CREWCKPT_LLM_ENDPOINTS`` (comma-separated URLs, or ``*``)."""
+    if url is None or (isinstance(url, str) and not url.strip()):
+        return True
+    if not isinstance(url, str):
+        return False
+    env = os.environ if environ is None else environ
+    listed = {_norm_url(u) for u in env.get(ENDPOINT_VAR, "").split(",") if u.strip()}
+    if "*" in listed:
+        return True
+    from urllib.parse import urlsplit
+
+    try:
+        host = (urlsplit(url.strip() if "//" in url else "//" + url.strip()).hostname or "").lower()
+    except ValueError:  # e.g. an unbalanced [ in the host: not a URL anyone configured
+        return False
+    if host in _LOOPBACK or _is_loopback_ip(host):
+        return True
+    configured = {_norm_url(env[v]) for v in ENDPOINT_ENV if env.get(v)}
+    return _norm_url(url) in configured | listed
+
+
+def _is_loopback_ip(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name, not an address (127.0.0.1.attacker.example is a name)
+        return False
 
 
 def opted_in(environ: Mapping[str, str] | None = None) -> bool:
@@ -77,12 +108,17 @@ def check(doc: Any) -> None:
 
     Raises:
         UntrustedCode: one line naming the first field path and ``CREWAI_DESERIALIZE_CALLBACKS``.
+        UntrustedEndpoint: no code named, but an LLM endpoint that is not trusted (:func:`trusted_endpoint`).
     """
     if opted_in():
         return
-    found = findings(doc)
+    walker = _Walker()
+    found = walker.run(doc)
     if found:
         raise UntrustedCode(found)
+    endpoints = [(p, u) for p, u in walker.endpoints if not trusted_endpoint(u)]
+    if endpoints:
+        raise UntrustedEndpoint(endpoints)
 
 
 def check_crewai_location(location: Any) -> None:
@@ -163,6 +199,7 @@ class _Walker:
         self.BaseTool, self.BaseAgent, self.Agent = BaseTool, BaseAgent, Agent
         self.BaseLLM, self.BaseEvent, self.Flow = BaseLLM, BaseEvent, Flow
         self.found: list[tuple[str, str, str]] = []
+        self.endpoints: list[tuple[str, Any]] = []  # (path, value) of every LLM endpoint field set
         self.seen: set[tuple[int, type]] = set()
         self._plans: dict[type, list[tuple[str, str, list[tuple[str, Any]]]]] = {}
 
@@ -258,6 +295,8 @@ class _Walker:
         if concrete is None:
             return
         is_tool = issubclass(concrete, self.BaseTool)
+        if issubclass(concrete, self.BaseLLM):
+            self.endpoints.extend((f"{path}.{n}", d[n]) for n in ENDPOINT_FIELDS if d.get(n) is not None)
         for name, check, alternatives in self._plan(concrete):
             if name not in d:
                 continue

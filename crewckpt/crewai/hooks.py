@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import threading
 import time
 import uuid
@@ -45,29 +44,22 @@ from crewai.events.types.checkpoint_events import (
     CheckpointRestoreFailedEvent,
     CheckpointRestoreStartedEvent,
 )
-from crewai.events.types.system_events import (
-    SigContEvent,
-    SigHupEvent,
-    SigIntEvent,
-    SigTermEvent,
-    SigTStpEvent,
-)
 from crewai.flow.flow import Flow
 from crewai.state import checkpoint_listener
 from crewai.state.checkpoint_config import CheckpointConfig as CrewAICheckpointConfig
 from crewai.state.runtime import RuntimeState
 
 from crewckpt.backends import registry
-from crewckpt.crewai import gate, secrets
+from crewckpt.crewai import gate, publish, secrets
 from crewckpt.crewai.config import (
     RESTORED_CONTEXT,
-    SIGNAL_EVENTS,
     SQLITE_SUFFIXES,
     CheckpointConfig,
     CrewckptProvider,
     split_location,
 )
 from crewckpt.crewai.run import remember_flow_class
+from crewckpt.crewai.signals import SIGNAL_EVENTS, drain_signals, pending_signals, repeat_signal
 from crewckpt.crewai.snapshot import IdWeakMap, existing_builder
 from crewckpt.crewai.writer import EMIT_LOCK, open_store, write_checkpoint
 
@@ -119,8 +111,17 @@ def _prepare_event(self: CrewAIEventsBus, source: Any, event: Any) -> None:
         cfg = config_for(source, event, state)
         if cfg is not None:
             write_checkpoint(state, cfg, event)
-    if _pending_signals and threading.current_thread() is threading.main_thread():
-        _drain_signals()
+        if event.type in publish.RUN_END_EVENTS:
+            _push_at_run_end(source, state)
+    if pending_signals() and threading.current_thread() is threading.main_thread():
+        drain_signals()
+
+
+def _push_at_run_end(source: Any, state: RuntimeState) -> None:
+    """``push_to``: a run ended; publish the branch it wrote on (if it wrote any checkpoint)."""
+    cfg = checkpoint_listener._find_checkpoint(source)
+    if isinstance(cfg, CheckpointConfig) and cfg.push_to and getattr(state, "_checkpoint_id", None):
+        publish.at_run_end(cfg, cfg.store_location(), state._branch)
 
 
 def _should_checkpoint(source: Any, event: Any) -> CrewAICheckpointConfig | None:
@@ -282,11 +283,12 @@ def write_target(config: Any, read_path: str) -> tuple[str, dict[str, Any]]:
     """Where a run restored from the store at ``read_path`` writes, and the settings the user chose.
 
     Returns ``(store identity, overrides)``: the store read from, unless ``config`` is a crewckpt
-    config whose ``location`` the user set explicitly; ``overrides`` holds ``view``, ``view_format`` and
-    ``max_checkpoints`` when the user set them on ``config``, else None for each. Nothing stored inside
+    config whose ``location`` the user set explicitly; ``overrides`` holds ``view``, ``view_format``,
+    ``max_checkpoints``, ``push_to`` and ``push_every`` when the user set them on ``config``, else None for each. Nothing stored inside
     the checkpoint (which whoever wrote it chose) decides where writes go, what is published or pruned.
     """
-    overrides: dict[str, Any] = {"view": None, "view_format": None, "max_checkpoints": None}
+    overrides: dict[str, Any] = {"view": None, "view_format": None, "max_checkpoints": None, "push_to": None,
+                                 "push_every": None}
     store = registry.identity(read_path)
     if isinstance(config, CheckpointConfig):
         chosen = config.model_fields_set
@@ -444,84 +446,6 @@ def _fork(self: RuntimeState, branch: str | None = None) -> None:
     _orig["fork"](self, branch)
 
 
-# -- signals -------------------------------------------------------------------------------------------------
-
-_SIGNAL_EVENT_CLASSES = {"SIGTERM": SigTermEvent, "SIGINT": SigIntEvent, "SIGHUP": SigHupEvent,
-                         "SIGTSTP": SigTStpEvent, "SIGCONT": SigContEvent}
-_signal_previous: dict[int, Any] = {}
-_pending_signals: list[tuple[int, Any]] = []
-_last_signal_event: dict[str, float] = {}
-
-
-class _SignalSource:
-    """The source of signal events crewckpt emits (CrewAI's own come from its Telemetry object)."""
-
-    entity_type = None
-
-
-_SIGNAL_SOURCE = _SignalSource()
-
-
-def install_signal_handlers(names: frozenset[str] | set[str]) -> None:
-    """Install crewckpt's handler for each named signal (idempotent; no-op off the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        logger.debug("crewckpt: signal checkpoints need the main thread; %s not installed", sorted(names))
-        return
-    for name in sorted(names):
-        signum = getattr(signal, name, None)
-        if signum is None or signum in _signal_previous:
-            continue
-        try:
-            _signal_previous[signum] = signal.getsignal(signum)
-            signal.signal(signum, _on_signal)
-        except (ValueError, OSError) as exc:
-            _signal_previous.pop(signum, None)
-            logger.warning("crewckpt: cannot handle %s: %s", name, exc)
-
-
-def _on_signal(signum: int, frame: Any) -> None:
-    if EMIT_LOCK._is_owned():  # type: ignore[attr-defined]  # interrupted inside a write: finish it first
-        _pending_signals.append((signum, frame))
-        return
-    _deliver(signum, frame)
-
-
-def _drain_signals() -> None:
-    while _pending_signals and not EMIT_LOCK._is_owned():  # type: ignore[attr-defined]
-        signum, frame = _pending_signals.pop(0)
-        _deliver(signum, frame)
-
-
-def _deliver(signum: int, frame: Any) -> None:
-    name = signal.Signals(signum).name
-    # CrewAI's telemetry handler (when telemetry is on) may have emitted this signal just before chaining here
-    if time.monotonic() - _last_signal_event.get(name, -1.0) > 0.5:
-        try:
-            crewai_event_bus.emit(_SIGNAL_SOURCE, _SIGNAL_EVENT_CLASSES[name]())
-        except Exception as exc:  # a signal handler must never fail
-            logger.warning("crewckpt: checkpoint on %s failed: %s", name, exc)
-    previous = _signal_previous.get(signum)
-    if callable(previous):
-        previous(signum, frame)
-    elif previous == signal.SIG_DFL or previous is None:
-        if signum == getattr(signal, "SIGCONT", None):
-            return
-        signal.signal(signum, signal.SIG_DFL)  # default action (terminate / stop), then re-arm
-        os.kill(os.getpid(), signum)
-        signal.signal(signum, _on_signal)
-
-
-def _repeat_signal(event: Any) -> bool:
-    """Note a signal event; True when the same signal was already emitted within 0.5 s (CrewAI's telemetry
-    handler and crewckpt's both emit it when both are installed: one checkpoint is enough)."""
-    if event.type not in SIGNAL_EVENTS:
-        return False
-    now = time.monotonic()
-    repeat = now - _last_signal_event.get(event.type, -1.0) <= 0.5
-    _last_signal_event[event.type] = now
-    return repeat
-
-
 # -- installation --------------------------------------------------------------------------------------------
 
 def install() -> None:
@@ -540,7 +464,7 @@ def install() -> None:
         _orig["flow_from"] = Flow.from_checkpoint.__func__  # type: ignore[attr-defined]
 
         def prepare(self: CrewAIEventsBus, source: Any, event: Any) -> None:
-            if _repeat_signal(event):
+            if repeat_signal(event):
                 _orig["prepare"](self, source, event)
             else:
                 _prepare_event(self, source, event)

@@ -38,6 +38,25 @@ class RunResult:
     branch: str | None
 
 
+_ENTITY_CLASSES = ("crew", "flow", "agent")
+
+
+def entity_class(doc: Any) -> type:
+    """Crew, Flow or Agent for a checkpoint document's first entity (``entity_type``).
+
+    Raises:
+        ValueError: the document has no entity CrewAI can restore.
+    """
+    from crewai import Agent, Crew, Flow
+
+    entities = doc.get("entities") if isinstance(doc, dict) else None
+    for entity in entities or []:
+        kind = entity.get("entity_type") if isinstance(entity, dict) else None
+        if kind in _ENTITY_CLASSES:
+            return {"crew": Crew, "flow": Flow, "agent": Agent}[kind]
+    raise ValueError("the checkpoint holds no crew, flow or agent to restore")
+
+
 def kickoff_restored(entity: Any, inputs: dict[str, Any] | None = None) -> Any:
     """Run a restored Crew or Flow with ``kickoff(inputs=...)`` (None: its recorded inputs), or a standalone
     Agent with :data:`AGENT_RESUME_MESSAGE` (``Agent.kickoff`` requires ``messages`` in crewai 1.15; its
@@ -109,7 +128,6 @@ def restore_class(doc: Any, meta: dict[str, Any], *, flow_class: str | None = No
     """
     from crewai import Flow
 
-    from crewckpt.crewai import entity_class
     from crewckpt.crewai.gate import ENV_VAR, opted_in
 
     cls = entity_class(doc)

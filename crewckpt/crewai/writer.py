@@ -36,15 +36,18 @@ from crewai.events.types.checkpoint_events import (
 )
 
 from crewckpt.backends import registry
-from crewckpt.crewai.config import CheckpointConfig, join_location
+from crewckpt.crewai import publish
+from crewckpt.crewai.locations import join_location
 from crewckpt.crewai.run import entity_meta
 from crewckpt.crewai.snapshot import IdWeakMap, builder_for
 from crewckpt.history.lineage import continuation_branch
+from crewckpt.views.document import CREWAI
 
 if TYPE_CHECKING:
     from crewai.state.runtime import RuntimeState
 
     from crewckpt import Store
+    from crewckpt.crewai.config import CheckpointConfig
 
 logger = logging.getLogger("crewckpt.crewai")
 
@@ -53,6 +56,8 @@ PROVIDER_NAME = "CrewckptProvider"
 EMIT_LOCK = threading.RLock()
 """Held while an event is recorded and while a checkpoint is taken, so snapshots follow emission order."""
 
+_tally: dict[str, list[Any]] = {}  # location -> [written, failed, last error]: reported at exit
+_tally_lock = threading.Lock()
 _stores: dict[str, tuple[Store, Hashable | None]] = {}
 _stores_lock = threading.Lock()
 _run_ids = IdWeakMap()
@@ -82,7 +87,7 @@ def open_store(location: str | os.PathLike[str], *, create: bool = False) -> Sto
             del _stores[key]
         from crewckpt import Store
 
-        store = Store.open(key, create=create)
+        store = Store.open(key, create=create, profile=CREWAI)
         _stores[key] = (store, registry.instance(key))
     return store
 
@@ -149,7 +154,7 @@ def commit_document(store: Store, doc: dict[str, Any], *, parent_id: str | None,
     parents, target = place(store, parent_id, branch)
     if target != branch and isinstance(doc, dict) and "branch" in doc:
         doc["branch"] = target
-    commit_id = store.commit(doc, branch=target, parents=parents, run_id=run_id, trigger=trigger)
+    commit_id = store.commit(doc, branch=target, parents=parents, run_id=run_id, trigger=trigger, profile=CREWAI)
     return commit_id, target
 
 
@@ -208,14 +213,16 @@ def write_checkpoint(state: RuntimeState, cfg: CheckpointConfig, event: Any = No
             parents, target = place(store, parent_id, branch_name)
             doc = builder_for(state).document(state, parent_id=parent_id, branch=target, trigger=trigger)
             commit_id = store.commit(doc, branch=target, parents=parents, run_id=run_id_for(state),
-                                     trigger=commit_trigger or trigger, meta=entity_meta(state))
+                                     trigger=commit_trigger or trigger, meta=entity_meta(state), profile=CREWAI)
         except Exception as exc:
+            _count(location, exc)
             logger.warning("crewckpt: checkpoint on %s failed (trigger=%s): %s", location, trigger, exc,
                            exc_info=logger.isEnabledFor(logging.DEBUG))
             _emit(cfg, CheckpointFailedEvent(location=location, provider=PROVIDER_NAME, trigger=trigger,
                                              branch=branch_name, parent_id=parent_id, error=str(exc),
                                              **context))
             return None
+        _count(location, None)
         state._branch = target
         state._checkpoint_id = commit_id
         state._parent_id = commit_id
@@ -230,6 +237,8 @@ def write_checkpoint(state: RuntimeState, cfg: CheckpointConfig, event: Any = No
         view = cfg.view_target()
         if view is not None:
             _live_view(location, *view, max_checkpoints=cfg.max_checkpoints).publish(commit_id)
+        if cfg.push_to and cfg.push_every:
+            publish.after_checkpoint(cfg, location, target)
         return commit_id
 
 
@@ -262,6 +271,35 @@ def flush_views(timeout: float | None = 10.0) -> bool:
 
 
 atexit.register(flush_views)
+
+
+def _count(location: str, error: BaseException | None) -> None:
+    with _tally_lock:
+        t = _tally.setdefault(location, [0, 0, ""])
+        if error is None:
+            t[0] += 1
+        else:
+            t[1] += 1
+            t[2] = str(error)
+
+
+def checkpoint_failures() -> dict[str, tuple[int, int, str]]:
+    """Per store location, ``(checkpoints written, checkpoints that failed, the last error)`` in this process
+    (best-effort writes go on after a failure; this is how a run learns what it lost)."""
+    with _tally_lock:
+        return {loc: (t[0], t[1], t[2]) for loc, t in _tally.items()}
+
+
+def report_failures() -> None:
+    """Log one warning per store where checkpoints failed (runs at interpreter exit): a best-effort run
+    that kept going says at the end how many of its checkpoints were not written, and why."""
+    for loc, (ok, failed, last) in checkpoint_failures().items():
+        if failed:
+            logger.warning("crewckpt: %d of %d checkpoints could not be written to %s; last error: %s",
+                           failed, ok + failed, loc, last)
+
+
+atexit.register(report_failures)
 
 
 def _prune(store: Store, cfg: CheckpointConfig, keep: int, branch: str, parent_id: str | None,

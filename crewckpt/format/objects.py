@@ -15,8 +15,9 @@ import msgpack
 
 from crewckpt.errors import DecodeError
 
-FORMAT_VERSION = 1
-"""Store format version this code writes and reads (objects_format.md, section 'Versioning')."""
+FORMAT_VERSION = 2
+"""Store format version this code writes; it reads stores of versions 1 and 2 (objects_format.md,
+section 'Versioning')."""
 
 BLOB, TREE, COMMIT, DICT, PACK = 1, 2, 3, 4, 5
 KIND_NAMES: dict[int, bytes] = {BLOB: b"blob", TREE: b"tree", COMMIT: b"commit", DICT: b"dict", PACK: b"pack"}
@@ -140,7 +141,7 @@ def unpackb(body: bytes) -> Any:
 _JSON_LEAVES = frozenset({str, int, float, bool, type(None), Link})
 
 
-def _check_json(payload: Any) -> None:
+def check_json(payload: Any) -> None:
     """Reject what msgpack can carry but JSON cannot (bin strings, non-string map keys), so a hostile or
     damaged tree can never make ``read`` return a non-JSON value. Iterative: payloads may nest deeply.
     Exact type checks (msgpack builds only plain types): ~1/3 of the unpack time."""
@@ -178,7 +179,7 @@ def decode_tree(body: bytes) -> tuple[int, Any]:
     if not isinstance(v, list) or len(v) != 2 or v[0] not in _FORMS or isinstance(v[0], bool):
         raise DecodeError("tree body is not [form, payload]")
     form, payload = v
-    _check_json(payload)
+    check_json(payload)
     if form == VALUE:
         if isinstance(payload, (dict, list, Link)):
             raise DecodeError("value tree holds a container or link")
@@ -197,12 +198,11 @@ def decode_tree(body: bytes) -> tuple[int, Any]:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Summary:
-    """What listing needs, stored in the commit so listing never decodes snapshots.
-
-    entities: ``((entity_type, name), ...)``; tasks_done/tasks_total over all crews; event_count: nodes in
-    ``event_record``; logical_bytes: size of the document as compact JSON (bytes).
-    """
+class V1Summary:
+    """The summary slot of a format-1 commit body (objects_format.md 5.3; format 2 has none: a summary is a
+    commit-index cache there). Fixed layout ``[entities, tasks_done, tasks_total, event_count,
+    logical_bytes]``: entities ``[[entity_type, name], ...]``, ints. Kept to decode and re-encode format-1
+    bodies exactly; :meth:`as_map` gives the generic summary map the store lists."""
 
     entities: tuple[tuple[str, str], ...] = ()
     tasks_done: int = 0
@@ -214,8 +214,14 @@ class Summary:
         return [[list(e) for e in self.entities], self.tasks_done, self.tasks_total, self.event_count,
                 self.logical_bytes]
 
+    def as_map(self) -> dict[str, Any]:
+        """The slot as a summary map, keys named as in format 1 (in slot order)."""
+        return {"entities": [list(e) for e in self.entities], "tasks_done": self.tasks_done,
+                "tasks_total": self.tasks_total, "event_count": self.event_count,
+                "logical_bytes": self.logical_bytes}
+
     @classmethod
-    def decode(cls, v: Any) -> Summary:
+    def decode(cls, v: Any) -> V1Summary:
         try:
             ents, done, total, events, size = v
             entities = tuple((str(t), str(n)) for t, n in ents)
@@ -227,49 +233,88 @@ class Summary:
             raise DecodeError("bad commit summary") from None
 
 
+COMMIT_FORMAT = 2
+"""Commit format this code writes (objects_format.md, 'Commits'); it reads formats 1 and 2."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Commit:
-    """A commit object (objects_format.md, 'commit').
+    """A commit object (objects_format.md, 'Commits'): only what is true in every store.
 
-    tree: root tree/blob link of the snapshot; parents: parent commit ids (raw 32 bytes each);
-    time_ns: UTC wall time in nanoseconds; seq: per-branch sequence number (orders commits when clocks tie
-    or jump); branch: branch name at write time; run_id: writer/lineage id; trigger: CrewAI event type or
-    None; summary; meta_json: user metadata as compact JSON text or None; alias: foreign id (a CrewAI
-    checkpoint id) or None.
+    tree: root tree/blob link of the snapshot; parents: parent commit ids (raw 32 bytes each); time_ns: UTC
+    wall time in nanoseconds; run_id: writer/lineage id; trigger: what caused the checkpoint (a CrewAI event
+    type) or None; meta_json: metadata as compact JSON text or None; alias: foreign id (a CrewAI checkpoint
+    id) or None. Local order (seq), the owning branch and the listing summary are not part of a commit: they
+    live in the store's commit index.
+
+    ``version`` is the commit format of the body (2 for new commits). A format-1 body also carried the
+    writing store's sequence number, branch name and summary; they decode into ``v1_seq``, ``v1_branch``
+    and ``v1_summary`` only so :meth:`encode` gives back the exact body (and so the id). Readers never use
+    ``v1_seq`` or ``v1_branch`` for identity or order.
     """
 
     tree: Link
     parents: tuple[bytes, ...]
     time_ns: int
-    seq: int
-    branch: str
     run_id: str
     trigger: str | None
-    summary: Summary
     meta_json: str | None = None
     alias: str | None = None
+    version: int = COMMIT_FORMAT
+    v1_seq: int = 0
+    v1_branch: str = ""
+    v1_summary: V1Summary | None = None
 
     def encode(self) -> bytes:
-        return packb([
-            FORMAT_VERSION, self.tree.ext(), list(self.parents), self.time_ns, self.seq, self.branch,
-            self.run_id, self.trigger, self.summary.encode(), self.meta_json, self.alias,
-        ])
+        """The commit body in its ``version``'s layout. Raises DecodeError for a version it cannot write."""
+        if self.version == 2:
+            return packb([2, self.tree.ext(), list(self.parents), self.time_ns, self.run_id, self.trigger,
+                          self.meta_json, self.alias])
+        if self.version == 1:
+            return packb([1, self.tree.ext(), list(self.parents), self.time_ns, self.v1_seq, self.v1_branch,
+                          self.run_id, self.trigger, (self.v1_summary or V1Summary()).encode(), self.meta_json,
+                          self.alias])
+        raise DecodeError(f"cannot encode commit format {self.version!r}")
 
     @classmethod
     def decode(cls, body: bytes) -> Commit:
-        """Raises DecodeError on anything but a valid commit body."""
+        """Decode a format-1 (11 fields) or format-2 (8 fields) commit body.
+
+        Raises:
+            DecodeError: anything but a valid commit body of a known format.
+        """
         v = unpackb(body)
-        if not isinstance(v, list) or len(v) != 11:
-            raise DecodeError("commit body is not an 11-field array")
-        ver, tree, parents, t, seq, branch, run_id, trigger, summary, meta, alias = v
-        ok = (
-            ver == 1 and isinstance(tree, Link) and isinstance(parents, list)
-            and all(isinstance(p, bytes) and len(p) == ID_BYTES for p in parents)
-            and isinstance(t, int) and isinstance(seq, int) and not isinstance(seq, bool)
-            and isinstance(branch, str) and isinstance(run_id, str)
-            and (trigger is None or isinstance(trigger, str))
-            and (meta is None or isinstance(meta, str)) and (alias is None or isinstance(alias, str))
-        )
-        if not ok:
-            raise DecodeError("commit fields have wrong types")
-        return cls(tree, tuple(parents), t, seq, branch, run_id, trigger, Summary.decode(summary), meta, alias)
+        if not isinstance(v, list) or not v:
+            raise DecodeError("commit body is not an array")
+        ver = v[0]
+        if ver == 2 and not isinstance(ver, bool):
+            if len(v) != 8:
+                raise DecodeError("format-2 commit body is not an 8-field array")
+            _, tree, parents, t, run_id, trigger, meta, alias = v
+            _check_commit(tree, parents, t, run_id, trigger, meta, alias)
+            return cls(tree, tuple(parents), t, run_id, trigger, meta, alias)
+        if ver == 1 and not isinstance(ver, bool):
+            if len(v) != 11:
+                raise DecodeError("format-1 commit body is not an 11-field array")
+            _, tree, parents, t, seq, branch, run_id, trigger, summary, meta, alias = v
+            _check_commit(tree, parents, t, run_id, trigger, meta, alias)
+            if not isinstance(seq, int) or isinstance(seq, bool) or not isinstance(branch, str):
+                raise DecodeError("commit fields have wrong types")
+            return cls(tree, tuple(parents), t, run_id, trigger, meta, alias, 1, seq, branch,
+                       V1Summary.decode(summary))
+        if isinstance(ver, int) and not isinstance(ver, bool) and ver > COMMIT_FORMAT:
+            raise DecodeError(f"commit format {ver} is newer than this crewckpt understands; upgrade crewckpt")
+        raise DecodeError("commit body has no known commit format")
+
+
+def _check_commit(tree: Any, parents: Any, t: Any, run_id: Any, trigger: Any, meta: Any, alias: Any) -> None:
+    """The field types both commit formats share; raises DecodeError."""
+    ok = (
+        isinstance(tree, Link) and isinstance(parents, list)
+        and all(isinstance(p, bytes) and len(p) == ID_BYTES for p in parents)
+        and isinstance(t, int) and not isinstance(t, bool) and isinstance(run_id, str)
+        and (trigger is None or isinstance(trigger, str))
+        and (meta is None or isinstance(meta, str)) and (alias is None or isinstance(alias, str))
+    )
+    if not ok:
+        raise DecodeError("commit fields have wrong types")

@@ -16,9 +16,13 @@ from crewckpt.format import objects as ob
 
 @dataclasses.dataclass(slots=True)
 class CommitInfo:
-    """One commit. Ids are 64-hex strings; ``time_ns`` is UTC nanoseconds since the epoch; ``seq`` is the
-    store-wide write sequence (increasing along every branch; orders commits when clocks tie or jump);
-    ``live`` is False for a commit that prune removed but whose object still exists."""
+    """One commit. Ids are 64-hex strings; ``time_ns`` is UTC nanoseconds since the epoch; ``seq`` is this
+    store's write (arrival) sequence, from the commit index (increasing along every branch; orders commits
+    when clocks tie or jump); ``branch`` the branch the commit belongs to here and ``summary`` the listing
+    summary, also from the index: a JSON object with ``logical_bytes`` (document size, compact JSON) and the
+    keys of the writing store's profile (:mod:`crewckpt.history.profile`; CrewAI's:
+    :mod:`crewckpt.views.document`). ``live`` is False for a commit that prune removed but whose object still
+    exists: it has no index row, so ``seq`` is :data:`UNINDEXED_SEQ` and ``branch`` is ``""``."""
 
     id: str
     tree: str
@@ -28,7 +32,7 @@ class CommitInfo:
     branch: str
     run_id: str
     trigger: str | None
-    summary: ob.Summary
+    summary: dict[str, Any]
     meta: dict[str, Any]
     alias: str | None
     live: bool = True
@@ -45,14 +49,11 @@ class CommitInfo:
 
     def to_json(self) -> dict[str, Any]:
         """Stable JSON form (documented in docs/cli-json.md)."""
-        s = self.summary
         return {
             "id": self.id, "tree": self.tree, "parents": list(self.parents), "time_ns": self.time_ns,
             "time": self.time.isoformat(), "seq": self.seq, "branch": self.branch, "run_id": self.run_id,
             "trigger": self.trigger, "alias": self.alias, "live": self.live, "meta": self.meta,
-            "summary": {"entities": [list(e) for e in s.entities], "tasks_done": s.tasks_done,
-                        "tasks_total": s.tasks_total, "event_count": s.event_count,
-                        "logical_bytes": s.logical_bytes},
+            "summary": dict(self.summary),
         }
 
 
@@ -63,13 +64,22 @@ def _meta(text: str | None) -> dict[str, Any]:
     return v if isinstance(v, dict) else {"value": v}
 
 
-def _summary(packed: bytes) -> ob.Summary:
-    """Fast path for listing thousands of rows; falls back to the validating decoder on any surprise."""
+def _summary(packed: bytes) -> dict[str, Any]:
+    """An index row's summary: a msgpack map (written by this version), or a format-1 store's 5-slot list
+    (read as the same keys). Raises DecodeError for anything else, or a value JSON cannot hold."""
     try:
-        ents, done, total, events, size = msgpack.unpackb(packed)
-        return ob.Summary(tuple((t, n) for t, n in ents), done, total, events, size)
-    except Exception:
-        return ob.Summary.decode(ob.unpackb(packed))
+        v = msgpack.unpackb(packed)  # no ext hook: an extension value stays an ExtType, refused below
+    except Exception:  # msgpack raises several types on damaged input
+        raise DecodeError("commit summary is not msgpack") from None
+    if type(v) is dict:
+        ob.check_json(v)
+        return v
+    return ob.V1Summary.decode(v).as_map()
+
+
+def encode_summary(summary: dict[str, Any]) -> bytes:
+    """The index row form of a summary map (``IndexRow.summary``)."""
+    return ob.packb(summary)
 
 
 def from_row(r: IndexRow) -> CommitInfo:
@@ -92,16 +102,35 @@ def from_row(r: IndexRow) -> CommitInfo:
     return info
 
 
+UNINDEXED_SEQ = 0
+"""``CommitInfo.seq`` of a commit outside the commit index (pruned but present, or reached only through
+objects): local order exists only in the index, and 0 sorts before every indexed commit (seqs start at 1)."""
+
+
 def from_commit(cid: bytes, c: ob.Commit, live: bool) -> CommitInfo:
-    """CommitInfo from a decoded commit object."""
-    return CommitInfo(cid.hex(), c.tree.oid.hex(), tuple(p.hex() for p in c.parents), c.time_ns, c.seq,
-                      c.branch, c.run_id, c.trigger, c.summary, _meta(c.meta_json), c.alias, live)
+    """CommitInfo from a decoded commit object alone, for a commit with no commit-index row.
+
+    The local fields a commit body does not hold come back as "unknown here": ``seq`` is
+    :data:`UNINDEXED_SEQ`, ``branch`` is ``""`` and the summary is empty ``{}`` (a format-1 body's summary,
+    derived from the document, is used). A format-1 body's seq and branch are never used (objects_format.md 5.3).
+    """
+    return CommitInfo(cid.hex(), c.tree.oid.hex(), tuple(p.hex() for p in c.parents), c.time_ns, UNINDEXED_SEQ,
+                      "", c.run_id, c.trigger, c.v1_summary.as_map() if c.v1_summary else {}, _meta(c.meta_json), c.alias,
+                      live)
 
 
-def to_row(cid: bytes, c: ob.Commit) -> IndexRow:
-    """The commit-index row of a commit object."""
-    return IndexRow(cid, c.branch, c.seq, c.time_ns, c.run_id, c.trigger, c.parents, c.tree.oid,
-                    ob.packb(c.summary.encode()), c.alias, c.meta_json)
+def to_row(cid: bytes, c: ob.Commit, branch: str, seq: int, summary: dict[str, Any]) -> IndexRow:
+    """The commit-index row of a commit object: its fields plus the local ones (``branch`` it belongs to,
+    for prune; ``seq``, its local write order; ``summary`` of its document, for listing)."""
+    return IndexRow(cid, branch, seq, c.time_ns, c.run_id, c.trigger, c.parents, c.tree.oid,
+                    encode_summary(summary), c.alias, c.meta_json)
+
+
+def row_matches(row: IndexRow, c: ob.Commit) -> bool:
+    """Whether an index row's copies of the commit object's own fields agree with the object (the local
+    fields, branch, seq and summary, are the index's own and not compared)."""
+    return (row.time_ns, row.run_id, row.trigger, row.parents, row.tree, row.alias, row.meta_json) == (
+        c.time_ns, c.run_id, c.trigger, c.parents, c.tree.oid, c.alias, c.meta_json)
 
 
 @dataclasses.dataclass(frozen=True)

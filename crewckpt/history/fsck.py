@@ -12,12 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from crewckpt.errors import CkptError, CorruptStore, IntegrityError, MissingObject
 from crewckpt.format import objects as ob
-from crewckpt.history.commits import to_row
+from crewckpt.history import head
+from crewckpt.history.commits import row_matches
 from crewckpt.history.snapshot import links_in
 
 if TYPE_CHECKING:
     from crewckpt.history.gc import Progress
-    from crewckpt.history.store import Store
+    from crewckpt.history.objectdb import ObjectDB
+    from crewckpt.history.parts import StoreParts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,15 +43,15 @@ class FsckReport:
         return not self.broken and not self.problems
 
 
-def fsck(store: Store, *, full: bool = False, progress: Progress | None = None) -> FsckReport:
-    """Check ``store``. Quick: walk every live commit's graph, decoding and re-hashing each tree and commit and
+def fsck(parts: StoreParts, *, full: bool = False, progress: Progress | None = None) -> FsckReport:
+    """Check the store ``parts`` belong to. Quick: walk every live commit's graph, decoding and re-hashing each tree and commit and
     checking blobs exist. Full: also re-hash every blob and every unreachable object, and compare each index
     row with its commit object. A database file too damaged to read is one problem in the report (with the
     way out), not an exception."""
     try:
-        report = _fsck(store, full, progress)
-        extra = (_database_problems(store, full) + _graph_problems(store)
-                 + (_shape_problems(store, report.broken) if full else []))
+        report = _fsck(parts, full, progress)
+        extra = (_database_problems(parts, full) + _graph_problems(parts)
+                 + (_shape_problems(parts, report.broken) if full else []))
         return dataclasses.replace(report, problems=report.problems + extra) if extra else report
     except CorruptStore as e:
         return FsckReport({}, {}, 0, [
@@ -57,24 +59,25 @@ def fsck(store: Store, *, full: bool = False, progress: Progress | None = None) 
             f"can still read: `sqlite3 store.db .recover | sqlite3 recovered.db`, then `ckpt fsck --full` on it"])
 
 
-def _fsck(store: Store, full: bool, progress: Progress | None) -> FsckReport:
-    b = store.backend
+def _fsck(parts: StoreParts, full: bool, progress: Progress | None) -> FsckReport:
+    b, objects, refs, index = parts.objects.backend, parts.objects, parts.refs, parts.index
     broken: dict[bytes, str] = {}
     problems: list[str] = []
     children: dict[bytes, list[bytes]] = {}
     checked = 0
-    commits = {r.id: r for r in b.index_rows()}
-    ref_targets = b.refs()
+    commits = {r.id: r for r in index.index_rows()}
+    ref_targets = refs.refs()
     for name, t in ref_targets.items():
         if t not in commits and not b.has_many([t]):
             problems.append(f"ref {name} points at missing commit {t.hex()}")
+    problems.extend(head.problems(refs))
     for cid, row in commits.items():
         try:
-            c = store.objects.commit(cid)
+            c = objects.commit(cid)
             checked += 1
             children[cid] = [c.tree.oid]
-            # the branch column is the only field that legitimately changes (rename_branch rebranches rows)
-            if full and dataclasses.replace(to_row(cid, c), branch=row.branch) != row:
+            # branch, seq and summary are the index's own (local) fields; the rest copies the object
+            if full and not row_matches(row, c):
                 problems.append(f"commit index row of {cid.hex()} disagrees with the commit object")
         except (MissingObject, IntegrityError) as e:
             broken[cid] = _why(e)
@@ -94,7 +97,7 @@ def _fsck(store: Store, full: bool, progress: Progress | None) -> FsckReport:
                 checked += 1  # it exists; full re-hashes it, and counts it once too
                 continue
             try:
-                body = store.objects.verify(s)
+                body = objects.verify(s)
                 checked += 1
                 kids = [ln.oid for ln in links_in(ob.decode_tree(body)[1])] if s.kind == ob.TREE else []
             except (IntegrityError, MissingObject) as e:
@@ -117,7 +120,7 @@ def _fsck(store: Store, full: bool, progress: Progress | None) -> FsckReport:
             if s is None:
                 continue
             try:
-                store.objects.verify(s)
+                objects.verify(s)
                 other += 1
             except (IntegrityError, MissingObject) as e:
                 broken[oid] = _why(e)
@@ -157,20 +160,20 @@ def _affected(commits: Mapping[bytes, object], children: dict[bytes, list[bytes]
     return {c.hex(): sorted(x.hex() for x in under[c]) for c in commits if under.get(c)}
 
 
-def _database_problems(store: Store, full: bool) -> list[str]:
+def _database_problems(parts: StoreParts, full: bool) -> list[str]:
     """SQLite's own check of the database file (``quick_check``; ``integrity_check`` with --full): damage
     below the rows crewckpt reads (a broken index, a page two tables claim) shows here first."""
-    check = getattr(store.backend, "database_check", None)
+    check = getattr(parts.backend, "database_check", None)
     if check is None:
         return []
     return [f"SQLite {'integrity_check' if full else 'quick_check'}: {line}; restore store.db from a backup, or "
             f"rebuild it with `sqlite3 store.db .recover | sqlite3 recovered.db`" for line in check(full)]
 
 
-def _graph_problems(store: Store) -> list[str]:
+def _graph_problems(parts: StoreParts) -> list[str]:
     """Parent edges that break "a parent is older than its child" (a self-parent, a cycle in the commit
     index): walks refuse to follow them (objects_format.md 7.1); fsck names each."""
-    rows = {r.id: r for r in store.backend.index_rows()}
+    rows = {r.id: r for r in parts.index.index_rows()}
     out = []
     for cid, r in rows.items():
         for p in r.parents:
@@ -182,20 +185,20 @@ def _graph_problems(store: Store) -> list[str]:
     return out
 
 
-def _shape_problems(store: Store, broken: Mapping[str, str]) -> list[str]:
+def _shape_problems(parts: StoreParts, broken: Mapping[str, str]) -> list[str]:
     """What hashes cannot see (fsck --full): every link names an object of the kind it says (a tree link a
     tree, a string link a blob), chunk lists hold children of their form, strings decode as UTF-8 (WTF-8),
     refs name commits. Each distinct object is looked at once; objects already reported broken are skipped."""
-    b = store.backend
+    b, objects = parts.objects.backend, parts.objects
     problems: list[str] = []
-    for name, target in b.refs().items():
+    for name, target in parts.refs.refs().items():
         got = b.get_many([target]).get(target)
         if got is not None and got.kind != ob.COMMIT:
             problems.append(f"ref {name} names {target.hex()}, a {_kind(got.kind)}, not a commit")
     want: dict[bytes, tuple[int, bytes, tuple[int, ...] | None]] = {}  # oid -> (kind, referrer, forms allowed)
-    for row in b.index_rows():
+    for row in parts.index.index_rows():
         try:
-            c = store.objects.commit(row.id)
+            c = objects.commit(row.id)
         except CkptError:
             continue
         want.setdefault(c.tree.oid, (c.tree.kind, row.id, None))
@@ -203,9 +206,9 @@ def _shape_problems(store: Store, broken: Mapping[str, str]) -> list[str]:
     trees: dict[bytes, tuple[int, Any]] = {}
     blob_sizes: dict[bytes, int] = {}
     roots: list[tuple[bytes, ob.Link]] = []
-    for row in b.index_rows():
+    for row in parts.index.index_rows():
         with contextlib.suppress(CkptError):
-            roots.append((row.id, store.objects.commit(row.id).tree))
+            roots.append((row.id, objects.commit(row.id).tree))
     while want:
         batch, want = want, {}
         stored = b.get_many(list(batch))
@@ -221,9 +224,9 @@ def _shape_problems(store: Store, broken: Mapping[str, str]) -> list[str]:
             try:
                 if kind == ob.BLOB:
                     if forms is None:  # a whole string (chunk pieces may split a character)
-                        ob.bytes_str(store.objects.blobs([oid])[oid])
+                        ob.bytes_str(objects.blobs([oid])[oid])
                     continue
-                form, payload = trees[oid] = store.objects.trees([oid])[oid]
+                form, payload = trees[oid] = objects.trees([oid])[oid]
             except CkptError as e:
                 problems.append(f"object {oid.hex()}: {e}")
                 continue
@@ -232,7 +235,7 @@ def _shape_problems(store: Store, broken: Mapping[str, str]) -> list[str]:
                                 f"{sorted(forms)}")
                 continue
             if form == ob.STRING_CHUNKS and forms != _CHILD_FORMS[ob.STRING_CHUNKS]:  # whole strings only
-                problems.extend(_string_problem(store, oid))
+                problems.extend(_string_problem(objects, oid))
             for ln in links_in(payload):
                 want.setdefault(ln.oid, (ln.kind, oid, _CHILD_FORMS.get(form)))
     return problems + _size_problems(roots, trees, blob_sizes)
@@ -261,12 +264,12 @@ _CHILD_FORMS = {ob.OBJECT_CHUNKS: (ob.OBJECT, ob.OBJECT_CHUNKS), ob.ARRAY_CHUNKS
                 ob.STRING_CHUNKS: (ob.STRING_CHUNKS,)}
 
 
-def _string_problem(store: Store, oid: bytes) -> list[str]:
+def _string_problem(objects: ObjectDB, oid: bytes) -> list[str]:
     """A STRING_CHUNKS tree whose concatenated pieces are not UTF-8 (WTF-8)."""
     from crewckpt.history.snapshot import _chunk_leaves, prefetch
 
     try:
-        t, blobs = prefetch(ob.Link(oid, ob.TREE), store.objects.trees, store.objects.blobs)
+        t, blobs = prefetch(ob.Link(oid, ob.TREE), objects.trees, objects.blobs)
         ob.bytes_str(b"".join(blobs[ln.oid] for ln in _chunk_leaves(oid, t, ob.STRING_CHUNKS, None)))
     except CkptError as e:
         return [f"string tree {oid.hex()}: {e}"]

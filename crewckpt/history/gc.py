@@ -11,19 +11,20 @@ unreferenced objects, and a rerun finishes the job.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from crewckpt.backends.base import HEAD_BYTES, ObjectMeta
-from crewckpt.errors import CkptError, MissingObject
+from crewckpt.backends.base import HEAD_BYTES, ObjectMeta, writing
+from crewckpt.errors import GcAborted, GcBusy, MissingObject
 from crewckpt.format import objects as ob
 from crewckpt.format.frame import PACK_KEY, PACK_LEVEL, PACKED
 from crewckpt.history.snapshot import links_in
 
 if TYPE_CHECKING:
-    from crewckpt.history.store import Store
+    from crewckpt.history.parts import StoreParts
 
 Progress = Callable[[str, int, "int | None"], None]
 """Progress callback: ``(phase, done, total or None)``."""
@@ -34,10 +35,6 @@ REPACK_BELOW = 16 << 20  # bytes: gc merges packs smaller than this (one full pa
 PACK_MAX = 16 << 20  # bytes of bodies per new pack
 GC_WAIT_S = 30.0  # seconds gc waits for the lock (another gc, or a writer's automatic repack)
 COMPACT_BELOW = 256 << 20  # bytes: smaller stores are rewritten densely (VACUUM, well under a second)
-
-
-class GcBusy(CkptError):
-    """Another gc holds the store's gc lock."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,26 +50,31 @@ class GcReport:
     dry_run: bool
 
 
-def roots(store: Store) -> set[bytes]:
+def roots(parts: StoreParts) -> set[bytes]:
     """Commit ids gc keeps: every live commit (the commit index) and every ref target. Parent pointers are
     weak references: a pruned parent is not kept alive by its children."""
-    r = {row.id for row in store.backend.index_rows()}
-    r.update(store.backend.refs().values())
+    r = {row.id for row in parts.index.index_rows()}
+    r.update(parts.refs.refs().values())
     return r
 
 
-def mark(store: Store, progress: Progress | None = None) -> set[bytes]:
+def mark(parts: StoreParts, progress: Progress | None = None, unread: set[bytes] | None = None) -> set[bytes]:
     """Ids of every non-pack object reachable from :func:`roots` (commits, their trees and blobs) plus every
     dictionary. Packs are live while a surviving object's frame names them (see :func:`gc`).
 
-    Missing objects are skipped (fsck reports them); corrupt trees raise IntegrityError.
+    Objects the walk needs but cannot get are added to ``unread`` (when given) and their subgraph is not
+    walked: gc then refuses to sweep if any of them is listed (present but unreadable right now), since what
+    sits below them would look unreachable. Corrupt trees raise IntegrityError (nothing is deleted).
     """
-    live: set[bytes] = {m.oid for m in store.backend.iter_objects() if m.kind == ob.DICT}
+    objs = parts.objects
+    live: set[bytes] = {m.oid for m in objs.backend.iter_objects() if m.kind == ob.DICT}
     level: list[bytes] = []
-    for cid in roots(store):
+    for cid in roots(parts):
         try:
-            c = store.objects.commit(cid)
+            c = objs.commit(cid)
         except MissingObject:
+            if unread is not None:
+                unread.add(cid)
             continue
         live.add(cid)
         level.append(c.tree.oid)
@@ -81,10 +83,12 @@ def mark(store: Store, progress: Progress | None = None) -> set[bytes]:
         todo = [o for o in dict.fromkeys(level) if o not in live]
         live.update(todo)
         level = []
-        found = store.backend.get_many(todo)
+        found = objs.backend.get_many(todo)
+        if unread is not None:
+            unread.update(o for o in todo if o not in found)
         trees = [o for o, s in found.items() if s.kind == ob.TREE]
         for batch in size_batches(trees, {o: found[o].size for o in trees}):
-            got = store.objects.trees(batch)
+            got = objs.trees(batch)
             for _, payload in got.values():
                 level.extend(ln.oid for ln in links_in(payload))
         done += len(todo)
@@ -128,7 +132,7 @@ def _pack_of(head: bytes) -> bytes | None:
     return bytes(head[1:1 + PACK_KEY]) if head[:1] == bytes([PACKED]) and len(head) == HEAD_BYTES else None
 
 
-def repack(store: Store, live: set[bytes], metas: dict[bytes, ObjectMeta],
+def repack(parts: StoreParts, live: set[bytes], metas: dict[bytes, ObjectMeta],
            progress: Progress | None = None) -> int:
     """Rewrite live objects that sit loose or in small or mostly-dead packs into new packs of up to
     PACK_MAX bytes, compressed at PACK_LEVEL; returns how many objects moved. Members are ordered by kind
@@ -138,7 +142,7 @@ def repack(store: Store, live: set[bytes], metas: dict[bytes, ObjectMeta],
     Each new pack lands with its members' new frames in one transaction, so a crash leaves either frame.
     """
     moving = repack_plan(live, metas)
-    return write_packs(store, moving, progress, {o: metas[o].size for o in moving if o in metas}) if moving else 0
+    return write_packs(parts, moving, progress, {o: metas[o].size for o in moving if o in metas}) if moving else 0
 
 
 def repack_plan(live: set[bytes], metas: dict[bytes, ObjectMeta]) -> list[bytes]:
@@ -173,7 +177,7 @@ def repack_plan(live: set[bytes], metas: dict[bytes, ObjectMeta]) -> list[bytes]
     return loose + [o for p in chosen for o in by_pack[p]]
 
 
-def write_packs(store: Store, oids: list[bytes], progress: Progress | None = None,
+def write_packs(parts: StoreParts, oids: list[bytes], progress: Progress | None = None,
                 sizes: dict[bytes, int] | None = None) -> int:
     """Move objects into new packs of up to PACK_MAX body bytes at PACK_LEVEL, ordered by kind and body
     prefix; returns how many frames changed. Objects gone meanwhile are skipped. Each pack lands with its
@@ -181,7 +185,7 @@ def write_packs(store: Store, oids: list[bytes], progress: Progress | None = Non
     bytes) bounds each decoding batch to BATCH_BYTES."""
     bodies = {}
     for ids in size_batches(oids, sizes):
-        bodies.update(store.objects.get_many(ids))
+        bodies.update(parts.objects.get_many(ids))
     items = sorted(((o, k, b) for o, (k, b) in bodies.items()), key=lambda x: (x[1], x[2][:48], x[0]))
     moved = 0
     batch: list[tuple[bytes, int, bytes]] = []
@@ -191,8 +195,8 @@ def write_packs(store: Store, oids: list[bytes], progress: Progress | None = Non
             batch.append(it)
             size += len(it[2])
         if batch and (it is None or size >= PACK_MAX):
-            objs = store.objects.pack(batch, level=PACK_LEVEL)
-            with store.backend.transaction() as txn:
+            objs = parts.objects.pack(batch, level=PACK_LEVEL)
+            with parts.backend.transaction() as txn:  # reframe implies transactions (docs/backends.md)
                 txn.put_many(objs[:1], time.time_ns())
                 moved += txn.reframe((o.oid, o.frame) for o in objs[1:])
             batch, size = [], 0
@@ -201,11 +205,12 @@ def write_packs(store: Store, oids: list[bytes], progress: Progress | None = Non
     return moved
 
 
-def drop_unreferenced_packs(store: Store, touched_before_ns: int) -> int:
+def drop_unreferenced_packs(parts: StoreParts, touched_before_ns: int) -> int:
     """Delete packs that no object's frame names any more (and older than the cutoff); returns the count.
 
-    Decided inside one transaction: no writer can add a frame naming a pack between check and delete."""
-    with store.backend.transaction() as txn:
+    Decided inside one transaction where the backend has them; without, writers only add frames naming the
+    pack they put in the same batch (its stored time is then fresh), and the delete re-checks that time."""
+    with writing(parts.backend) as txn:
         now = list(txn.iter_objects())
         used = {_pack_of(m.head) for m in now}
         packs = [m.oid for m in now
@@ -213,23 +218,25 @@ def drop_unreferenced_packs(store: Store, touched_before_ns: int) -> int:
         return txn.delete_objects(packs, touched_before_ns)
 
 
-def merge_packs(store: Store, packs: list[tuple[bytes, list[bytes]]]) -> bool:
+def merge_packs(parts: StoreParts, packs: list[tuple[bytes, list[bytes]]]) -> bool:
     """Merge packs this writer wrote, given as ``(pack id, member ids)``, into bigger packs compressed together
     (git's gc.autoPackLimit idea), then delete them. Needs no scan: only the writer's own rows name its packs
     (a member that already existed kept its older frame). Skipped, returning False, while a gc holds the
     lock; the caller keeps its list and tries again later."""
-    with store.backend.gc_lock() as got:
+    b = parts.backend
+    if not (b.capabilities.reframe and b.capabilities.locks):
+        return True  # nothing to merge on a backend that cannot reframe: per-checkpoint packs stay
+    with b.lock("gc") as got:
         if not got:
             return False
-        write_packs(store, [o for _, members in packs for o in members])
-        with store.backend.transaction() as txn:
-            txn.delete_objects([p for p, _ in packs], time.time_ns() + 1)
+        write_packs(parts, [o for _, members in packs for o in members])
+        b.delete_objects([p for p, _ in packs], time.time_ns() + 1)
     return True
 
 
-def gc(store: Store, *, dry_run: bool = False, grace_ns: int = 0, progress: Progress | None = None,
+def gc(parts: StoreParts, *, dry_run: bool = False, grace_ns: int = 0, progress: Progress | None = None,
        wait_s: float = GC_WAIT_S) -> GcReport:
-    """Collect unreachable objects of ``store`` and repack the live ones (module docstring has the safety
+    """Collect unreachable objects of the store ``parts`` belong to, and repack the live ones (module docstring has the safety
     argument).
 
     Args:
@@ -237,46 +244,56 @@ def gc(store: Store, *, dry_run: bool = False, grace_ns: int = 0, progress: Prog
         grace_ns: also keep objects touched within this many ns before gc started.
         wait_s: how long to wait for the gc lock (another gc, or a writer's automatic repack).
     Raises:
-        GcBusy: the lock stayed taken for ``wait_s`` seconds.
+        GcBusy: the lock stayed taken for ``wait_s`` seconds. GcAborted: an object the mark needed is listed but
+            could not be read (nothing was deleted; retry, or run fsck).
     """
-    b = store.backend
-    with b.gc_lock(wait_s=wait_s) as got:  # a writer's automatic repack holds it for well under a second
+    b = parts.backend
+    caps = b.capabilities
+    grace_ns = max(grace_ns, int(caps.gc_grace_s * 1e9))
+    lock = b.lock("gc", wait_s=wait_s) if caps.locks else contextlib.nullcontext(True)
+    with lock as got:  # a writer's automatic repack holds it for well under a second
         if not got:
             raise GcBusy(f"another gc is running on this store (its lock stayed taken for {wait_s:.0f} s); wait "
                          f"for it to finish")
-        before = store.stats()["file_bytes"]
+        before = parts.size_bytes()
         # the cutoff is read *before* the epoch bump: a writer that puts objects after the bump either saw the
         # old epoch (its transaction committed before the bump, so mark sees its commit) or stamps them with
         # a time read after the bump, hence >= cutoff. Read after the bump, a descheduled gc could get a
         # cutoff later than a racing writer's stamp and sweep that writer's fresh commit.
         cutoff = time.time_ns() - grace_ns
         if not dry_run:
-            with b.transaction() as txn:
+            with writing(b) as txn:
                 txn.meta_set("gc_epoch", next_epoch(txn.meta_get("gc_epoch")))
-        live = mark(store, progress)
-        metas = {m.oid: m for m in b.iter_objects()}
+        unread: set[bytes] = set()
+        live = mark(parts, progress, unread)
+        metas = {m.oid: m for m in parts.objects.backend.iter_objects()}
+        if unread & metas.keys():  # present but unreadable: what lies below it would look unreachable
+            first = min(unread & metas.keys()).hex()
+            raise GcAborted(f"gc could not read object {first} that a live commit needs, though the store lists "
+                            f"it; nothing was deleted; retry, and run `ckpt fsck` if it persists")
         dead = [o for o, m in metas.items() if m.kind != ob.PACK and o not in live and m.touched_ns < cutoff]
         if dry_run:  # what the sweep deletes, then the packs nothing names once repack moved their members
-            dead_set = set(dead) | set(repack_plan(live, metas))
+            dead_set = set(dead) | (set(repack_plan(live, metas)) if caps.reframe and caps.locks else set())
             used = {_pack_of(m.head) for o, m in metas.items() if o not in dead_set}
             packs = [o for o, m in metas.items()
                      if m.kind == ob.PACK and o[:PACK_KEY] not in used and m.touched_ns < cutoff]
             gone = dead + packs
             return GcReport(len(live), len(gone), sum(metas[o].size for o in gone), before, before, True)
-        repack(store, live, metas, progress)
+        if caps.reframe and caps.locks:  # packing is tuning for backends that can rewrite frames in place
+            repack(parts, live, metas, progress)
         deleted = 0
         for i in range(0, len(dead), DELETE_BATCH):
             batch = dead[i:i + DELETE_BATCH]
-            with b.transaction() as txn:
+            with writing(b) as txn:
                 deleted += txn.delete_objects(batch, cutoff)
                 # a collected commit's foreign ids must not resolve to nothing (re-import makes them anew)
                 txn.alias_forget([o for o in batch if metas[o].kind == ob.COMMIT and not txn.has_many([o])])
             if progress:
                 progress("sweep", min(i + DELETE_BATCH, len(dead)), len(dead))
         packs_before = {o for o, m in metas.items() if m.kind == ob.PACK}
-        deleted += drop_unreferenced_packs(store, cutoff)
-        gone_packs = packs_before - {m.oid for m in b.iter_objects() if m.kind == ob.PACK}
-        b.reclaim(compact=before < COMPACT_BELOW)
-        after = store.stats()["file_bytes"]
+        deleted += drop_unreferenced_packs(parts, cutoff)
+        gone_packs = packs_before - {m.oid for m in parts.objects.backend.iter_objects() if m.kind == ob.PACK}
+        b.maintain(compact=before < COMPACT_BELOW)  # the backend's own tuning (SQLite: vacuum, WAL)
+        after = parts.size_bytes()
         freed = sum(metas[o].size for o in dead) + sum(metas[o].size for o in gone_packs)
         return GcReport(len(live), deleted, freed, before, after, False)

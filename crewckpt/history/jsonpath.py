@@ -12,6 +12,8 @@ import json
 import re
 from typing import Any
 
+from crewckpt.errors import JsonPathError
+
 PathPart = str | int
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -23,10 +25,6 @@ _TOKEN = re.compile(
     """,
     re.VERBOSE,
 )
-
-
-class JsonPathError(ValueError):
-    """A JSON path that cannot be parsed, or that does not lead to a value in the document."""
 
 
 def parse_path(text: str) -> list[PathPart]:

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from crewckpt.backends.base import Backend, Reader, StoredObject
+from crewckpt.backends.base import ObjectStore, StoredObject
 from crewckpt.errors import DecodeError, IntegrityError, MissingObject
 from crewckpt.format import objects as ob
 from crewckpt.format.frame import Codec, packed_frame, parse_packed
@@ -25,11 +25,11 @@ class ObjectDB:
     """Reads and encodes objects for one open store.
 
     Args:
-        backend: where frames live.
+        backend: the object store where frames live (any backend).
         codec: compression policy; None builds a default one that loads dictionaries from the backend.
     """
 
-    def __init__(self, backend: Backend, codec: Codec | None = None) -> None:
+    def __init__(self, backend: ObjectStore, codec: Codec | None = None) -> None:
         self.backend = backend
         self.codec = codec or Codec(load_dict=self._load_dict)
         self._trees: collections.OrderedDict[bytes, tuple[int, Any]] = collections.OrderedDict()
@@ -62,7 +62,7 @@ class ObjectDB:
             off += len(b)
         return out
 
-    def verify(self, stored: StoredObject, reader: Reader | None = None, budget: ReadBudget | None = None) -> bytes:
+    def verify(self, stored: StoredObject, reader: ObjectStore | None = None, budget: ReadBudget | None = None) -> bytes:
         """Decode a stored object (through its pack if packed) and check its hash; returns the body.
 
         The frame is decoded to exactly its declared size (the ``size`` column) and no more; ``budget``, when
@@ -89,7 +89,7 @@ class ObjectDB:
             raise IntegrityError(stored.oid.hex(), "content hash does not match its id")
         return body
 
-    def _unpack(self, stored: StoredObject, reader: Reader | None, budget: ReadBudget | None = None) -> bytes:
+    def _unpack(self, stored: StoredObject, reader: ObjectStore | None, budget: ReadBudget | None = None) -> bytes:
         key, off, ln = parse_packed(stored.frame)
         if ln != stored.size:
             raise DecodeError(f"packed frame holds {ln} bytes but its size says {stored.size}")
@@ -105,7 +105,7 @@ class ObjectDB:
                 return piece
         raise IntegrityError(stored.oid.hex(), f"no slice of pack {key.hex()}.. hashes to it")
 
-    def _packs(self, key: bytes, reader: Reader | None, budget: ReadBudget | None = None) -> list[bytes]:
+    def _packs(self, key: bytes, reader: ObjectStore | None, budget: ReadBudget | None = None) -> list[bytes]:
         """Verified, decompressed bodies of the packs whose id starts with ``key`` (LRU-cached by bytes).
 
         Raises:
@@ -129,14 +129,14 @@ class ObjectDB:
                 self._pack_bytes -= sum(len(b) for b in old)
         return out
 
-    def get(self, oid: bytes, reader: Reader | None = None) -> tuple[int, bytes]:
+    def get(self, oid: bytes, reader: ObjectStore | None = None) -> tuple[int, bytes]:
         """``(kind, body)`` of one object. Raises MissingObject or IntegrityError."""
         got = self.get_many([oid], reader)
         if oid not in got:
             raise MissingObject(oid.hex())
         return got[oid]
 
-    def get_many(self, oids: Iterable[bytes], reader: Reader | None = None,
+    def get_many(self, oids: Iterable[bytes], reader: ObjectStore | None = None,
                  budget: ReadBudget | None = None) -> dict[bytes, tuple[int, bytes]]:
         """Verified ``oid -> (kind, body)`` for the ids found; missing ids are absent from the result.
 
@@ -153,7 +153,7 @@ class ObjectDB:
                                                          f"in the store") from None
         raise AssertionError("unreachable")
 
-    def trees(self, oids: Iterable[bytes], reader: Reader | None = None,
+    def trees(self, oids: Iterable[bytes], reader: ObjectStore | None = None,
               budget: ReadBudget | None = None) -> dict[bytes, tuple[int, Any]]:
         """Decoded trees ``oid -> (form, payload)`` (cached; callers must not mutate payloads).
 
@@ -181,7 +181,7 @@ class ObjectDB:
                     self._trees.popitem(last=False)
         return out
 
-    def commit(self, cid: bytes, reader: Reader | None = None) -> ob.Commit:
+    def commit(self, cid: bytes, reader: ObjectStore | None = None) -> ob.Commit:
         """Decoded commit object. Raises MissingObject, IntegrityError."""
         kind, body = self.get(cid, reader)
         if kind != ob.COMMIT:
@@ -191,12 +191,12 @@ class ObjectDB:
         except DecodeError as e:
             raise IntegrityError(cid.hex(), str(e)) from None
 
-    def blobs(self, oids: Iterable[bytes], reader: Reader | None = None,
+    def blobs(self, oids: Iterable[bytes], reader: ObjectStore | None = None,
               budget: ReadBudget | None = None) -> dict[bytes, bytes]:
         """Verified blob bodies. Raises MissingObject / IntegrityError (DocumentTooLarge over ``budget``)."""
         return self._bodies(list(dict.fromkeys(oids)), ob.BLOB, reader, budget)
 
-    def _bodies(self, want: list[bytes], kind: int, reader: Reader | None,
+    def _bodies(self, want: list[bytes], kind: int, reader: ObjectStore | None,
                 budget: ReadBudget | None = None) -> dict[bytes, bytes]:
         """Verified bodies of ``want``, every one present and of ``kind`` (else MissingObject/IntegrityError)."""
         got = self.get_many(want, reader, budget)

@@ -12,6 +12,7 @@ from crewckpt.errors import BadRefName
 
 HEADS = "refs/heads/"
 RUNS = "refs/runs/"
+REMOTES = "refs/remotes/"  # remote-tracking refs: refs/remotes/<remote>/<branch>, written origin/main
 RESERVED = frozenset({"HEAD", "latest", "@"})
 MAX_LEN = 200  # characters; keeps ref names far from filesystem limits when exported as folders
 

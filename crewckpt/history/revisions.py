@@ -1,10 +1,12 @@
 """Revision syntax, parsed in one place (git's gitrevisions(7) subset plus CrewAI ids).
 
-Grammar: ``BASE SUFFIX*`` where BASE is ``HEAD``/``latest`` (the last commit written), a full 64-hex id, a
-branch name, a ``refs/...`` name, a CrewAI checkpoint id kept as an alias (``20261129T234227_0d859366``), or a
-unique hex prefix of at least 4 characters; SUFFIX is ``~N`` (N-th first-parent ancestor), ``^`` / ``^N``
-(N-th parent; ``^0`` the commit itself) or ``@{N}`` (the branch's N-th prior value from its reflog; only
-directly after a branch name).
+Grammar: ``BASE SUFFIX*`` where BASE is ``HEAD`` or ``@`` (the tip of the current branch, which the
+symbolic ref HEAD names), ``latest`` (the last commit written on any branch), a full 64-hex id, a branch
+name, a ``refs/...`` name, a CrewAI checkpoint id kept as an alias (``20261129T234227_0d859366``), or a
+unique hex prefix of at least 4 characters, optionally followed by ``@{N}`` (the ref's N-th prior value from
+its reflog: ``main@{1}``, ``HEAD@{2}``; with no name, ``@{N}`` is the current branch's, as in git);
+``@{-N}`` alone is the N-th branch HEAD was on before the current one. SUFFIX is ``~N`` (N-th first-parent
+ancestor) or ``^`` / ``^N`` (N-th parent; ``^0`` the commit itself). Source: gitrevisions(7).
 """
 
 from __future__ import annotations
@@ -17,14 +19,15 @@ from crewckpt.errors import UnknownRevision
 
 MIN_PREFIX = 4
 _SUFFIX = re.compile(r"~(\d*)|\^(\d*)")
-_REFLOG = re.compile(r"^(.*)@\{(\d+)\}")
+_REFLOG = re.compile(r"^(.*)@\{(-?\d+)\}")
 MAX_REV_LEN = 1024
 
 
 @dataclasses.dataclass(frozen=True)
 class Revision:
     """A parsed revision: ``base`` string, optional reflog index, and ancestry steps ``(parent_no, count)``:
-    ``~N`` is ``(1, N)``, ``^N`` is ``(N, 1)``."""
+    ``~N`` is ``(1, N)``, ``^N`` is ``(N, 1)``. ``base`` is ``""`` for ``@{N}`` (the current branch's reflog)
+    and ``@{-N}`` (``reflog`` = -N: the N-th branch checked out before the current one)."""
 
     text: str
     base: str
@@ -52,7 +55,10 @@ def parse(text: object) -> Revision:
     m = _REFLOG.match(head)
     if m and m.end() == len(head):
         head, reflog = m.group(1), int(m.group(2))
-    if not head:
+        if reflog < 0 and head:
+            raise UnknownRevision(f"revision {text!r}: @{{-N}} stands alone (the N-th branch checked out "
+                                  f"before the current one); write e.g. @{{-1}} or {head}@{{1}}")
+    if not head and reflog is None:
         raise UnknownRevision(f"revision {text!r} has no base; write e.g. main~2")
     steps: list[tuple[int, int]] = []
     pos = 0

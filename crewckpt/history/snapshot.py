@@ -39,10 +39,6 @@ MAX_INLINE_DEPTH = 64
 STR_CDC_MIN = 16 * 1024
 CHUNK_ENTRIES = 64
 LEAF_BYTES = 16384
-SEPARATE_KEYS = frozenset({"agent", "agent_executor", "output", "memory"})
-"""CrewAI shape hints: containers under these keys are their own trees even when small. A crew's every task
-embeds its agent, and the agent's executor changes on every event: inline, each change would rewrite every
-task; as links, the tasks stay put. Task outputs and memory also become separately addressable (diff)."""
 SEPARATE_MIN = 256  # bytes: tinier containers stay inline anyway (a link costs 35)
 _MASK = CHUNK_ENTRIES // 2 - 1
 _FORCE_CUT = 8 * CHUNK_ENTRIES
@@ -141,7 +137,7 @@ class _Frame:
                  frozen: Frozen | None = None) -> None:
         self.frozen = frozen
         self.skip = 0  # levels below this one that skip cache keys (msgpack refused this one as too deep)
-        self.own = False  # stored as its own tree whatever its size (a SEPARATE_KEYS member)
+        self.own = False  # stored as its own tree whatever its size (under one of the split policy's separate_keys)
         self.is_dict = isinstance(v, dict)
         if self.is_dict:
             for k in v:  # type: ignore[union-attr]
@@ -167,9 +163,14 @@ class Splitter:
     ``put(kind, body) -> oid`` receives each object the split needs (new or not); the caller decides what is
     already stored. Cache entries made during a split are staged and kept only when :meth:`keep` is called
     after the objects landed (a failed transaction must not leave cache entries naming absent objects).
+
+    ``separate_keys`` (the split policy, a store profile's hints: :mod:`crewckpt.history.profile`): object
+    keys whose container values become their own trees even when small (over SEPARATE_MIN bytes). None by
+    default: the generic store knows no document's shape.
     """
 
-    def __init__(self, cache_bytes: int = CACHE_BYTES) -> None:
+    def __init__(self, cache_bytes: int = CACHE_BYTES, *, separate_keys: frozenset[str] = frozenset()) -> None:
+        self._separate = frozenset(separate_keys)
         self._cache = _Cache(cache_bytes)
         self._strs = _Cache(cache_bytes // 4)
         self._keys: dict[str, bytes] = {}
@@ -237,6 +238,7 @@ class Splitter:
     def _value(self, root: Any) -> tuple[bytes, int]:
         stack: list[_Frame] = []
         result: list[tuple[bytes, int]] = []
+        separate = self._separate
 
         def enter(v: Any, keyed: bool = True, own: bool = False) -> tuple[bytes, int] | object:
             if isinstance(v, (*_SCALARS, int)):
@@ -282,7 +284,7 @@ class Splitter:
         while stack:
             f = stack[-1]
             if f.i < len(f.vals):
-                r = enter(f.vals[f.i], True, f.is_dict and f.keys[f.i] in SEPARATE_KEYS)
+                r = enter(f.vals[f.i], True, f.is_dict and f.keys[f.i] in separate)
                 if r is _PENDING:
                     continue
                 f.out.append(r[0])  # type: ignore[index]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins  # Store.list shadows the builtin inside the class body
 import collections
+import contextlib
 import logging
 import os
 import threading
@@ -22,33 +23,36 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from crewckpt.backends import registry
-from crewckpt.backends.base import Backend, IndexRow, ReflogEntry
+from crewckpt.backends.base import Backend, IndexRow, Parts, ReflogEntry, writing
 from crewckpt.backends.registry import ENV_VAR
 from crewckpt.backends.sqlite import DEFAULT_DIR
 from crewckpt.errors import (
     AmbiguousRevision,
     BranchExists,
+    BranchInUse,
     CkptError,
     DecodeError,
     FormatVersionError,
     IntegrityError,
     MissingObject,
+    RefConflict,
     StoreNotFound,
     UnknownRevision,
 )
 from crewckpt.format import objects as ob
-from crewckpt.history import refnames, revisions
+from crewckpt.history import head, refnames, revisions
 from crewckpt.history.commits import CommitInfo, PrunedCommit, from_commit, from_row, to_row
 from crewckpt.history.limits import ReadBudget
 from crewckpt.history.objectdb import ObjectDB
+from crewckpt.history.profile import GENERIC, Profile
 from crewckpt.history.snapshot import Splitter, assemble
-from crewckpt.history.summary import json_size, summarize
 
 if TYPE_CHECKING:  # maintenance modules load on first use: the read path stays quick to import
     from crewckpt.history.fsck import FsckReport
     from crewckpt.history.gc import GcReport, Progress
-    from crewckpt.views.exporter import ExportReport
-    from crewckpt.views.importer import ImportReport
+    from crewckpt.history.parts import StoreParts
+    from crewckpt.history.reindex import RebuildReport
+    from crewckpt.history.remotes import SyncReport
 
 _log = logging.getLogger("crewckpt")
 __all__ = ["DEFAULT_DIR", "ENV_VAR", "Store", "find_store"]
@@ -63,15 +67,18 @@ class Store:
     Construct with :meth:`init`, :meth:`open` or :meth:`memory`; close with :meth:`close` or ``with``.
     """
 
-    def __init__(self, backend: Backend, path: Path | None = None, *, location: str | None = None) -> None:
+    def __init__(self, backend: Backend, path: Path | None = None, *, profile: Profile = GENERIC,
+                 location: str | None = None) -> None:
         """Wrap an open backend. ``path``: its store folder (local stores); ``location``: its canonical
         location (:func:`crewckpt.backends.registry.identity`), default the identity of ``path``; None for a
         store that cannot be reopened by location (anonymous memory)."""
         self.backend = backend
         self.path = path
         self.location = location if location is not None or path is None else registry.identity(path)
+        self.profile = profile
+        """What the documents mean to this store: summarizer and split hints (:mod:`crewckpt.history.profile`)."""
         self.objects = ObjectDB(backend)
-        self._splitter = Splitter()
+        self._splitters: dict[frozenset[str], Splitter] = {}  # one per split policy
         self._known: set[bytes] = set()
         self._epoch = backend.meta_get(_EPOCH) or "0"
         self._wlock = threading.Lock()
@@ -90,8 +97,9 @@ class Store:
     # -- opening ---------------------------------------------------------------------------------------------
 
     @classmethod
-    def init(cls, location: str | os.PathLike[str] = DEFAULT_DIR, *, private: bool = True) -> Store:
-        """Create a store at ``location`` and open it.
+    def init(cls, location: str | os.PathLike[str] = DEFAULT_DIR, *, private: bool = True,
+             profile: Profile = GENERIC) -> Store:
+        """Create a store at ``location`` and open it (``profile``: see :attr:`profile`).
 
         ``location``: a folder path or ``sqlite:PATH`` (the default ``./.ckpt``), ``memory:NAME``, or a URL of
         an installed backend (``postgresql://...``); see :mod:`crewckpt.backends.registry`.
@@ -104,26 +112,28 @@ class Store:
             BadLocation: an unknown scheme. BackendMissing: its backend is not installed (names the extra).
         """
         opened = registry.create_backend(location, _new_meta(), private=private)
-        return cls(opened.backend, opened.folder, location=opened.location)
+        return cls(opened.backend, opened.folder, profile=profile, location=opened.location)
 
     @classmethod
-    def open(cls, location: str | os.PathLike[str] | None = None, *, create: bool = False) -> Store:
+    def open(cls, location: str | os.PathLike[str] | None = None, *, create: bool = False,
+             profile: Profile = GENERIC) -> Store:
         """Open an existing store: ``location`` (any form :meth:`init` takes), else ``$CKPT_STORE``, else the
         nearest ``.ckpt`` folder walking up from the working directory. Never creates or repairs anything,
-        unless ``create``: then a missing store is created (private, as :meth:`init` does).
+        unless ``create``: then a missing store is created (private, as :meth:`init` does). ``profile``: see
+        :attr:`profile` (the CrewAI layer passes :data:`crewckpt.views.document.CREWAI`).
 
         Raises:
             StoreNotFound, CorruptStore, FormatVersionError (one-line messages naming the location).
             BadLocation, BackendMissing: the location names no installed backend.
         """
         opened = registry.open_backend(location, create=create, meta=_new_meta())
-        return cls(opened.backend, opened.folder, location=opened.location)
+        return cls(opened.backend, opened.folder, profile=profile, location=opened.location)
 
     @classmethod
-    def memory(cls) -> Store:
+    def memory(cls, *, profile: Profile = GENERIC) -> Store:
         """A new anonymous store held in memory (tests, scratch work); ``Store.init("memory:NAME")`` makes one
         that ``Store.open("memory:NAME")`` finds again in this process."""
-        return cls.open("memory:")
+        return cls.open("memory:", profile=profile)
 
     def _check_version(self) -> None:
         v = self.backend.meta_get("format_version")
@@ -133,6 +143,8 @@ class Store:
         if int(v) > ob.FORMAT_VERSION:
             raise FormatVersionError(f"{where}: store format version {v} is newer than this crewckpt "
                                      f"understands ({ob.FORMAT_VERSION}); upgrade crewckpt")
+        # a format-1 store opens as is; its first new commit (format 2) records version 2 (objects_format.md 10)
+        self._old_version = int(v) < ob.FORMAT_VERSION
 
     def close(self) -> None:
         """Close the backend."""
@@ -148,7 +160,7 @@ class Store:
 
     def commit(self, doc: Any, *, branch: str = "main", parents: Sequence[str] | None = None,
                meta: dict[str, Any] | None = None, run_id: str | None = None, trigger: str | None = None,
-               time_ns: int | None = None, alias: str | None = None) -> str:
+               time_ns: int | None = None, alias: str | None = None, profile: Profile | None = None) -> str:
         """Store ``doc`` as a new commit on ``branch`` in one backend transaction; returns its 64-hex id.
 
         Args:
@@ -162,6 +174,7 @@ class Store:
             trigger: the CrewAI event type that caused the checkpoint, if any.
             time_ns: UTC wall time in ns (default now; imports pass the original time).
             alias: a foreign id for this commit (a CrewAI checkpoint id).
+            profile: summarizer and split hints for this document (default: the store's :attr:`profile`).
         Raises:
             BadRefName: bad branch or run id. UnknownRevision: a parent does not resolve. TypeError: not JSON.
             ValueError: NaN or Infinity (JSON has neither).
@@ -173,8 +186,12 @@ class Store:
         rref = refnames.run_ref(run)
         parent_ids = None if parents is None else [bytes.fromhex(self.resolve(p)) for p in parents]
         meta_json = orjson.dumps(meta).decode() if meta else None
-        summary = summarize(doc, json_size(doc))
+        prof = self.profile if profile is None else profile
+        summary = prof.summary(doc)
         with self._wlock:
+            splitter = self._splitters.get(prof.separate_keys)
+            if splitter is None:
+                splitter = self._splitters[prof.separate_keys] = Splitter(separate_keys=prof.separate_keys)
             for attempt in range(2):
                 pending: dict[bytes, tuple[int, bytes]] = {}
 
@@ -184,19 +201,20 @@ class Store:
                         pending[oid] = (kind, body)
                     return oid
 
-                root = self._splitter.split(doc, put)
+                root = splitter.split(doc, put)
                 frames = self._frames(pending)
                 try:
                     cid = self._land(frames, root, ref, rref, branch, run, parent_ids, trigger, summary,
                                      meta_json, alias, time_ns, full=attempt == 1)
                 except _EpochChanged:
-                    self._splitter.reset()
+                    for s in self._splitters.values():  # every cache may name objects that gc removed
+                        s.reset()
                     self._known.clear()
                     continue
                 except BaseException:
-                    self._splitter.discard()
+                    splitter.discard()
                     raise
-                self._splitter.keep()
+                splitter.keep()
                 if len(self._known) > 2_000_000:
                     self._known.clear()
                 self._known.update(pending)
@@ -212,7 +230,7 @@ class Store:
         logs; a running gc postpones it)."""
         from crewckpt.history.gc import merge_packs
         try:
-            if merge_packs(self, self._my_packs):
+            if merge_packs(self.parts, self._my_packs):
                 self._my_packs = []
         except CkptError as e:
             _log.warning("crewckpt: automatic repack skipped: %s", e)
@@ -242,33 +260,61 @@ class Store:
             run = self._run = "w-" + uuid.uuid4().hex[:12]
         return run
 
+    @property
+    def parts(self) -> StoreParts:
+        """The parts maintenance works on (gc, fsck, the index rebuild): objects, refs, index, meta, backend."""
+        from crewckpt.history.parts import StoreParts
+        return StoreParts(self.objects, self.backend, self.backend, self.backend, self.backend,
+                          lambda: self.stats()["file_bytes"], self.profile.summary)
+
+    def _writing(self) -> contextlib.AbstractContextManager[Parts]:
+        """One transaction when the backend has them, else the backend's own atomic verbs (callers keep the
+        ordering invariants of docs/backends.md)."""
+        return writing(self.backend)
+
     def _land(self, frames: list[Any], root: ob.Link, ref: str, rref: str, branch: str, run: str,
-              parent_ids: list[bytes] | None, trigger: str | None, summary: ob.Summary,
+              parent_ids: list[bytes] | None, trigger: str | None, summary: dict[str, Any],
               meta_json: str | None, alias: str | None, time_ns: int | None, full: bool) -> bytes:
-        """One checkpoint, one transaction. ``full``: every referenced object is in ``frames`` (caches were
-        just dropped), so it is safe whatever gc does meanwhile: all get ``touched = now``."""
-        with self.backend.transaction() as txn:
+        """One checkpoint: one transaction where the backend has them. ``full``: every referenced object is
+        in ``frames`` (caches were just dropped), so it is safe whatever gc does meanwhile: all get
+        ``touched = now``.
+
+        The steps are in the order that keeps a checkpoint durable without a transaction (docs/backends.md,
+        'Write order'): objects, then the commit object, then the branch ref by compare-and-swap (retried on
+        a moved tip when the parent is the tip), then reflog and run ref, then the commit index."""
+        with self._writing() as txn:
             now = time.time_ns()  # read inside the transaction, i.e. after any gc epoch bump it could miss
             epoch = txn.meta_get(_EPOCH) or "0"
             if epoch != self._epoch:
                 self._epoch = epoch
                 if not full:
                     raise _EpochChanged
-            tip = txn.get_ref(ref)
-            parents = parent_ids if parent_ids is not None else ([tip] if tip else [])
-            seq = txn.counter_next("seq")
-            c = ob.Commit(root, tuple(parents), now if time_ns is None else time_ns, seq, branch, run, trigger,
-                          summary, meta_json, alias)
-            cobj = self.objects.frame(ob.COMMIT, c.encode())
-            txn.put_many([*frames, cobj], now)
-            txn.set_ref_if_equals(ref, tip, cobj.oid)
-            txn.reflog_append(ReflogEntry(ref, tip, cobj.oid, now, f"commit: {trigger or 'manual'}"))
-            rtip = txn.get_ref(rref)
-            txn.set_ref_if_equals(rref, rtip, cobj.oid)
-            txn.index_add(to_row(cobj.oid, c))
+            if self._old_version:  # the first format-2 commit marks a format-1 store (nothing is rewritten)
+                txn.meta_set("format_version", str(ob.FORMAT_VERSION))
+            txn.put_many(frames, now)
+            for attempt in range(_CAS_RETRIES):
+                tip = txn.get_ref(ref)
+                parents = parent_ids if parent_ids is not None else ([tip] if tip else [])
+                c = ob.Commit(root, tuple(parents), now if time_ns is None else time_ns, run, trigger, meta_json,
+                              alias)
+                cobj = self.objects.frame(ob.COMMIT, c.encode())
+                txn.put_many([cobj], now)
+                try:
+                    txn.set_ref_if_equals(ref, tip, cobj.oid)
+                    break
+                except RefConflict:  # only without transactions: another writer moved the branch meanwhile
+                    if attempt + 1 == _CAS_RETRIES:
+                        raise
+            message = f"commit: {trigger or 'manual'}"
+            txn.reflog_append(ReflogEntry(ref, tip, cobj.oid, now, message))
+            head.follow(txn, ref, tip, cobj.oid, now, message)
+            _follow(txn, rref, cobj.oid)
+            seq = txn.counter_next("seq")  # local order: the commit index's, never the commit's
+            txn.index_add(to_row(cobj.oid, c, branch, seq, summary))
             if alias:
                 txn.alias_set(alias, cobj.oid)
-            return cobj.oid
+        self._old_version = False
+        return cobj.oid
 
     # -- reading ---------------------------------------------------------------------------------------------
 
@@ -299,15 +345,21 @@ class Store:
         return from_commit(cid, self.objects.commit(cid), live=False)
 
     def _row_info(self, row: IndexRow) -> CommitInfo:
-        """CommitInfo of an index row; a damaged row (a cache) is read from its commit object instead, and
-        raises the row's one-line DecodeError only when the object cannot be read either."""
+        """CommitInfo of an index row; a damaged row (a cache) is read from its commit object instead (keeping
+        the row's own seq and branch when they are intact: the object has neither), and raises the row's
+        one-line DecodeError only when the object cannot be read either."""
         try:
             return from_row(row)
         except DecodeError as e:
             try:
-                return from_commit(row.id, self.objects.commit(row.id), live=True)
+                info = from_commit(row.id, self.objects.commit(row.id), live=True)
             except CkptError:
                 raise e from None
+            if isinstance(row.seq, int) and not isinstance(row.seq, bool):
+                info.seq = row.seq
+            if isinstance(row.branch, str):
+                info.branch = row.branch
+            return info
 
     def _parents(self, cid: bytes) -> tuple[bytes, ...]:
         row = self.backend.index_get(cid)
@@ -319,18 +371,16 @@ class Store:
             raise UnknownRevision(f"commit {cid.hex()[:12]} was pruned; its parents are unknown") from None
 
     def _seq(self, cid: bytes) -> int | None:
+        """Local write order from the commit index; None outside it (commits carry no order)."""
         row = self.backend.index_get(cid)
-        if row is not None:
-            return row.seq
-        try:
-            return self.objects.commit(cid).seq
-        except MissingObject:
-            return None
+        return row.seq if row is not None else None
 
     def _check_edge(self, child: bytes, parent: bytes) -> None:
         """A parent is written before its child, so its seq is lower: an edge breaking that (a self-parent, or
         part of a parent cycle, possible only in a hand-made or damaged commit index) raises IntegrityError
-        naming the child, instead of letting a walk loop forever."""
+        naming the child, instead of letting a walk loop forever. An edge to or from a commit outside the
+        index has no seq to compare: commit objects cannot form a cycle (an id hashes its parents' ids), and
+        walks also keep a seen set."""
         if parent == child:
             raise _cycle(child, parent)
         ps, cs = self._seq(parent), self._seq(child)
@@ -368,16 +418,16 @@ class Store:
     def _base(self, r: revisions.Revision) -> bytes:
         b = r.base
         if r.reflog is not None:
-            ref = b if b.startswith("refs/") else refnames.HEADS + b
-            log = self.backend.reflog(ref)
-            news = [e.new for e in log if e.new is not None]
-            if r.reflog >= len(news):
-                raise UnknownRevision(f"revision {r.text!r}: {b} has only {len(news)} reflog entries")
-            return news[-1 - r.reflog]
-        if b in ("HEAD", "latest"):
+            return self._reflog_base(r)
+        if b in (head.HEAD, "@"):  # git: '@' alone is HEAD
+            t = self.backend.get_ref(head.head_ref(self.backend))
+            if t is None:
+                raise head.unborn(self.backend, r.text)
+            return t
+        if b == "latest":  # the last commit written on any branch (HEAD before it was the current branch)
             last = self.backend.index_last()
             if last is None:
-                raise UnknownRevision(f"revision {b!r}: the store has no commits yet")
+                raise UnknownRevision(f"revision {b!r}: the store has no checkpoints yet")
             return last
         if len(b) == 64 and revisions.is_hex(b):
             cid = bytes.fromhex(b)
@@ -393,8 +443,8 @@ class Store:
             t = self.backend.get_ref(b)
             if t:
                 return t
-        else:
-            t = self.backend.get_ref(refnames.HEADS + b)
+        else:  # git's order: a local branch first, then a remote-tracking ref (origin/main)
+            t = self.backend.get_ref(refnames.HEADS + b) or self.backend.get_ref(refnames.REMOTES + b)
             if t:
                 return t
         a = self.backend.alias_get(b)
@@ -413,6 +463,39 @@ class Store:
         shown = r.text if len(r.text) <= 80 else r.text[:77] + "..."
         raise UnknownRevision(f"unknown revision {shown!r}: not a commit id, branch or checkpoint id{hint}")
 
+    def _reflog_base(self, r: revisions.Revision) -> bytes:
+        """``REF@{N}`` (N-th prior value of REF; ``@{N}``: of the current branch; ``HEAD@{N}``: of HEAD) and
+        ``@{-N}`` (the tip of the N-th branch checked out before the current one)."""
+        assert r.reflog is not None
+        if r.reflog < 0:
+            name = head.previous_branch(self.backend, -r.reflog)
+            t = self.backend.get_ref(refnames.HEADS + name) if name is not None else None
+            if t is None:
+                why = (f"HEAD was on fewer than {-r.reflog} other branch(es)" if name is None
+                       else f"branch {name!r} no longer exists")
+                raise UnknownRevision(f"revision {r.text!r}: {why}; see `ckpt reflog HEAD`")
+            return t
+        if r.base in (head.HEAD, "@"):
+            ref, label = head.HEAD, head.HEAD
+        elif not r.base:
+            ref = head.head_ref(self.backend)
+            label = head.branch_of(ref)
+        else:
+            ref = r.base if r.base.startswith("refs/") else refnames.HEADS + r.base
+            if ref != r.base and self.backend.get_ref(ref) is None and self.backend.get_ref(refnames.REMOTES + r.base):
+                ref = refnames.REMOTES + r.base  # origin/main@{1}: a remote-tracking ref's reflog
+            label = r.base
+        news = [e.new for e in self.backend.reflog(ref) if e.new is not None]
+        if r.reflog < len(news):
+            return news[-1 - r.reflog]
+        if not news and ref.startswith(refnames.HEADS) and self.backend.get_ref(ref) is None:
+            if not r.base:
+                raise head.unborn(self.backend, r.text)
+            raise UnknownRevision(f"revision {r.text!r}: no branch named {label!r}; see `ckpt branch`")
+        have = f"only {len(news)} reflog entries ({label}@{{0}} to {label}@{{{len(news) - 1}}})" if news else (
+            "no reflog entries")
+        raise UnknownRevision(f"revision {r.text!r}: {label} has {have}; see `ckpt reflog {label}`")
+
     # -- history ---------------------------------------------------------------------------------------------
 
     def log(self, rev: str = "HEAD", limit: int | None = None) -> Iterator[CommitInfo | PrunedCommit]:
@@ -428,9 +511,9 @@ class Store:
             except MissingObject:
                 yield PrunedCommit(cid.hex())
                 return
-            if child is not None and info.seq >= child.seq:
+            if child is not None and child.live and info.live and info.seq >= child.seq:
                 raise _cycle(bytes.fromhex(child.id), cid)
-            if cid in seen:  # unreachable while seqs decrease; kept so no index can make this loop
+            if cid in seen:  # e.g. an index row's parents leading back through unindexed commits
                 raise _cycle(cid)
             seen.add(cid)
             child = info
@@ -453,8 +536,51 @@ class Store:
         return {k[len(refnames.RUNS):]: v.hex() for k, v in self.backend.refs(refnames.RUNS).items()}
 
     def reflog(self, branch: str) -> builtins.list[ReflogEntry]:
-        """A branch's reflog, oldest first."""
-        return self.backend.reflog(refnames.branch_ref(branch))
+        """A branch's reflog, or HEAD's for ``"HEAD"`` (every move of HEAD: commits on the current branch,
+        switches, renames of it), oldest first. Raises BadRefName."""
+        return self.backend.reflog(head.HEAD if branch == head.HEAD else refnames.branch_ref(branch))
+
+    def current_branch(self) -> str:
+        """The branch HEAD names: where ``HEAD`` resolves and what `ckpt switch` sets. It may not exist yet
+        (a fresh store's ``main``). Rules: :mod:`crewckpt.history.head`."""
+        return head.branch_of(head.head_ref(self.backend))
+
+    def previous_branch(self, n: int = 1) -> str | None:
+        """The ``n``-th branch HEAD was on before the current one (``@{-n}``), or None."""
+        return head.previous_branch(self.backend, n)
+
+    def switch(self, branch: str, *, create: bool = False, start: str = "HEAD", reason: str = "checkout") -> str:
+        """Make ``branch`` the current branch (HEAD names it); returns the branch HEAD named before.
+
+        A move is one entry in HEAD's reflog, ``"<reason>: moving from OLD to NEW"`` (git's wording; ``reason``
+        is e.g. ``"checkout"`` or ``"resume"``); switching to the current branch changes nothing.
+
+        Args:
+            create: create ``branch`` at ``start`` first (``git switch -c``).
+            start: the revision a created branch starts at (resolved before anything is written).
+        Raises:
+            BadRefName. UnknownRevision: no such branch (and not ``create``), or ``start`` names nothing.
+            BranchExists: ``create`` and the branch exists.
+        """
+        ref = refnames.branch_ref(branch)
+        branch = head.branch_of(ref)
+        start_id = bytes.fromhex(self.resolve(start)) if create else None
+        with self._writing() as txn:
+            now = time.time_ns()
+            old = head.head_ref_stored(txn)
+            if start_id is not None:
+                self._create_ref(txn, ref, start_id, start, now)
+            elif old == ref:
+                return branch
+            tip = txn.get_ref(ref)
+            if tip is None:
+                names = ", ".join(head.branch_of(k) for k in txn.refs(refnames.HEADS)) or "none yet"
+                raise UnknownRevision(f"no branch named {branch!r}; create it with `ckpt switch -c {branch} "
+                                      f"[START]` (branches: {names})")
+            txn.set_symref(head.HEAD, ref)
+            txn.reflog_append(ReflogEntry(head.HEAD, txn.get_ref(old), tip, now,
+                                          f"{reason}: moving from {head.branch_of(old)} to {branch}"))
+        return head.branch_of(old)
 
     def merge_base(self, rev1: str, rev2: str) -> str | None:
         """The nearest common ancestor of two revisions (the fork point), or None. Follows all parents."""
@@ -488,28 +614,41 @@ class Store:
         """Create branch ``name`` at ``rev``; returns the commit id. Raises BadRefName, BranchExists."""
         ref = refnames.branch_ref(name)
         cid = bytes.fromhex(self.resolve(rev))
-        with self.backend.transaction() as txn:
-            if txn.get_ref(ref) is not None:
-                raise BranchExists(f"branch {name!r} already exists; pick another name or delete it first")
-            txn.set_ref_if_equals(ref, None, cid)
-            txn.reflog_append(ReflogEntry(ref, None, cid, time.time_ns(), f"branch: created from {rev}"))
+        with self._writing() as txn:
+            self._create_ref(txn, ref, cid, rev, time.time_ns())
         return cid.hex()
 
+    @staticmethod
+    def _create_ref(txn: Parts, ref: str, cid: bytes, rev: str, now: int) -> None:
+        if txn.get_ref(ref) is not None:
+            raise BranchExists(f"branch {head.branch_of(ref)!r} already exists; pick another name or delete it "
+                               f"first")
+        txn.set_ref_if_equals(ref, None, cid)
+        txn.reflog_append(ReflogEntry(ref, None, cid, now, f"branch: created from {rev}"))
+
     def delete_branch(self, name: str) -> None:
-        """Delete a branch ref and its reflog (its commits stay until pruned). Raises UnknownRevision."""
+        """Delete a branch ref and its reflog (its commits stay until pruned).
+
+        Raises:
+            UnknownRevision: no such branch. BranchInUse: it is the current branch (git refuses too).
+        """
         ref = refnames.branch_ref(name)
-        with self.backend.transaction() as txn:
+        with self._writing() as txn:
             cur = txn.get_ref(ref)
             if cur is None:
                 raise UnknownRevision(f"no branch named {name!r}; see `ckpt branch`")
+            if head.head_ref_stored(txn) == ref:
+                raise BranchInUse(f"cannot delete branch {head.branch_of(ref)!r}: it is the current branch "
+                                  f"(HEAD); switch to another first with `ckpt switch BRANCH`")
             txn.set_ref_if_equals(ref, cur, None)
             txn.reflog_delete(ref)
 
     def rename_branch(self, old: str, new: str) -> None:
-        """Rename a branch: its ref, reflog and the branch of its live commits. Raises BranchExists,
-        UnknownRevision, BadRefName."""
+        """Rename a branch: its ref, reflog and the branch of its live commits; HEAD follows a rename of the
+        current branch (one entry in HEAD's reflog). Raises BranchExists, UnknownRevision, BadRefName."""
         oref, nref = refnames.branch_ref(old), refnames.branch_ref(new)
-        with self.backend.transaction() as txn:
+        with self._writing() as txn:
+            current = head.head_ref_stored(txn)  # before the refs change: a legacy HEAD is read from them
             cur = txn.get_ref(oref)
             if cur is None:
                 raise UnknownRevision(f"no branch named {old!r}; see `ckpt branch`")
@@ -520,8 +659,66 @@ class Store:
             for e in txn.reflog(oref):
                 txn.reflog_append(ReflogEntry(nref, e.old, e.new, e.time_ns, e.message))
             txn.reflog_delete(oref)
-            txn.reflog_append(ReflogEntry(nref, cur, cur, time.time_ns(), f"branch: renamed {old} to {new}"))
+            now, message = time.time_ns(), f"branch: renamed {old} to {new}"
+            txn.reflog_append(ReflogEntry(nref, cur, cur, now, message))
+            if current == oref:
+                txn.set_symref(head.HEAD, nref)
+                txn.reflog_append(ReflogEntry(head.HEAD, cur, cur, now, message))
             txn.index_rebranch(oref[len(refnames.HEADS):], nref[len(refnames.HEADS):])
+
+    # -- remotes (crewckpt.history.remotes; the transfer is crewckpt.history.sync) ----------------------------
+
+    def remotes(self) -> dict[str, str]:
+        """``name -> location`` of this store's remotes."""
+        from crewckpt.history import remotes
+        return remotes.remotes(self)
+
+    def add_remote(self, name: str, location: str | os.PathLike[str]) -> str:
+        """Add a remote (``ckpt remote add``); returns the location as stored. Raises BadRefName, CkptError."""
+        from crewckpt.history import remotes
+        return remotes.add_remote(self, name, location)
+
+    def remove_remote(self, name: str) -> builtins.list[str]:
+        """Remove a remote and its remote-tracking refs; returns those refs. Raises UnknownRemote."""
+        from crewckpt.history import remotes
+        return remotes.remove_remote(self, name)
+
+    def fetch(self, remote: str | Store | None = None, branches: Sequence[str] | None = None, *,
+              name: str | None = None, dry_run: bool = False, progress: Progress | None = None) -> SyncReport:
+        """Fetch a remote's branches into ``refs/remotes/<remote>/`` (see :func:`crewckpt.history.remotes.fetch`).
+        ``remote``: a remote name (default ``origin``), a location or an open Store (then ``name`` names the
+        tracking namespace)."""
+        from crewckpt.history import remotes
+        return remotes.fetch(self, remote, branches, name=name, dry_run=dry_run, progress=progress)
+
+    def pull(self, remote: str | Store | None = None, branch: str | None = None, *, name: str | None = None,
+             dry_run: bool = False, progress: Progress | None = None) -> SyncReport:
+        """Fetch and fast-forward ``branch`` (see :func:`crewckpt.history.remotes.pull`). Raises PullDiverged."""
+        from crewckpt.history import remotes
+        return remotes.pull(self, remote, branch, name=name, dry_run=dry_run, progress=progress)
+
+    def push(self, remote: str | Store | None = None, branch: str | None = None, *, all_branches: bool = False,
+             force: bool = False, name: str | None = None, dry_run: bool = False, progress: Progress | None = None,
+             check: bool = True) -> SyncReport:
+        """Push ``branch`` (default: the current one) or every branch to a remote (see
+        :func:`crewckpt.history.remotes.push`).
+
+        Raises:
+            PushRejected: with ``check`` (default), when a branch was rejected (the others went; the report is
+                the exception's ``report``). With ``check=False`` rejections are only in the report.
+        """
+        from crewckpt.history import remotes
+        rep = remotes.push(self, remote, branch, all_branches=all_branches, force=force, name=name,
+                           dry_run=dry_run, progress=progress)
+        return remotes.push_or_raise(rep) if check else rep
+
+    @classmethod
+    def clone(cls, src: str | Store, dest: str | os.PathLike[str], *, origin: str = "origin",
+              progress: Progress | None = None) -> Store:
+        """A new store at ``dest`` with every branch of ``src`` and remote ``origin`` naming it (see
+        :func:`crewckpt.history.remotes.clone`; rerunning an interrupted clone completes it)."""
+        from crewckpt.history import remotes
+        return remotes.clone(cls, src, dest, origin=origin, progress=progress)[0]
 
     # -- retention and maintenance ----------------------------------------------------------------------------
 
@@ -541,7 +738,7 @@ class Store:
         if keep is not None and keep < 1:
             raise ValueError(f"keep must be at least 1, got {keep}")
         b = refnames.check_branch(branch)
-        with self.backend.transaction() as txn:
+        with self._writing() as txn:
             rows = txn.index_rows(b)
             tips = set(txn.refs(refnames.HEADS).values())
             cut = time.time_ns() - older_than_ns if older_than_ns is not None else None
@@ -568,27 +765,19 @@ class Store:
             GcBusy: the gc lock stayed taken for ``wait_s`` seconds. See :func:`crewckpt.history.gc.gc` for the safety argument.
         """
         from crewckpt.history.gc import gc
-        return gc(self, dry_run=dry_run, grace_ns=int(grace_s * 1e9), progress=progress, wait_s=wait_s)
+        return gc(self.parts, dry_run=dry_run, grace_ns=int(grace_s * 1e9), progress=progress, wait_s=wait_s)
 
     def fsck(self, full: bool = False, progress: Progress | None = None) -> FsckReport:
         """Check the store (quick: live commits' graphs; full: every object re-hashed). Never raises for damage:
         the report lists broken objects and the commits that need them. See :mod:`crewckpt.history.fsck`."""
         from crewckpt.history.fsck import fsck
-        return fsck(self, full=full, progress=progress)
+        return fsck(self.parts, full=full, progress=progress)
 
-    def import_crewai(self, path: str | os.PathLike[str], *, branch_prefix: str | None = None,
-                      branch: str | None = None, progress: Progress | None = None) -> ImportReport:
-        """Import a CrewAI JSON folder or file, or a CrewAI SQLite database (JSONB or text rows), as commits
-        with their CrewAI ids as aliases; deterministic and idempotent. See :mod:`crewckpt.views.importer`."""
-        from crewckpt.views.importer import import_crewai
-        return import_crewai(self, Path(path), branch_prefix=branch_prefix, branch=branch, progress=progress)
-
-    def export_crewai(self, dest: str | os.PathLike[str], fmt: str = "json", *, revs: Sequence[str] | None = None,
-                      branch: str | None = None, strip_prefix: str | None = None) -> ExportReport:
-        """Write commits in CrewAI's own layout (``fmt`` "json" folder or "sqlite" database) so CrewAI reads
-        them. See :mod:`crewckpt.views.exporter`."""
-        from crewckpt.views.exporter import export_crewai
-        return export_crewai(self, Path(dest), fmt, revs=revs, branch=branch, strip_prefix=strip_prefix)
+    def rebuild_index(self, *, dry_run: bool = False, progress: Progress | None = None) -> RebuildReport:
+        """Rebuild the commit index (a derived cache) from objects, refs and reflogs; see
+        :mod:`crewckpt.history.reindex` for which commits become live and how branch and order are chosen."""
+        from crewckpt.history.reindex import rebuild_index
+        return rebuild_index(self.parts, dry_run=dry_run, progress=progress)
 
     def stats(self) -> dict[str, Any]:
         """Store figures: ``objects`` (count), ``body_bytes`` (uncompressed bodies, packs not counted twice),
@@ -603,7 +792,8 @@ class Store:
             s = self._row_info(r).summary
             d = per.setdefault(r.branch, {"commits": 0, "logical_bytes": 0})
             d["commits"] += 1
-            d["logical_bytes"] += s.logical_bytes
+            n_bytes = s.get("logical_bytes")
+            d["logical_bytes"] += n_bytes if isinstance(n_bytes, int) and not isinstance(n_bytes, bool) else 0
         for name in self.branches():  # branches made from existing commits own none of their own yet
             per.setdefault(name, {"commits": 0, "logical_bytes": 0})
         logical = sum(d["logical_bytes"] for d in per.values())
@@ -631,7 +821,7 @@ class Store:
         except CkptError:
             return None
         d = self.objects.frame(ob.DICT, data)
-        with self.backend.transaction() as txn:
+        with self._writing() as txn:
             txn.put_many([d], time.time_ns())
             txn.meta_set("dictionary", d.oid.hex())
         self.objects.codec.use_dictionary(d.oid, data)
@@ -646,6 +836,20 @@ def _cycle(child: bytes, parent: bytes | None = None) -> IntegrityError:
     else:
         why = f"its parent {parent.hex()[:12]} is not older than it (a parent cycle in the commit index)"
     return IntegrityError(child.hex(), why)
+
+
+_CAS_RETRIES = 20  # tries to move a branch another writer keeps moving (backends without transactions)
+
+
+def _follow(w: Parts, ref: str, target: bytes) -> None:
+    """Point ``ref`` (a run ref: it follows its run's last commit, any old value will do) at ``target``."""
+    for _ in range(_CAS_RETRIES):
+        try:
+            w.set_ref_if_equals(ref, w.get_ref(ref), target)
+            return
+        except RefConflict:
+            continue
+    raise RefConflict(f"ref {ref} keeps moving under concurrent writers; retry")
 
 
 class _EpochChanged(Exception):

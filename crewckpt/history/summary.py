@@ -1,7 +1,6 @@
-"""Commit summaries: what listing shows without decoding snapshots.
+"""Document sizes: the ``logical_bytes`` every commit summary records (bytes of the document as compact JSON).
 
-Knows CrewAI's RuntimeState shape (``entities`` with ``entity_type``; crews' ``tasks`` whose ``output`` is set
-once done; ``event_record.nodes``) but never depends on it: any other JSON gets an empty summary plus its size.
+What else a summary holds is the store profile's business (:mod:`crewckpt.history.profile`).
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from typing import Any
 import orjson
 
 from crewckpt.errors import DocumentTooLarge
-from crewckpt.format.objects import Summary
 from crewckpt.history.limits import MAX_DEPTH
 from crewckpt.history.snapshot import Frozen
 
@@ -90,44 +88,3 @@ def _cycle_path(doc: Any) -> str | None:
         for k, x in items:
             stack.append((x, f"{path}.{k}" if isinstance(k, str) else f"{path}[{k}]", False))
     return None
-
-
-def entity_name(e: dict[str, Any]) -> str:
-    """A crew's or flow's ``name``, an agent's ``role``, else the empty string."""
-    for k in ("name", "role"):
-        v = e.get(k)
-        if isinstance(v, str) and v:
-            return v
-    return ""
-
-
-def summarize(doc: Any, logical_bytes: int | None = None) -> Summary:
-    """Summary of one checkpoint document (see module docstring); ``logical_bytes`` if already known."""
-    size = json_size(doc) if logical_bytes is None else logical_bytes
-    doc = doc.value if isinstance(doc, Frozen) else doc
-    if not isinstance(doc, dict):
-        return Summary(logical_bytes=size)
-    entities: list[tuple[str, str]] = []
-    done = total = 0
-    ents = doc.get("entities")
-    ents = ents.value if isinstance(ents, Frozen) else ents
-    if isinstance(ents, list):
-        for e in ents:
-            e = e.value if isinstance(e, Frozen) else e
-            if not isinstance(e, dict) or not isinstance(e.get("entity_type"), str):
-                continue
-            entities.append((e["entity_type"], entity_name(e)))
-            tasks = e.get("tasks")
-            tasks = tasks.value if isinstance(tasks, Frozen) else tasks
-            if isinstance(tasks, list):
-                total += len(tasks)
-                tasks = [t.value if isinstance(t, Frozen) else t for t in tasks]
-                done += sum(1 for t in tasks if isinstance(t, dict) and t.get("output") is not None)
-    events = 0
-    rec = doc.get("event_record")
-    rec = rec.value if isinstance(rec, Frozen) else rec
-    nodes = rec.get("nodes") if isinstance(rec, dict) else None
-    nodes = nodes.value if isinstance(nodes, Frozen) else nodes
-    if isinstance(nodes, dict):
-        events = len(nodes)
-    return Summary(tuple(entities), done, total, events, size)

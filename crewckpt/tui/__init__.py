@@ -22,12 +22,14 @@ def run(store_path: str | None = None, echo: Callable[[str], None] | None = None
     import click
 
     from crewckpt.errors import CkptError
+    from crewckpt.history.head import follow_run
     from crewckpt.history.store import Store
     from crewckpt.tui.app import CheckpointBrowser
     from crewckpt.tui.runner import execute
+    from crewckpt.views.document import CREWAI
 
     out = echo or click.echo
-    with Store.open(store_path) as store:
+    with Store.open(store_path, profile=CREWAI) as store:
         plan = CheckpointBrowser(store).run()
         path = store.location
     if plan is None:
@@ -36,11 +38,12 @@ def run(store_path: str | None = None, echo: Callable[[str], None] | None = None
         raise CkptError("Fork and Resume need a store they can reopen; use a folder or memory:NAME")
     outcome = execute(plan, path, echo=out)
     head = outcome.head or plan.rev  # the run's own last checkpoint, not the store's HEAD
-    with Store.open(path) as store:
+    with Store.open(path, profile=CREWAI) as store:
         branch = outcome.branch or store.info(head).branch
+        switched = follow_run(store, outcome.branch, outcome.head, plan.rev)  # HEAD follows, as `ckpt resume`
     out("")
     out(f"Done: latest checkpoint {head[:12]} on branch {branch}. Run `ckpt` to browse, "
-        f"`ckpt diff {plan.rev[:12]} {head[:12]}` to compare.")
+        f"`ckpt diff {plan.rev[:12]} {head[:12]}` to compare." + (f" HEAD is now on {branch}." if switched else ""))
 
 
 __all__ = ["run"]

@@ -41,13 +41,14 @@ from textual.widgets.tree import TreeNode
 from textual.worker import get_current_worker
 
 from crewckpt.errors import CkptError
-from crewckpt.history import diff as diff_mod
-from crewckpt.history import diff_render
 from crewckpt.history.commits import CommitInfo
 from crewckpt.history.store import Store
 from crewckpt.tui import details
 from crewckpt.tui.model import History, build_history, entity_kind, line_title, progress_bar, relative_time
 from crewckpt.tui.runner import INSTALL_HINT, RunPlan, crewai_available
+from crewckpt.views import diff as diff_mod
+from crewckpt.views import diff_render
+from crewckpt.views.document import crew_summary
 
 PAGE = 100
 """Checkpoints added to a line's node per page (a '... older' node loads the next page)."""
@@ -394,7 +395,7 @@ class CheckpointBrowser(App[RunPlan | None]):
         return text
 
     def _commit_label(self, c: CommitInfo) -> Text:
-        s = c.summary
+        s = crew_summary(c.summary)
         text = Text()
         text.append("◆ " if c.id == self.marked else "  ", style="bold magenta")
         text.append(c.id[:8], style="yellow")
@@ -649,7 +650,7 @@ class CheckpointBrowser(App[RunPlan | None]):
 
     def _overview(self, cid: str, doc: Any) -> Group:
         c = self.history.by_id[cid]
-        s = c.summary
+        s = crew_summary(c.summary)
         grid = Table.grid(padding=(0, 2))
         grid.add_column(style="bold")
         grid.add_column()

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from crewckpt.history.diff import entity_label, task_status
+from crewckpt.views.diff import entity_label, task_status
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from crewckpt.history.commits import CommitInfo
+from crewckpt.views.document import crew_summary
 
 
 @dataclasses.dataclass
@@ -136,7 +137,7 @@ def progress_bar(done: int, total: int, width: int = 8) -> str:
 
 def line_title(line: Line) -> str:
     """``crew research`` style name of what a line ran: its first named entity, else the first entity type."""
-    ents = line.last.summary.entities
+    ents = crew_summary(line.last.summary).entities
     for kind, name in ents:
         if name:
             return f"{kind} {name}"

@@ -152,6 +152,9 @@ def view_entry(store: Store, info: CommitInfo, namer: _Namer | None = None, *,
     crewai: dict[str, Any] = found if isinstance(found, dict) else {}
     branch = crewai["branch"] if isinstance(crewai.get("branch"), str) else info.branch
     stored = store.read(info.id)
+    if not branch:  # a pruned commit outside the index has no branch here: the one its document names, or main
+        named = stored.get("branch") if isinstance(stored, dict) else None
+        branch = named if isinstance(named, str) and named else "main"
     if "parent_id" in crewai:
         parent_id = crewai["parent_id"]
     else:

@@ -42,6 +42,7 @@ from crewckpt.errors import BadRefName, CkptError, DecodeError, IntegrityError
 from crewckpt.history import refnames
 from crewckpt.history.lineage import continuation_branch, free_branch
 from crewckpt.views import layout
+from crewckpt.views.document import CREWAI
 from crewckpt.views.reader import (
     Checkpoint,
     CheckpointRecord,
@@ -278,7 +279,7 @@ class _Importer:
             value, branch=target, parents=parents,
             meta={"crewai": crewai_meta} if crewai_meta else None, run_id=run_id,
             trigger=trigger if isinstance(trigger, str) else None,
-            time_ns=_time_ns(rec.created_at), alias=cid,
+            time_ns=_time_ns(rec.created_at), alias=cid, profile=CREWAI,
         )
         self.commit_of[cid] = commit_id
         self.run_of[cid] = run_id

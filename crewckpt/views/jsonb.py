@@ -28,7 +28,7 @@ import json
 import re
 from typing import Any
 
-from crewckpt.errors import CkptError
+from crewckpt.errors import JsonbError
 
 __all__ = ["MAX_DEPTH", "JsonbError", "jsonb_to_text", "jsonb_to_value", "looks_like_jsonb"]
 
@@ -47,16 +47,6 @@ _DEC5_RE = re.compile(r"[-+]?[0-9]+")
 _JSON_STR_BODY_RE = re.compile(r'(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*')
 _NEEDS_ESCAPE_RE = re.compile(r'["\\\x00-\x1f]')
 _SHORT_ESCAPES = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
-
-
-class JsonbError(CkptError, ValueError):
-    """A BLOB is not well-formed JSONB. ``offset`` is the byte where the problem was found; ``reason`` says
-    what is wrong in a few words."""
-
-    def __init__(self, offset: int, reason: str) -> None:
-        super().__init__(f"malformed JSONB at byte {offset}: {reason}")
-        self.offset = offset
-        self.reason = reason
 
 
 def looks_like_jsonb(blob: bytes) -> bool:

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from crewckpt.errors import CkptError
+from crewckpt.errors import DamagedCheckpoint, SourceError
 from crewckpt.views import layout
 from crewckpt.views.jsonb import JsonbError, jsonb_to_value, looks_like_jsonb
 
@@ -57,14 +57,6 @@ def _too_big(size: int | None, limit: int, what: str = "file") -> str:
     how = f"is {size:,} bytes, over" if size is not None else "is over"
     return f"{what} {how} the {limit:,}-byte limit for one checkpoint; not read (set CKPT_MAX_CHECKPOINT_BYTES to import it)"
 ProblemKind = Literal["skipped", "orphan", "note"]
-
-
-class SourceError(CkptError):
-    """A path is not a readable CrewAI checkpoint location (missing, unreadable, not CrewAI's table)."""
-
-
-class DamagedCheckpoint(CkptError):
-    """One checkpoint in a source cannot be read (truncated or invalid JSON/JSONB, not an object)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

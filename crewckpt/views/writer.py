@@ -21,13 +21,9 @@ import secrets
 import sqlite3
 from pathlib import Path
 
-from crewckpt.errors import CkptError
+from crewckpt.errors import ViewWriteError
 from crewckpt.views import layout
 from crewckpt.views.jsonb import JsonbError, jsonb_to_value
-
-
-class ViewWriteError(CkptError):
-    """A view cannot be written (unsafe branch name, not CrewAI's table, conflicting existing file)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

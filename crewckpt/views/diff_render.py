@@ -1,4 +1,4 @@
-"""Text rendering of a "crewckpt.diff/1" result (see crewckpt.history.diff), independent of any UI library.
+"""Text rendering of a "crewckpt.diff/1" result (see crewckpt.views.diff), independent of any UI library.
 
 Renderers return a list of ``(tag, text)`` lines. Tags name the kind of line, not a colour, so the CLI
 (rich) and the TUI (Textual) can style them their own way:
@@ -14,13 +14,13 @@ Renderers return a list of ``(tag, text)`` lines. Tags name the kind of line, no
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
+from crewckpt.history.diff import Line, human_bytes, plain_text, render_changes, short
 from crewckpt.history.linediff import FastMatcher
 
-Line = tuple[str, str]
+__all__ = ["Line", "human_bytes", "plain_text", "render_full", "render_stat"]  # the first three: crewckpt.history.diff
 
 _OP_MARK = {"added": "+", "removed": "-", "changed": "~", "unchanged": " "}
 _OP_TAG = {"added": "added", "removed": "removed", "changed": "changed", "unchanged": "plain"}
@@ -84,8 +84,8 @@ def render_full(diff: dict[str, Any], *, max_items: int = 1000, word_diff: bool 
             if agent["memory"] is not None:
                 lines.append(("plain", ""))
                 lines.append(("header", f"memory of agent {agent['role'] or agent['id']}"))
-                lines.append(("removed", f"- {_short(agent['memory']['old'], 400)}"))
-                lines.append(("added", f"+ {_short(agent['memory']['new'], 400)}"))
+                lines.append(("removed", f"- {short(agent['memory']['old'], 400)}"))
+                lines.append(("added", f"+ {short(agent['memory']['new'], 400)}"))
         flow = entity["flow"]
         if flow and flow["state"]:
             lines.append(("plain", ""))
@@ -93,30 +93,14 @@ def render_full(diff: dict[str, Any], *, max_items: int = 1000, word_diff: bool 
                 entity["role"], ""
             )
             lines.append(("header", f"state of {entity['label']}{kind}"))
-            lines += _change_lines(flow["state"])
+            lines += render_changes(flow["state"])
     if diff["changes"]:
         lines.append(("plain", ""))
         lines.append(("header", "other changes"))
-        lines += _change_lines(diff["changes"])
+        lines += render_changes(diff["changes"])
         if diff["changes_truncated"]:
             lines.append(("meta", f"  ... and {diff['changes_truncated']} more"))
     return lines
-
-
-def plain_text(lines: list[Line]) -> str:
-    """Join rendered lines without styling (for files, pipes and tests)."""
-    return "\n".join(text for _, text in lines)
-
-
-def human_bytes(n: int) -> str:
-    """1536 -> "1.5 KB" (decimal units, like CrewAI's own figures and the README)."""
-    sign = "-" if n < 0 else ""
-    n = abs(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{sign}{n} {unit}" if unit == "B" else f"{sign}{n:.1f} {unit}"
-        n /= 1000  # type: ignore[assignment]
-    raise AssertionError("unreachable")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -125,11 +109,11 @@ def human_bytes(n: int) -> str:
 def _inputs_lines(inputs: dict[str, Any], max_items: int) -> list[Line]:
     items: list[Line] = []
     for key, change in inputs["changed"].items():
-        items.append(("changed", f"  ~ {key}: {_short(change['old'])} -> {_short(change['new'])}"))
+        items.append(("changed", f"  ~ {key}: {short(change['old'])} -> {short(change['new'])}"))
     for key, value in inputs["added"].items():
-        items.append(("added", f"  + {key}: {_short(value)}"))
+        items.append(("added", f"  + {key}: {short(value)}"))
     for key, value in inputs["removed"].items():
-        items.append(("removed", f"  - {key}: {_short(value)}"))
+        items.append(("removed", f"  - {key}: {short(value)}"))
     if not items:
         return []
     return [("header", "inputs")] + _cap(items, max_items)
@@ -256,20 +240,6 @@ def _size_lines(sizes: dict[str, int]) -> list[Line]:
     ]
 
 
-def _change_lines(changes: list[dict[str, Any]]) -> list[Line]:
-    out: list[Line] = []
-    for change in changes:
-        if change["op"] == "added":
-            out.append(("added", f"  + {change['path']}: {_short(change['new'])}"))
-        elif change["op"] == "removed":
-            out.append(("removed", f"  - {change['path']}: {_short(change['old'])}"))
-        else:
-            out.append(
-                ("changed", f"  ~ {change['path']}: {_short(change['old'])} -> {_short(change['new'])}")
-            )
-    return out
-
-
 def _unified_lines(text: str) -> list[Line]:
     out: list[Line] = []
     for line in text.splitlines():
@@ -362,6 +332,3 @@ def _cap(items: list[Line], max_items: int) -> list[Line]:
     return items[:max_items] + [("meta", f"  ... and {len(items) - max_items} more")]
 
 
-def _short(value: Any, width: int = 60) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= width else text[: width - 3] + "..."

@@ -1,5 +1,7 @@
 """Offline test helpers for CrewAI: a scripted LLM and environment fixtures.
 
+Imported lazily by :mod:`crewckpt.testing` (``from crewckpt.testing import ScriptedLLM`` loads it).
+
 ``ScriptedLLM`` is a real ``crewai.llms.base_llm.BaseLLM``: agents call it like any provider, it emits
 CrewAI's ``llm_call_started`` / ``llm_call_completed`` events, and restoring a checkpoint rebuilds it
 (its ``llm_type`` is registered in CrewAI's ``_LLM_TYPE_REGISTRY`` when this module is imported).
@@ -28,29 +30,13 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-OFFLINE_ENV: dict[str, str] = {
-    "CREWAI_DISABLE_TELEMETRY": "true",
-    "CREWAI_DISABLE_VERSION_CHECK": "true",
-    "CREWAI_TRACING_ENABLED": "false",
-    "OTEL_SDK_DISABLED": "true",
-}
-"""Environment variables that keep a CrewAI run offline (see shared notes 'Running CrewAI offline')."""
-
-
-def set_offline_env(env: dict[str, str] | os._Environ[str] | None = None) -> None:
-    """Set :data:`OFFLINE_ENV` in ``env`` (default ``os.environ``) without overriding explicit values."""
-    target = os.environ if env is None else env
-    for key, value in OFFLINE_ENV.items():
-        target.setdefault(key, value)
-
-
-set_offline_env()  # importing crewckpt.testing before crewai is the cheapest way to stay offline
-
 from crewai.agents.agent_builder.base_agent import _LLM_TYPE_REGISTRY, BaseAgent
 from crewai.events.event_bus import crewai_event_bus
 from crewai.events.types.llm_events import LLMCallType
 from crewai.llms.base_llm import BaseLLM, llm_call_context
 from pydantic import Field, PrivateAttr, model_validator
+
+from crewckpt.testing import OFFLINE_ENV, set_offline_env  # noqa: F401  (the package set them already)
 
 SCRIPTED_LLM_TYPE = "crewckpt_scripted"
 """The ``llm_type`` a ScriptedLLM serializes with; restore looks it up in ``_LLM_TYPE_REGISTRY``."""

@@ -1,0 +1,194 @@
+"""The growing-document store benchmark (issue 13; run through ``bench_store.py --growing``).
+
+A CrewAI-shaped checkpoint document (one crew entity with tasks and agents, an event record) grows by one
+event node (~1.3 KB) per step to ~1.4 MB after 1,000 steps. Each step also edits what CrewAI edits: the
+previous node's ``next`` edge, the open task-started node's ``child`` edges, the running task's state (and
+its output when it finishes), an agent's counter. Compared per commit (thread CPU):
+
+* crewckpt, the document as the CrewAI writer gives it: event nodes are :class:`crewckpt.Frozen` (a node
+  whose edges changed is a new Frozen), the rest plain JSON;
+* crewckpt, the same document as plain JSON (no hints);
+* orjson: the whole document dumped and written to one file (overwritten every step);
+* the floor: only the step's delta serialized (orjson) and hashed (blake3); bytes: one zstd stream (level 3)
+  of every delta.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import blake3
+import orjson
+import zstandard
+
+from crewckpt import Frozen, Store
+
+_WORDS = [blake3.blake3(str(k).encode()).hexdigest()[:3 + k % 6] for k in range(2000)]  # a 2,000-word vocabulary
+TASK_EVERY = 6  # events per task, as CrewAI's "*" gives per task
+
+
+def _event(i: int, task: int) -> dict[str, Any]:
+    return {
+        "event_id": f"ev-{i:06d}-{blake3.blake3(str(i).encode()).hexdigest()[:24]}",
+        "timestamp": f"2026-12-01T14:{(i // 60) % 60:02d}:{i % 60:02d}.{i:06d}",
+        "type": ("task_started", "agent_execution_started", "agent_logs_started", "agent_logs_execution",
+                 "agent_execution_completed", "task_completed")[i % TASK_EVERY],
+        "source_fingerprint": blake3.blake3(f"src{task}".encode()).hexdigest()[:36],
+        "source_type": "task", "task_id": f"task-{task}", "task_name": f"task{task}",
+        "agent_role": ("Researcher", "Writer", "Reviewer")[task % 3],
+        "emission_sequence": i,
+        "message": f"Step {task} event {i}: " + " ".join(random.Random(i).choices(_WORDS, k=150)),
+    }
+
+
+class Growing:
+    """The document and its per-step edits; ``frozen``: event nodes as Frozen values."""
+
+    def __init__(self, frozen: bool, n_tasks: int) -> None:
+        self.frozen = frozen
+        self.nodes: dict[str, Any] = {}
+        self.order: list[str] = []
+        self.tasks = [{"name": f"task{k}", "description": f"Step {k}: do part {k}.", "status": "pending",
+                       "expected_output": f"A short paragraph for step {k}.", "output": None,
+                       "agent": {"role": ("Researcher", "Writer", "Reviewer")[k % 3], "calls": 0}}
+                      for k in range(n_tasks)]
+        self.agents = [{"role": r, "goal": f"Do the {r}'s part well", "iterations": 0}
+                       for r in ("Researcher", "Writer", "Reviewer")]
+        self.doc = {"crewai_version": "1.15.30", "parent_id": None, "branch": "main",
+                    "entities": [{"entity_type": "crew", "name": "crew", "tasks": self.tasks,
+                                  "agents": self.agents}],
+                    "event_record": {"nodes": self.nodes}, "trigger": None}
+        self.open_parent: str | None = None
+
+    def _set_node(self, eid: str, node: dict[str, Any]) -> None:
+        self.nodes[eid] = Frozen(node, orjson.dumps(node)) if self.frozen else node
+
+    def _node(self, eid: str) -> dict[str, Any]:
+        n = self.nodes[eid]
+        return n.value if isinstance(n, Frozen) else n
+
+    def step(self, i: int) -> list[Any]:
+        """Apply step ``i``; returns its delta (what changed, as ``[path, value]`` pairs)."""
+        task = i // TASK_EVERY
+        ev = _event(i, task)
+        eid = ev["event_id"]
+        edges: dict[str, list[str]] = {}
+        delta: list[Any] = []
+        if self.order:
+            prev = self.order[-1]
+            edges["previous"] = [prev]
+            p = self._node(prev)
+            pe = {k: list(v) for k, v in p["edges"].items()}
+            pe.setdefault("next", []).append(eid)
+            self._set_node(prev, {"event": p["event"], "edges": pe})
+            delta.append([f"nodes.{prev}.edges.next", eid])
+        if self.open_parent is not None and i % TASK_EVERY:
+            edges["parent"] = [self.open_parent]
+            p = self._node(self.open_parent)
+            pe = {k: list(v) for k, v in p["edges"].items()}
+            pe.setdefault("child", []).append(eid)
+            self._set_node(self.open_parent, {"event": p["event"], "edges": pe})
+            delta.append([f"nodes.{self.open_parent}.edges.child", eid])
+        if i % TASK_EVERY == 0:
+            self.open_parent = eid
+        self._set_node(eid, {"event": ev, "edges": edges})
+        self.order.append(eid)
+        delta.append([f"nodes.{eid}", self._node(eid)])
+        t = self.tasks[task % len(self.tasks)]
+        t["status"] = ev["type"]
+        t["agent"]["calls"] += 1
+        delta.append([f"tasks.{task}.status", t["status"]])
+        if i % TASK_EVERY == TASK_EVERY - 1:
+            t["output"] = {"raw": f"Result of step {task}: " + " ".join(random.Random(-task).choices(_WORDS, k=80)), "agent": t["agent"]["role"]}
+            delta.append([f"tasks.{task}.output", t["output"]])
+        self.agents[task % 3]["iterations"] += 1
+        self.doc["trigger"] = ev["type"]
+        self.doc["parent_id"] = f"c{i}"
+        delta.append(["agents.iterations", self.agents[task % 3]["iterations"]])
+        return delta
+
+
+def _plain(doc: dict[str, Any]) -> Any:
+    return orjson.loads(orjson.dumps(doc, default=lambda v: orjson.Fragment(v.json_bytes)))
+
+
+def _folder_bytes(p: Path) -> int:
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+
+
+def _stats(name: str, ms: list[float], ref: float | None = None) -> str:
+    k = max(len(ms) // 10, 1)
+    first, last = statistics.mean(ms[:100] if len(ms) >= 200 else ms[:k]), statistics.mean(
+        ms[-100:] if len(ms) >= 200 else ms[-k:])
+    rel = f"  {statistics.median(ms) / ref:.2f}x orjson" if ref else ""
+    return (f"{name:<28} median {statistics.median(ms):7.3f} ms  first 100 {first:7.3f}  last 100 {last:7.3f}  "
+            f"(last/first {last / first:.2f}x){rel}")
+
+
+def run_growing(steps: int = 1000) -> dict[str, Any]:
+    """Run the benchmark and print its table; returns the figures."""
+    n_tasks = steps // TASK_EVERY + 1
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-growing-") as tmp:
+        # orjson to a file, and the delta floor
+        g = Growing(False, n_tasks)
+        path = Path(tmp, "doc.json")
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+        t_json, t_floor, deltas = [], [], []
+        zc = zstandard.ZstdCompressor(level=3).compressobj()
+        zbytes = 0
+        for i in range(steps):
+            delta = g.step(i)
+            t = time.thread_time()
+            data = orjson.dumps(g.doc)
+            os.lseek(fd, 0, 0)
+            os.write(fd, data)
+            os.ftruncate(fd, len(data))
+            t_json.append((time.thread_time() - t) * 1000)
+            t = time.thread_time()
+            d = orjson.dumps(delta)
+            blake3.blake3(d).digest()
+            t_floor.append((time.thread_time() - t) * 1000)
+            deltas.append(d)
+            zbytes += len(zc.compress(d + b"\n"))
+        os.close(fd)
+        zbytes += len(zc.flush())
+        final_bytes = len(data)
+        out["doc_bytes"] = final_bytes
+        out["floor_bytes"] = zbytes
+        for frozen in (True, False):
+            g = Growing(frozen, n_tasks)
+            folder = Path(tmp, f"store-{frozen}")
+            s = Store.init(folder)
+            times, ids = [], []
+            for i in range(steps):
+                g.step(i)
+                t = time.thread_time()
+                ids.append(s.commit(g.doc, trigger=g.doc["trigger"]))
+                times.append((time.thread_time() - t) * 1000)
+            alive = _folder_bytes(folder)
+            assert s.read(ids[-1]) == _plain(g.doc)
+            s.close()
+            after = _folder_bytes(folder)
+            out["frozen" if frozen else "plain"] = {"ms": times, "alive": alive, "after": after}
+        ref = statistics.median(t_json)
+        print(f"growing document: {steps} commits, final document {final_bytes:,} bytes")
+        print(_stats("orjson whole doc to a file", t_json))
+        print(_stats("floor (delta dump + hash)", t_floor, ref))
+        for key, name in (("frozen", "crewckpt (Frozen nodes)"), ("plain", "crewckpt (plain JSON)")):
+            r = out[key]
+            print(_stats(name, r["ms"], ref) + f"  store {r['alive']:,} B alive, {r['after']:,} B closed "
+                  f"({r['after'] / zbytes:.2f}x floor)")
+        print(f"delta floor (one zstd-3 stream of the deltas) {zbytes:,} bytes; orjson writes "
+              f"{sum(len(x) for x in deltas):,} delta bytes")
+        fz = out["frozen"]["ms"]
+        print(f"Done-when: median {statistics.median(fz) / ref:.2f}x orjson (<= 0.5x); last/first 100 "
+              f"{statistics.mean(fz[-100:]) / statistics.mean(fz[:100]):.2f}x (<= 1.3x); store after close "
+              f"{out['frozen']['after'] / zbytes:.2f}x the floor (<= 1.5x)")
+    return out

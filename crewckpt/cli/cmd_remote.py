@@ -1,0 +1,185 @@
+"""Remote verbs, as in git: remote (add, remove, -v), clone, fetch, pull, push."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from crewckpt.cli.context import UsageProblem, emit_json, json_option, obj
+
+if TYPE_CHECKING:
+    from crewckpt.history.remotes import SyncReport
+
+
+@click.command()
+@click.argument("action", required=False, type=click.Choice(["add", "remove", "rm"]))
+@click.argument("name", required=False)
+@click.argument("location", required=False)
+@click.option("-v", "--verbose", is_flag=True, help="Show each remote's location.")
+@json_option
+def remote(action: str | None, name: str | None, location: str | None, verbose: bool, as_json: bool) -> None:
+    """List remotes, or add NAME at LOCATION, or remove NAME (and its remote-tracking refs).
+
+    A LOCATION is anything `--store` takes: a store folder, `sqlite:PATH`, `postgresql://...`. It is kept in
+    this store's own config.
+
+    \b
+    Examples:
+      ckpt remote add origin /shared/team.ckpt
+      ckpt remote -v
+      ckpt remote remove origin
+    """
+    store = obj().store()
+    if action == "add":
+        if not name or not location:
+            raise UsageProblem("usage: ckpt remote add NAME LOCATION")
+        loc = store.add_remote(name, location)
+        if as_json:
+            emit_json({"added": name, "location": loc})
+        else:
+            click.echo(f"Added remote {name} ({loc}); `{obj().command('fetch', name)}` brings its branches")
+        return
+    if action in ("remove", "rm"):
+        if not name or location:
+            raise UsageProblem("usage: ckpt remote remove NAME")
+        refs = store.remove_remote(name)
+        if as_json:
+            emit_json({"removed": name, "refs": refs})
+        else:
+            click.echo(f"Removed remote {name} and {len(refs)} remote-tracking ref(s)")
+        return
+    if name or location:
+        raise UsageProblem("usage: ckpt remote [-v] | ckpt remote add NAME LOCATION | ckpt remote remove NAME")
+    conf = store.remotes()
+    if as_json:
+        emit_json([{"name": n, "location": loc} for n, loc in conf.items()])
+        return
+    for n, loc in conf.items():
+        click.echo(f"{n}\t{loc}" if verbose else n)
+
+
+def _report(rep: SyncReport, as_json: bool) -> None:
+    """Human or JSON output of a transfer, like git's ref-update lines."""
+    if as_json:
+        emit_json(rep.to_json())
+        return
+    app = obj()
+    verb = "would send" if rep.dry_run else "sent"
+    click.echo(f"{rep.verb} {rep.remote}: {verb} {rep.commits} checkpoint(s), {rep.objects} object(s), "
+               f"{_size(rep.bytes)} in {rep.seconds:.2f} s", err=True)
+    for r in rep.refs:
+        old, new = (r.old or "")[:8], (r.new or "")[:8]
+        arrow = {"new": f"* [new]           -> {new}", "up-to-date": f"= [up to date]    {new}",
+                 "fast-forward": f"  {old}..{new}", "forced": f"+ {old}...{new} (forced)",
+                 "rejected": "! [rejected]"}.get(r.status, r.status)
+        line = f" {arrow}  {r.ref}" + (f"  ({r.reason})" if r.reason else "")
+        if r.status == "rejected":
+            app.line(line, "red")
+        else:
+            app.line(line)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+@click.command()
+@click.argument("src")
+@click.argument("dest")
+@click.option("-o", "--origin", default="origin", show_default=True, help="Name of the remote that names SRC.")
+@json_option
+def clone(src: str, dest: str, origin: str, as_json: bool) -> None:
+    """Copy the store at SRC into a new store at DEST: every branch, with `origin/<branch>` remote-tracking
+    refs and remote `origin` naming SRC. Running it again on an interrupted clone finishes it.
+
+    \b
+    Examples:
+      ckpt clone /shared/team.ckpt .ckpt
+      ckpt clone postgresql://db/ckpt ./local.ckpt
+    """
+    from crewckpt.history import remotes
+    from crewckpt.history.store import Store
+
+    with obj().progress(f"clone {src}") as update:
+        d, rep = remotes.clone(Store, src, dest, origin=origin, progress=update)
+    d.close()
+    _report(rep, as_json)
+
+
+@click.command()
+@click.argument("remote", required=False)
+@click.argument("branches", nargs=-1)
+@click.option("--dry-run", "-n", is_flag=True, help="Say what would move; change nothing.")
+@json_option
+def fetch(remote: str | None, branches: tuple[str, ...], dry_run: bool, as_json: bool) -> None:
+    """Bring REMOTE's branches (default: all of them; default remote `origin`) and the checkpoints they need;
+    they show up as `REMOTE/BRANCH` (`ckpt log origin/main`). Local branches do not move.
+
+    \b
+    Examples:
+      ckpt fetch
+      ckpt fetch origin main
+    """
+    app = obj()
+    with app.progress(f"fetch {remote or 'origin'}") as update:
+        rep = app.store().fetch(remote, list(branches) or None, dry_run=dry_run, progress=update)
+    _report(rep, as_json)
+
+
+@click.command()
+@click.argument("remote", required=False)
+@click.argument("branch", required=False)
+@click.option("--dry-run", "-n", is_flag=True, help="Say what would move; change nothing.")
+@json_option
+def pull(remote: str | None, branch: str | None, dry_run: bool, as_json: bool) -> None:
+    """Fetch BRANCH (default: the current branch) from REMOTE (default `origin`) and fast-forward the local
+    branch to it. A branch that has diverged is refused (pull never merges): the message shows both tips.
+
+    \b
+    Examples:
+      ckpt pull
+      ckpt pull origin exp
+    """
+    app = obj()
+    with app.progress(f"pull {remote or 'origin'}") as update:
+        rep = app.store().pull(remote, branch, dry_run=dry_run, progress=update)
+    _report(rep, as_json)
+
+
+@click.command()
+@click.argument("remote", required=False)
+@click.argument("branch", required=False)
+@click.option("--all", "all_branches", is_flag=True, help="Push every local branch.")
+@click.option("-f", "--force", is_flag=True, help="Replace the remote's branch even when that loses its commits.")
+@click.option("--dry-run", "-n", is_flag=True, help="Say what would move; change nothing.")
+@json_option
+def push(remote: str | None, branch: str | None, all_branches: bool, force: bool, dry_run: bool,
+         as_json: bool) -> None:
+    """Send BRANCH (default: the current branch; `--all`: every branch) to REMOTE (default `origin`, or a
+    location) and move the remote's branch of the same name. A push that would lose the remote's
+    checkpoints (not a fast-forward) is rejected unless --force; if another pusher moved the branch first,
+    this one is rejected: nothing is lost. Exit status 1 when a branch was rejected.
+
+    \b
+    Examples:
+      ckpt push
+      ckpt push origin exp
+      ckpt push --all /shared/team.ckpt
+    """
+    if all_branches and branch:
+        raise UsageProblem("give a BRANCH or --all, not both")
+    app = obj()
+    with app.progress(f"push {remote or 'origin'}") as update:
+        rep = app.store().push(remote, branch, all_branches=all_branches, force=force, dry_run=dry_run,
+                               progress=update, check=False)
+    _report(rep, as_json)
+    if rep.rejected:
+        if not as_json:
+            click.echo("ckpt: error: some branches were rejected (see above); pull first, or push --force",
+                       err=True)
+        raise SystemExit(1)

@@ -1,0 +1,151 @@
+"""Publishing a run's branch to another store (``CheckpointConfig(push_to=..., push_every=N)``).
+
+A worker pushes what it wrote to a shared store when its run ends (``crew_kickoff_completed``/``_failed``,
+``flow_finished``, an agent's ``*_execution_completed``) and, with ``push_every=N``, after every N-th
+checkpoint it wrote. Best effort and never in the run's way: pushes run on one background thread per
+(store, destination), requests for the same branch coalesce, and a failure (remote down, a rejected
+non-fast-forward push) is logged as a warning, emitted as CrewAI's ``CheckpointFailedEvent`` with trigger
+``"push"`` and counted in :func:`push_stats`, like a failed checkpoint. :func:`flush_pushes` waits for the
+pending pushes; it also runs at interpreter exit (timeout 30 s), so a script's last push completes.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from typing import Any
+
+logger = logging.getLogger("crewckpt")
+
+RUN_END_EVENTS = frozenset({"crew_kickoff_completed", "crew_kickoff_failed", "flow_finished",
+                            "agent_execution_completed", "lite_agent_execution_completed"})
+
+
+class Publisher:
+    """Pushes branches of the store at ``store_path`` to ``push_to`` (a remote name of that store, or a
+    location) on a background thread; ``cfg`` is the config whose events report failures."""
+
+    def __init__(self, store_path: str, push_to: str) -> None:
+        self.store_path, self.push_to = store_path, push_to
+        self._cond = threading.Condition()
+        self._pending: dict[str, Any] = {}  # branch -> config to report with (the latest request's)
+        self._busy = False
+        self._thread: threading.Thread | None = None
+        self.pushed = 0
+        self.failed = 0
+        self.last_error: str | None = None
+
+    def request(self, branch: str, cfg: Any) -> None:
+        """Push ``branch`` soon (coalesced with a pending request for it)."""
+        with self._cond:
+            self._pending[branch] = cfg
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="crewckpt-push", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def flush(self, timeout: float | None = 30.0) -> bool:
+        """Wait until nothing is pending or being pushed; False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._pending and not self._busy, timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._cond.wait_for(lambda: bool(self._pending), timeout=5.0):
+                    self._thread = None  # idle: the next request starts a new thread
+                    return
+                branch, cfg = next(iter(self._pending.items()))
+                del self._pending[branch]
+                self._busy = True
+            try:
+                self._push(branch, cfg)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def _push(self, branch: str, cfg: Any) -> None:
+        from crewckpt.history.store import Store
+
+        try:
+            with Store.open(self.store_path) as store:  # its own handle: the run's writer keeps writing
+                rep = store.push(self.push_to, branch, check=False)
+            bad = rep.rejected
+            if bad:
+                raise RuntimeError(f"push of {branch} to {self.push_to} rejected: {bad[0].reason}")
+        except Exception as exc:  # best effort: the run never sees it
+            with self._cond:
+                self.failed += 1
+                self.last_error = str(exc)
+            logger.warning("crewckpt: push of branch %s from %s to %s failed: %s", branch, self.store_path,
+                           self.push_to, exc, exc_info=logger.isEnabledFor(logging.DEBUG))
+            _report_failure(cfg, self.store_path, branch, str(exc))
+            return
+        with self._cond:
+            self.pushed += 1
+        logger.info("crewckpt: pushed branch %s to %s (%d checkpoint(s), %d bytes)", branch, self.push_to,
+                    rep.commits, rep.bytes)
+
+
+def _report_failure(cfg: Any, location: str, branch: str, error: str) -> None:
+    try:
+        from crewai.events.event_bus import crewai_event_bus
+        from crewai.events.types.checkpoint_events import CheckpointFailedEvent
+
+        crewai_event_bus.emit(cfg, CheckpointFailedEvent(location=location, provider="CrewckptProvider",
+                                                         trigger="push", branch=branch, parent_id=None, error=error))
+    except Exception:  # reporting must not fail either
+        logger.debug("crewckpt: reporting a failed push failed", exc_info=True)
+
+
+_publishers: dict[tuple[str, str], Publisher] = {}
+_lock = threading.Lock()
+_counts: dict[tuple[str, str, str], int] = {}
+
+
+def publisher(store_path: str, push_to: str) -> Publisher:
+    """The one Publisher for ``(store_path, push_to)`` in this process."""
+    key = (store_path, push_to)
+    with _lock:
+        p = _publishers.get(key)
+        if p is None:
+            p = _publishers[key] = Publisher(store_path, push_to)
+        return p
+
+
+def after_checkpoint(cfg: Any, store_path: str, branch: str) -> None:
+    """Called after each checkpoint written with ``cfg``: a push every ``cfg.push_every`` checkpoints."""
+    if not cfg.push_to or not cfg.push_every:
+        return
+    key = (store_path, cfg.push_to, branch)
+    with _lock:
+        n = _counts[key] = _counts.get(key, 0) + 1
+    if n % cfg.push_every == 0:
+        publisher(store_path, cfg.push_to).request(branch, cfg)
+
+
+def at_run_end(cfg: Any, store_path: str, branch: str) -> None:
+    """Called when a run whose config is ``cfg`` ends: push its branch."""
+    if cfg.push_to:
+        publisher(store_path, cfg.push_to).request(branch, cfg)
+
+
+def flush_pushes(timeout: float | None = 30.0) -> bool:
+    """Wait until every requested push is done (or failed); False on timeout."""
+    with _lock:
+        pubs = list(_publishers.values())
+    return all([p.flush(timeout) for p in pubs])
+
+
+def push_stats() -> dict[str, dict[str, Any]]:
+    """``"<store> -> <destination>" -> {"pushed": n, "failed": n, "last_error": str | None}`` in this
+    process."""
+    with _lock:
+        pubs = list(_publishers.values())
+    return {f"{p.store_path} -> {p.push_to}": {"pushed": p.pushed, "failed": p.failed, "last_error": p.last_error}
+            for p in pubs}
+
+
+atexit.register(flush_pushes)

@@ -1,0 +1,61 @@
+"""Store profiles: what the generic store is told about the documents it holds.
+
+The store works on any JSON value. A :class:`Profile` plugs in the two things that depend on what the
+documents mean, and nothing else:
+
+* ``summarize``: ``doc -> {key: JSON value}``, the listing summary kept in the commit index (``ckpt log``
+  reads it without decoding snapshots). The store always adds ``logical_bytes`` (the document's size as
+  compact JSON); the summarizer adds its own keys before it.
+* ``separate_keys``: split hints. A container under one of these object keys becomes its own tree even when
+  small (so a value repeated in many places, or changed on every checkpoint, is stored once and rewritten
+  alone). They change object ids, never what is read back.
+
+:data:`GENERIC` (the default) knows nothing of any framework: a summary of the size only, no split hints.
+The CrewAI profile lives with the CrewAI-facing code (:data:`crewckpt.views.document.CREWAI`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from crewckpt.history.summary import json_size
+
+Summarizer = Callable[[Any], dict[str, Any]]
+"""``doc -> summary keys``: ``doc`` may hold :class:`crewckpt.history.snapshot.Frozen` values; the result is
+a small JSON object (msgpack-encodable: str keys; str, int, bool, None, lists and maps as values)."""
+
+LOGICAL_BYTES = "logical_bytes"
+"""The summary key the store always sets: bytes of the document as compact UTF-8 JSON."""
+
+
+def no_summary(doc: Any) -> dict[str, Any]:
+    """The generic summarizer: no keys of its own (the store still records ``logical_bytes``)."""
+    return {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """A summarizer and split hints for one kind of document (see the module docstring).
+
+    name: shown in errors and docs; summarize: :data:`Summarizer`; separate_keys: object keys whose container
+    values are stored as their own trees.
+    """
+
+    name: str = "generic"
+    summarize: Summarizer = no_summary
+    separate_keys: frozenset[str] = frozenset()
+
+    def summary(self, doc: Any, logical_bytes: int | None = None) -> dict[str, Any]:
+        """The summary the store keeps for ``doc``: the summarizer's keys, then ``logical_bytes``
+        (``logical_bytes`` if already known, else measured)."""
+        size = json_size(doc) if logical_bytes is None else logical_bytes
+        out = dict(self.summarize(doc))
+        out.pop(LOGICAL_BYTES, None)  # the store's own measure wins, and stays last
+        out[LOGICAL_BYTES] = size
+        return out
+
+
+GENERIC = Profile()
+"""The default profile: any JSON; summary ``{"logical_bytes": n}``; no split hints."""

@@ -1,0 +1,417 @@
+"""Remotes, as in git: named locations kept in the store's own config, remote-tracking refs
+(``refs/remotes/<remote>/<branch>``, written ``origin/main`` in revisions) and the verbs that move commits
+between two stores: clone, fetch, pull (fast-forward only) and push (fast-forward unless forced; the remote
+branch moves by compare-and-swap against the tip read when the push was planned, so of two racing pushers
+exactly one wins). The transfer itself is :mod:`crewckpt.history.sync`.
+
+The config is one meta string ``remotes``: a JSON object ``{name: location}`` (locations are stored in their
+canonical form, so a relative path keeps meaning the same store from any working directory).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+import orjson
+
+from crewckpt.backends import registry
+from crewckpt.backends.base import Parts, writing
+from crewckpt.errors import CkptError, PullDiverged, PushRejected, StoreExists, UnknownRemote
+from crewckpt.history import head, refnames
+from crewckpt.history.sync import (
+    Progress,
+    RefResult,
+    RefUpdate,
+    Side,
+    TransferReport,
+    is_ancestor,
+    move_refs,
+    transfer,
+)
+
+if TYPE_CHECKING:
+    from crewckpt.history.store import Store
+
+META_KEY = "remotes"
+DEFAULT_REMOTE = "origin"
+
+
+# -- configuration ---------------------------------------------------------------------------------------------
+
+def check_remote_name(name: object) -> str:
+    """Validate a remote name (a branch name without '/'); returns its NFC form. Raises BadRefName."""
+    n = refnames.check_branch(name)
+    if "/" in n:
+        raise refnames.BadRefName(f"bad remote name {n!r}: contains '/'; use letters, digits, '-', '_' and '.'")
+    return n
+
+
+def remotes(store: Store) -> dict[str, str]:
+    """``name -> location`` of the store's remotes, sorted by name."""
+    raw = store.backend.meta_get(META_KEY)
+    if not raw:
+        return {}
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise CkptError(f"the store's remote config is damaged ({raw[:40]!r}); re-add the remotes with "
+                        f"`ckpt remote add`") from None
+    return {str(k): str(v) for k, v in sorted(data.items())} if isinstance(data, dict) else {}
+
+
+def canonical(location: str | os.PathLike[str]) -> str:
+    """The canonical identity of a location (:func:`crewckpt.backends.registry.identity`: a plain path becomes
+    absolute). Raises BadLocation, BackendMissing."""
+    return registry.identity(location)
+
+
+def add_remote(store: Store, name: str, location: str | os.PathLike[str]) -> str:
+    """Add remote ``name`` at ``location`` (stored canonical; returns that form).
+
+    Raises:
+        BadRefName: bad name. CkptError: the name exists already, or the location names this store.
+    """
+    name = check_remote_name(name)
+    loc = canonical(location)
+    if loc == location_of(store):
+        raise CkptError(f"{location}: that is this store itself; a remote is another store")
+    with writing(store.backend) as w:
+        cur = _read(w.meta_get(META_KEY))
+        if name in cur:
+            raise CkptError(f"remote {name!r} already exists ({cur[name]}); remove it first with "
+                            f"`ckpt remote remove {name}`")
+        cur[name] = loc
+        w.meta_set(META_KEY, orjson.dumps(dict(sorted(cur.items()))).decode())
+    return loc
+
+
+def remove_remote(store: Store, name: str) -> list[str]:
+    """Remove remote ``name`` and its remote-tracking refs (as git does); returns the refs removed.
+
+    Raises:
+        UnknownRemote.
+    """
+    with writing(store.backend) as w:
+        cur = _read(w.meta_get(META_KEY))
+        if name not in cur:
+            raise UnknownRemote(f"no remote named {name!r}; see `ckpt remote -v`")
+        del cur[name]
+        w.meta_set(META_KEY, orjson.dumps(cur).decode())
+        gone = w.refs(tracking_prefix(name))
+        for ref, target in gone.items():
+            w.set_ref_if_equals(ref, target, None)
+            w.reflog_delete(ref)
+    return list(gone)
+
+
+def _read(raw: str | None) -> dict[str, str]:
+    try:
+        data = orjson.loads(raw) if raw else {}
+    except orjson.JSONDecodeError:
+        data = {}
+    return dict(data) if isinstance(data, dict) else {}
+
+
+def tracking_prefix(remote: str) -> str:
+    """``origin`` -> ``refs/remotes/origin/``."""
+    return f"{refnames.REMOTES}{remote}/"
+
+
+def tracking_refs(store: Store, remote: str | None = None) -> dict[str, str]:
+    """``origin/main -> tip id`` for every remote-tracking ref (of one remote, or all)."""
+    prefix = tracking_prefix(remote) if remote else refnames.REMOTES
+    return {k[len(refnames.REMOTES):]: v.hex() for k, v in store.backend.refs(prefix).items()}
+
+
+# -- connecting ------------------------------------------------------------------------------------------------
+
+@contextmanager
+def connect(store: Store, remote: str | Store | None) -> Iterator[tuple[str | None, Store]]:
+    """``(remote name or None, the other store opened)`` for a configured name (default ``origin``), a
+    location or an open Store (not closed here).
+
+    Raises:
+        UnknownRemote: no remote given and no ``origin``; or a name that is neither a remote nor a store.
+    """
+    if not isinstance(remote, (str, os.PathLike)) and remote is not None:  # an open Store
+        yield None, remote
+        return
+    Store = type(store)  # noqa: N806 (the class that opens locations; history.store imports this module)
+    conf = remotes(store)
+    name = remote if remote is not None else DEFAULT_REMOTE
+    if name in conf:
+        other = Store.open(conf[name])
+        label: str | None = name
+    elif remote is None:
+        raise UnknownRemote("no remote named 'origin'; add one with `ckpt remote add origin LOCATION` or name a "
+                            "remote")
+    else:
+        try:
+            other = Store.open(remote)
+        except CkptError as e:
+            known = ", ".join(conf) or "none configured"
+            raise UnknownRemote(f"{remote!r} is neither a remote ({known}) nor a store: {e}") from None
+        label = None
+    try:
+        yield label, other
+    finally:
+        other.close()
+
+
+def side(store: Store, name: str) -> Side:
+    """The sync view of a store (its maintenance parts: verified objects over the backend's parts)."""
+    p = store.parts
+    return Side(p.backend, p.objects, name)
+
+
+def location_of(store: Store) -> str | None:
+    """The store's canonical location, None for an anonymous memory store."""
+    return store.location
+
+
+def _where(store: Store, label: str | None) -> str:
+    return label or location_of(store) or "memory store"
+
+
+def current_branch(store: Store) -> str:
+    """The branch HEAD names (symbolic HEAD), else that of the last commit written, else ``main``."""
+    cur = getattr(store, "current_branch", None)
+    if callable(cur):
+        b = cur()
+        if isinstance(b, str) and b:
+            return b
+    last = store.backend.index_last()
+    row = store.backend.index_get(last) if last else None
+    if row is not None and store.backend.get_ref(refnames.HEADS + row.branch) is not None:
+        return row.branch
+    return "main"
+
+
+# -- verbs -----------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class SyncReport(TransferReport):
+    """A :class:`TransferReport` plus the ``remote`` (name or location) it talked to and the ``verb``."""
+
+    remote: str = ""
+    verb: str = ""
+
+    def to_json(self) -> dict[str, object]:
+        """Stable JSON form (docs/cli-json.md)."""
+        return {"verb": self.verb, "remote": self.remote, **super().to_json()}
+
+
+def _report(verb: str, remote: str, t: TransferReport, extra: Sequence[RefResult] = ()) -> SyncReport:
+    return SyncReport(t.commits, t.objects, t.bytes, t.seconds, [*t.refs, *extra], t.dry_run, remote, verb)
+
+
+def fetch(store: Store, remote: str | Store | None = None, branches: Sequence[str] | None = None, *,
+          name: str | None = None, dry_run: bool = False, progress: Progress | None = None) -> SyncReport:
+    """Bring the remote's branches (all, or ``branches``) and what they need; move ``refs/remotes/<name>/*``
+    to the remote's tips (forced, as git's default refspec ``+refs/heads/*:refs/remotes/origin/*``).
+
+    ``name``: the tracking namespace when ``remote`` is a location or a Store (default: the remote's name).
+
+    Raises:
+        UnknownRemote; CkptError: a branch the remote does not have; SyncError / IntegrityError: the remote
+            is damaged (nothing written).
+    """
+    with connect(store, remote) as (label, other):
+        ns = check_remote_name(name or label or DEFAULT_REMOTE)
+        heads = other.backend.refs(refnames.HEADS)
+        if branches:
+            want = {}
+            for b in branches:
+                ref = refnames.branch_ref(b)
+                if ref not in heads:
+                    raise CkptError(f"{_where(other, label)} has no branch {b!r}; its branches: "
+                                    f"{', '.join(k[len(refnames.HEADS):] for k in heads) or 'none'}")
+                want[ref] = heads[ref]
+            heads = want
+        there, here = side(other, _where(other, label)), side(store, "this store")
+        updates = []
+        for ref, tip in heads.items():
+            b = ref[len(refnames.HEADS):]
+            dst = tracking_prefix(ns) + b
+            old = store.backend.get_ref(dst)
+            status = ("new" if old is None else "up-to-date" if old == tip
+                      else "fast-forward" if is_ancestor(there, old, tip) else "forced")
+            updates.append(RefUpdate(dst, tip, old, f"{ns}/{b}", status, f"fetch: {status} from {there.name}"))
+        return _report("fetch", there.name, transfer(there, here, updates, dry_run=dry_run, progress=progress))
+
+
+def pull(store: Store, remote: str | Store | None = None, branch: str | None = None, *, name: str | None = None,
+         dry_run: bool = False, progress: Progress | None = None) -> SyncReport:
+    """Fetch ``branch`` (default: the current one) and fast-forward the local branch to it (created when it
+    does not exist). Never merges.
+
+    Raises:
+        PullDiverged: both sides have commits the other lacks (the message names both tips and the ways out);
+            the fetch itself stays (the remote-tracking ref moved). And fetch's errors.
+    """
+    b = refnames.check_branch(branch or current_branch(store))
+    ref = refnames.HEADS + b
+    here = side(store, "this store")
+    with connect(store, remote) as (label, other):
+        ns = check_remote_name(name or label or DEFAULT_REMOTE)
+        rep = fetch(store, other, [b], name=ns, dry_run=dry_run, progress=progress)
+        rep.verb, rep.remote = "pull", _where(other, label)
+        there = side(other, rep.remote)
+        theirs = other.backend.get_ref(ref)
+        assert theirs is not None  # fetch checked the branch exists
+        mine = store.backend.get_ref(ref)
+        # after a real fetch both tips are here; a dry run may need the remote's graph too
+        graphs = [here] if not dry_run else [here, there]
+        ahead = mine is not None and _related(graphs, theirs, mine)
+        behind = mine is None or _related(graphs, mine, theirs)
+    if mine == theirs or ahead:
+        rep.refs.append(RefResult(ref, _hex(mine), _hex(mine), "up-to-date"))
+        return rep
+    if not behind:
+        assert mine is not None
+        raise PullDiverged(f"{b} ({mine.hex()[:12]}) and {ns}/{b} ({theirs.hex()[:12]}) have diverged: each has "
+                           f"checkpoints the other lacks, and pull only fast-forwards; keep both with `ckpt branch "
+                           f"{b}-{ns} {ns}/{b}`, or replace the remote's with `ckpt push --force {ns} {b}`")
+    status = "new" if mine is None else "fast-forward"
+    if dry_run:
+        rep.refs.append(RefResult(ref, _hex(mine), theirs.hex(), status))
+        return rep
+    res = move_refs(here, [RefUpdate(ref, theirs, mine, b, status, f"pull: {status} from {rep.remote}")])
+    if res[0].status != "rejected":
+        store.backend.index_rebranch(f"{ns}/{b}", b)  # arrived as origin/main's; now the local branch's own
+    rep.refs.extend(res)
+    return rep
+
+
+def _related(graphs: Sequence[Side], ancestor: bytes, descendant: bytes) -> bool:
+    """Whether ``ancestor`` is an ancestor of ``descendant`` in one of ``graphs`` that knows both."""
+    return any(_known(g.backend, ancestor) and _known(g.backend, descendant) and is_ancestor(g, ancestor, descendant)
+               for g in graphs)
+
+
+def _known(parts: Parts, cid: bytes) -> bool:
+    return parts.index_get(cid) is not None or bool(parts.has_many([cid]))
+
+
+def push(store: Store, remote: str | Store | None = None, branch: str | None = None, *, all_branches: bool = False,
+         force: bool = False, name: str | None = None, dry_run: bool = False,
+         progress: Progress | None = None) -> SyncReport:
+    """Send ``branch`` (default: the current one; ``all_branches``: every local branch) to the remote and
+    move the remote's branch of the same name, by compare-and-swap against its tip as read now.
+
+    A branch whose remote tip is not an ancestor of the local one is rejected (not a fast-forward) unless
+    ``force``; the others still go. When the remote is a configured one (or ``name`` names the tracking
+    namespace of a location or Store), its remote-tracking refs follow.
+    The report lists each ref ("rejected" ones with the reason); see :func:`push_or_raise`.
+
+    Raises:
+        UnknownRemote, UnknownRevision (no such local branch), SyncError / IntegrityError (a damaged local
+        store: nothing was written to the remote).
+    """
+    from crewckpt.errors import UnknownRevision
+
+    if all_branches:
+        names = list(store.branches())
+    else:
+        names = [refnames.check_branch(branch or current_branch(store))]
+    with connect(store, remote) as (label, other):
+        here, there = side(store, "this store"), side(other, _where(other, label))
+        updates, rejected = [], []
+        for b in names:
+            ref = refnames.HEADS + b
+            mine = store.backend.get_ref(ref)
+            if mine is None:
+                raise UnknownRevision(f"no branch named {b!r} here; see `ckpt branch`")
+            theirs = other.backend.get_ref(ref)
+            if theirs is None:
+                status = "new"
+            elif theirs == mine:
+                status = "up-to-date"
+            elif _known(store.backend, theirs) and is_ancestor(here, theirs, mine):
+                status = "fast-forward"
+            elif force:
+                status = "forced"
+            else:
+                why = ("not a fast-forward: the remote's tip is not an ancestor of yours" if _known(store.backend, theirs)
+                       else "the remote has checkpoints you do not have")
+                rejected.append(RefResult(ref, theirs.hex(), mine.hex(), "rejected",
+                                          f"{why} ({there.name} {b} is {theirs.hex()[:12]}, yours {mine.hex()[:12]}); "
+                                          f"`ckpt pull {label or there.name} {b}` first, or push with --force to "
+                                          f"replace it"))
+                continue
+            updates.append(RefUpdate(ref, mine, theirs, b, status, f"push: {status} from {location_of(store) or 'memory'}"))
+        rep = _report("push", there.name, transfer(here, there, updates, dry_run=dry_run, progress=progress), rejected)
+    label = check_remote_name(name) if name else label
+    if label and not dry_run:  # the tracking refs record what the remote now holds
+        moved = [r for r in rep.refs if r.status not in ("rejected",) and r.new]
+        tracking = []
+        for r in moved:
+            dst = tracking_prefix(label) + r.ref[len(refnames.HEADS):]
+            new = bytes.fromhex(r.new)  # type: ignore[arg-type]
+            tracking.append(RefUpdate(dst, new, store.backend.get_ref(dst), "", "push", f"push to {label}"))
+        move_refs(here, tracking)
+    return rep
+
+
+def push_or_raise(rep: SyncReport) -> SyncReport:
+    """``rep``, or PushRejected naming the first rejected ref when any was rejected."""
+    bad = rep.rejected
+    if bad:
+        b = bad[0].ref[len(refnames.HEADS):] if bad[0].ref.startswith(refnames.HEADS) else bad[0].ref
+        raise PushRejected(f"push of {b} to {rep.remote} rejected: {bad[0].reason}")
+    return rep
+
+
+def clone(store_cls: type[Store], src: str | Store, dest: str | os.PathLike[str], *, origin: str = DEFAULT_REMOTE,
+          progress: Progress | None = None) -> tuple[Store, SyncReport]:
+    """Create a store at ``dest`` holding every branch of ``src`` (as local branches and as
+    ``<origin>/<branch>`` remote-tracking refs), with remote ``origin`` naming ``src``. Running it again on
+    a clone that was interrupted (or is complete) finishes it instead of failing.
+
+    ``store_cls``: the Store class (``Store.clone`` passes itself).
+
+    Raises:
+        StoreExists: ``dest`` holds another store (not a clone of ``src``). And fetch's errors.
+    """
+    Store = store_cls  # noqa: N806
+    origin = check_remote_name(origin)
+    src_loc = canonical(src) if isinstance(src, (str, os.PathLike)) else None
+    try:
+        d = Store.init(dest)
+        if src_loc is not None:
+            add_remote(d, origin, src_loc)
+    except StoreExists:
+        d = Store.open(dest)
+        if src_loc is not None and remotes(d).get(origin) != src_loc:
+            d.close()
+            raise StoreExists(f"{dest}: a store already exists there and is not a clone of {src}; pick another "
+                              f"destination") from None
+    try:
+        with connect(d, origin if src_loc is not None else src) as (label, other):
+            there, here = side(other, _where(other, label)), side(d, "the clone")
+            updates = []
+            for ref, tip in other.backend.refs(refnames.HEADS).items():
+                old = d.backend.get_ref(ref)
+                b = ref[len(refnames.HEADS):]
+                status = "new" if old is None else "up-to-date" if old == tip else "forced"
+                updates.append(RefUpdate(ref, tip, old, b, status, f"clone: from {there.name}"))
+            rep = _report("clone", there.name, transfer(there, here, updates, progress=progress))
+            rep.refs += move_refs(here, [RefUpdate(tracking_prefix(origin) + u.ref[len(refnames.HEADS):], u.new,
+                                                   d.backend.get_ref(tracking_prefix(origin) + u.ref[len(refnames.HEADS):]),
+                                                   "", "new", f"clone: from {there.name}") for u in updates])
+            src_head = head.head_ref(other.backend)  # the clone starts on the source's current branch
+            if d.backend.get_ref(src_head) is not None:
+                with writing(d.backend) as w:
+                    w.set_symref(head.HEAD, src_head)
+    except BaseException:
+        d.close()
+        raise
+    return d, rep
+
+
+def _hex(oid: bytes | None) -> str | None:
+    return oid.hex() if oid is not None else None

@@ -1,0 +1,435 @@
+"""Sync core: copy commits and the objects under them from one store to another, as git's fetch and push do.
+
+It works on two :class:`Side` values (a backend's parts plus the verified object layer over it), never on a
+whole Store, so any two backends can talk (memory, SQLite, PostgreSQL...). Steps, in this order:
+
+1. **Negotiate** (have/want). The commit walk starts at the wanted tips on the sender and stops at commits
+   the receiver has live (in its commit index) and at commits the sender itself no longer has live (pruned:
+   the transfer boundary, like a shallow clone). Under every commit to send, the tree walk checks each level's
+   ids for presence at the receiver in one batch and descends only into what is missing, so only missing
+   objects cross. A present tree stands for its whole subtree: objects are always written children first.
+2. **Read and verify** everything to send *before writing anything*: every object is read through the
+   sender's object layer (decoded, re-hashed; the stored id must be the id asked for), commit bodies are
+   decoded, and each link's kind must match the object's. A hostile or damaged remote is refused with one
+   line naming the object, and nothing is written to the receiver.
+3. **Land** commit by commit, parents first, each in one write scope (one transaction where the backend has
+   them): its new objects (small ones in one pack, children before parents), the commit object, then its
+   commit-index row with the receiver's own arrival ``seq`` (the summary is copied from the sender's row, or
+   taken from the commit object) and its alias (the CrewAI checkpoint id).
+4. **Move refs** by compare-and-swap against the value read when the transfer was planned, with a reflog
+   record; a ref that moved meanwhile is reported as rejected (another writer won), never overwritten.
+
+Interrupt safety: a kill at any point leaves complete commits only (objects before commits before index
+rows before refs); running the same transfer again finds what arrived live at the receiver and sends only
+the rest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from crewckpt.backends.base import Backend, ReflogEntry, StoredObject, writing
+from crewckpt.errors import DecodeError, IntegrityError, MissingObject, RefConflict, SyncError
+from crewckpt.format import objects as ob
+from crewckpt.history import head, refnames
+from crewckpt.history.commits import from_commit, from_row, to_row
+from crewckpt.history.objectdb import ObjectDB
+from crewckpt.history.snapshot import links_in
+
+Progress = Callable[[str, int, "int | None"], None]
+"""Progress callback: ``(phase, done, total or None)``; phases "negotiate", "read", "write"."""
+
+LOOSE_MIN = 1 << 20  # bytes: bodies larger than this travel (and are stored) loose, as Store.commit does
+STAGE_BYTES = 64 << 20  # frames kept in memory between reading and writing; beyond this they are re-read
+_RETRIES = 3  # plans redone when a gc ran on the receiver meanwhile
+
+
+@dataclasses.dataclass(frozen=True)
+class Side:
+    """One end of a transfer: ``backend`` (objects, refs, commit index, meta), ``objects`` (verified reads
+    and framing over it) and ``name`` (how messages call it: a location, a remote name)."""
+
+    backend: Backend
+    objects: ObjectDB
+    name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RefUpdate:
+    """One ref to move on the receiver: ``ref`` (full name there), ``new`` (raw id, on the sender),
+    ``expected`` (its value on the receiver when the update was decided: the CAS old value), ``branch``
+    (the commit-index branch given to commits that arrive for it) and ``status`` (what it is: "new",
+    "fast-forward", "forced", "up-to-date"); ``message`` goes to the reflog."""
+
+    ref: str
+    new: bytes
+    expected: bytes | None
+    branch: str
+    status: str
+    message: str = "sync"
+
+
+@dataclasses.dataclass
+class RefResult:
+    """What happened to one ref: ``status`` is an update's status, or "rejected" with ``reason``."""
+
+    ref: str
+    old: str | None
+    new: str | None
+    status: str
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        """Stable JSON form (docs/cli-json.md)."""
+        return {"ref": self.ref, "old": self.old, "new": self.new, "status": self.status, "reason": self.reason}
+
+
+@dataclasses.dataclass
+class TransferReport:
+    """Figures of one transfer: ``commits`` and ``objects`` sent (objects count commits too, not the pack
+    containers), ``bytes`` (frame bytes written to the receiver: what crossed), ``seconds`` (wall), and the
+    ``refs`` results. With ``dry_run`` the figures say what would cross and nothing was written."""
+
+    commits: int = 0
+    objects: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    refs: list[RefResult] = dataclasses.field(default_factory=list)
+    dry_run: bool = False
+
+    @property
+    def rejected(self) -> list[RefResult]:
+        """The refs that did not move."""
+        return [r for r in self.refs if r.status == "rejected"]
+
+    def to_json(self) -> dict[str, object]:
+        """Stable JSON form (docs/cli-json.md)."""
+        return {"commits": self.commits, "objects": self.objects, "bytes": self.bytes,
+                "seconds": round(self.seconds, 6), "dry_run": self.dry_run, "refs": [r.to_json() for r in self.refs]}
+
+
+@dataclasses.dataclass
+class _CommitPlan:
+    cid: bytes
+    body: bytes
+    commit: ob.Commit
+    branch: str
+    summary_row: object  # the sender's IndexRow, or None
+    order: list[tuple[bytes, int]]  # new objects, children before parents
+    bodies: dict[bytes, bytes] | None  # None: re-read when landing (over STAGE_BYTES)
+
+
+def transfer(sender: Side, receiver: Side, updates: Sequence[RefUpdate], *, dry_run: bool = False,
+             progress: Progress | None = None) -> TransferReport:
+    """Send what the receiver lacks for ``updates`` and move its refs (see the module docstring).
+
+    Raises:
+        SyncError: the sender lacks an object a commit needs. IntegrityError: the sender holds a corrupt
+            object (nothing was written). StoreBusy / StoreWriteError from the receiver's backend.
+    """
+    t0 = time.perf_counter()
+    for attempt in range(_RETRIES):
+        epoch = receiver.backend.meta_get("gc_epoch")
+        plans = plan(sender, receiver, updates, progress)
+        report = TransferReport(dry_run=dry_run)
+        report.commits = len(plans)
+        if dry_run:
+            for p in plans:
+                n, size = _frame_cost(receiver.objects, p, sender)
+                report.objects += n
+                report.bytes += size
+            report.refs = [RefResult(u.ref, _hex(u.expected), u.new.hex(), u.status) for u in updates]
+            report.seconds = time.perf_counter() - t0
+            return report
+        if plans:  # pin HEAD first: a store that never stored it reads it from the last commit written
+            with writing(receiver.backend) as w:
+                head.head_ref_stored(w)
+        try:
+            for i, p in enumerate(plans):
+                n, size = _land(sender, receiver, p, epoch)
+                report.objects += n
+                report.bytes += size
+                if progress:
+                    progress("write", i + 1, len(plans))
+        except _EpochChanged:
+            if attempt + 1 == _RETRIES:
+                raise SyncError(f"{receiver.name}: a gc keeps running there during the transfer; retry later") from None
+            continue
+        report.refs = move_refs(receiver, updates)
+        report.seconds = time.perf_counter() - t0
+        return report
+    raise AssertionError("unreachable")
+
+
+def plan(sender: Side, receiver: Side, updates: Sequence[RefUpdate],
+         progress: Progress | None = None) -> list[_CommitPlan]:
+    """Negotiate and read: the commits to send (parents first), each with its missing objects read and
+    verified. Writes nothing.
+
+    Raises:
+        SyncError, IntegrityError: see :func:`transfer`.
+    """
+    commits, branch_of = missing_commits(sender, receiver, [u.new for u in updates], [u.branch for u in updates])
+    if progress:
+        progress("negotiate", len(commits), len(commits))
+    scheduled: set[bytes] = set()
+    staged = 0
+    out = []
+    for i, (cid, body, c) in enumerate(commits):
+        order, bodies = _missing_objects(sender, receiver, cid, c, scheduled)
+        size = sum(len(b) for b in bodies.values())
+        keep = staged + size <= STAGE_BYTES
+        staged += size if keep else 0
+        out.append(_CommitPlan(cid, body, c, branch_of[cid], sender.backend.index_get(cid), order,
+                               bodies if keep else None))
+        if progress:
+            progress("read", i + 1, len(commits))
+    return out
+
+
+def missing_commits(sender: Side, receiver: Side, tips: Sequence[bytes],
+                    branches: Sequence[str]) -> tuple[list[tuple[bytes, bytes, ob.Commit]], dict[bytes, str]]:
+    """The commits reachable from ``tips`` on the sender that the receiver does not have live, parents first,
+    as ``(id, verified body, decoded commit)``, and the branch each belongs to (that of the first tip in
+    ``tips`` that reaches it). The walk reads commit objects a level at a time (verified) and stops at
+    commits live on the receiver and at parents the sender does not have live (pruned there).
+
+    Raises:
+        SyncError: a tip is not a commit the sender has. IntegrityError: a corrupt commit object.
+    """
+    found: dict[bytes, tuple[bytes, ob.Commit]] = {}
+    branch_of: dict[bytes, str] = {}
+    here = receiver.backend
+    for tip, branch in zip(tips, branches, strict=True):
+        frontier = [tip]
+        is_tip = True
+        while frontier:
+            level = [c for c in dict.fromkeys(frontier) if c not in found and here.index_get(c) is None]
+            if not is_tip:  # a parent the sender pruned is the boundary (its objects may be half collected)
+                level = [c for c in level if sender.backend.index_get(c) is not None]
+            bodies = read_verified(sender, level)
+            frontier = []
+            for cid in level:
+                if cid not in bodies:
+                    if is_tip:
+                        raise SyncError(f"{sender.name}: commit {cid.hex()[:12]} is not there; fetch again")
+                    continue
+                kind, body = bodies[cid]
+                c = _decode_commit(cid, kind, body)
+                found[cid] = (body, c)
+                branch_of[cid] = branch
+                frontier.extend(c.parents)
+            is_tip = False
+    order = _postorder(found, lambda cid: [p for p in found[cid][1].parents if p in found])
+    return [(cid, *found[cid]) for cid in order], branch_of
+
+
+def read_verified(side: Side, oids: Sequence[bytes]) -> dict[bytes, tuple[int, bytes]]:
+    """``oid -> (kind, body)`` for those of ``oids`` the side has, each re-hashed through its object layer;
+    an object stored under another id than the one asked for is corrupt too.
+
+    Raises:
+        IntegrityError: naming the object (the frame does not decode or hash to its id)."""
+    if not oids:
+        return {}
+    out = {}
+    for oid, s in side.backend.get_many(oids).items():
+        if s.oid != oid:
+            raise IntegrityError(oid.hex(), f"{side.name} returned object {s.oid.hex()[:12]} for it")
+        out[oid] = (s.kind, side.objects.verify(s))
+    return out
+
+
+def _decode_commit(cid: bytes, kind: int, body: bytes) -> ob.Commit:
+    if kind != ob.COMMIT:
+        raise IntegrityError(cid.hex(), f"expected a commit, found kind {kind}")
+    try:
+        return ob.Commit.decode(body)
+    except DecodeError as e:
+        raise IntegrityError(cid.hex(), str(e)) from None
+
+
+def _missing_objects(sender: Side, receiver: Side, cid: bytes, c: ob.Commit,
+                     scheduled: set[bytes]) -> tuple[list[tuple[bytes, int]], dict[bytes, bytes]]:
+    """The objects under commit ``c`` the receiver lacks and no earlier commit of this transfer sends:
+    ``[(oid, kind)]`` children first, and their verified bodies. One presence batch per tree level."""
+    bodies: dict[bytes, bytes] = {}
+    kinds: dict[bytes, int] = {}
+    kids: dict[bytes, list[bytes]] = {}
+    frontier = [c.tree]
+    while frontier:
+        links = list({ln.oid: ln for ln in frontier if ln.oid not in scheduled}.values())
+        present = receiver.backend.has_many([ln.oid for ln in links]) if links else set()
+        need = [ln for ln in links if ln.oid not in present]
+        got = read_verified(sender, [ln.oid for ln in need])
+        frontier = []
+        for ln in need:
+            if ln.oid not in got:
+                raise SyncError(f"{sender.name}: commit {cid.hex()[:12]} needs object {ln.oid.hex()[:12]}, which "
+                                f"is missing there; run `ckpt fsck` on it (nothing was written)")
+            kind, body = got[ln.oid]
+            if kind != ln.kind:
+                raise IntegrityError(ln.oid.hex(), f"linked as a {_kind(ln.kind)} but {sender.name} holds a "
+                                                   f"{_kind(kind)}")
+            scheduled.add(ln.oid)
+            bodies[ln.oid], kinds[ln.oid] = body, kind
+            children: list[ob.Link] = []
+            if kind == ob.TREE:
+                try:
+                    children = list(links_in(ob.decode_tree(body)[1]))
+                except DecodeError as e:
+                    raise IntegrityError(ln.oid.hex(), str(e)) from None
+            kids[ln.oid] = [k.oid for k in children]
+            frontier.extend(children)
+    order = _postorder(bodies, lambda o: [k for k in kids[o] if k in bodies])
+    return [(o, kinds[o]) for o in order], bodies
+
+
+def _postorder(nodes: Iterable[bytes], kids: Callable[[bytes], Iterable[bytes]]) -> list[bytes]:
+    """``nodes`` ordered so each comes after every one of its ``kids`` (iterative DFS; ids hash their kids'
+    ids, so the graph has no cycle)."""
+    out: list[bytes] = []
+    done: set[bytes] = set()
+    for root in nodes:
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                out.append(node)
+                continue
+            if node in done:
+                continue
+            done.add(node)
+            stack.append((node, True))
+            stack.extend((k, False) for k in kids(node) if k not in done)
+    return out
+
+
+def _frames(objects: ObjectDB, items: list[tuple[bytes, int, bytes]]) -> list[StoredObject]:
+    """Frames for one commit's new objects, children first: small ones in one pack (the pack before its
+    members), big ones loose."""
+    small = [x for x in items if len(x[2]) <= LOOSE_MIN]
+    if len(small) < 2:
+        return [objects.frame(k, b) for _, k, b in items]
+    packed = objects.pack(small)
+    return [objects.frame(k, b) for _, k, b in items if len(b) > LOOSE_MIN] + packed
+
+
+def _items(sender: Side, p: _CommitPlan) -> list[tuple[bytes, int, bytes]]:
+    bodies = p.bodies
+    if bodies is None:  # over the staging budget: read (and verify) again
+        got = read_verified(sender, [o for o, _ in p.order])
+        missing = [o for o, _ in p.order if o not in got]
+        if missing:
+            raise SyncError(f"{sender.name}: object {missing[0].hex()[:12]} vanished during the transfer (a gc "
+                            f"there?); run the same command again")
+        bodies = {o: b for o, (_, b) in got.items()}
+    return [(o, k, bodies[o]) for o, k in p.order]
+
+
+def _frame_cost(objects: ObjectDB, p: _CommitPlan, sender: Side) -> tuple[int, int]:
+    frames = _frames(objects, _items(sender, p)) + [objects.frame(ob.COMMIT, p.body)]
+    return len(p.order) + 1, sum(len(f.frame) for f in frames)
+
+
+def _land(sender: Side, receiver: Side, p: _CommitPlan, epoch: str | None) -> tuple[int, int]:
+    """One commit: objects, commit object, index row, alias, in one write scope. Returns (objects, bytes)."""
+    frames = _frames(receiver.objects, _items(sender, p))
+    cobj = receiver.objects.frame(ob.COMMIT, p.body)
+    with writing(receiver.backend) as w:
+        if w.meta_get("gc_epoch") != epoch:
+            raise _EpochChanged
+        if w.index_get(p.cid) is not None:  # another transfer landed it meanwhile
+            return 0, 0
+        now = time.time_ns()
+        w.put_many(frames, now)
+        w.put_many([cobj], now)
+        if p.commit.version > int(w.meta_get("format_version") or "1"):
+            w.meta_set("format_version", str(p.commit.version))
+        w.index_add(to_row(p.cid, p.commit, p.branch, w.counter_next("seq"), _summary(p)))
+        if p.commit.alias:
+            w.alias_set(p.commit.alias, p.cid)
+    return len(p.order) + 1, sum(len(f.frame) for f in frames) + len(cobj.frame)
+
+
+def _summary(p: _CommitPlan) -> dict[str, Any]:
+    """The listing summary: the sender's index row's (a cache derived from the document, the same in every
+    store) when it decodes, else what the commit object itself holds."""
+    row = p.summary_row
+    if row is not None:
+        try:
+            return from_row(row).summary  # type: ignore[arg-type]  # summary_row is an IndexRow
+        except DecodeError:
+            pass
+    return from_commit(p.cid, p.commit, live=True).summary
+
+
+def move_refs(receiver: Side, updates: Sequence[RefUpdate]) -> list[RefResult]:
+    """Move each ref by compare-and-swap from its ``expected`` value, with a reflog record; a ref that holds
+    something else now is "rejected" (another writer moved it), the others are unaffected."""
+    out = []
+    for u in updates:
+        if u.expected == u.new:
+            out.append(RefResult(u.ref, _hex(u.expected), u.new.hex(), "up-to-date"))
+            continue
+        try:
+            with writing(receiver.backend) as w:
+                now = time.time_ns()
+                w.set_ref_if_equals(u.ref, u.expected, u.new)
+                w.reflog_append(ReflogEntry(u.ref, u.expected, u.new, now, u.message))
+                if u.ref.startswith(refnames.HEADS):
+                    head.follow(w, u.ref, u.expected, u.new, now, u.message)
+        except RefConflict:
+            found = receiver.backend.get_ref(u.ref)
+            out.append(RefResult(u.ref, _hex(u.expected), u.new.hex(), "rejected",
+                                 f"{receiver.name} moved it to {_hex(found, 12) or 'nothing'} meanwhile "
+                                 f"(another writer won); fetch and try again"))
+            continue
+        out.append(RefResult(u.ref, _hex(u.expected), u.new.hex(), u.status))
+    return out
+
+
+def is_ancestor(side: Side, ancestor: bytes, descendant: bytes) -> bool:
+    """Whether ``ancestor`` is ``descendant`` or reachable from it by parents, on ``side`` (index rows first,
+    commit objects for unindexed commits; a walk skips commits older than ``ancestor`` by local seq)."""
+    if ancestor == descendant:
+        return True
+    b = side.backend
+    arow = b.index_get(ancestor)
+    floor = arow.seq if arow is not None else None
+    seen = {descendant}
+    stack = [descendant]
+    while stack:
+        cid = stack.pop()
+        row = b.index_get(cid)
+        if row is not None:
+            if floor is not None and row.seq <= floor:
+                continue
+            parents: Sequence[bytes] = row.parents
+        else:
+            try:
+                parents = side.objects.commit(cid).parents
+            except MissingObject:
+                continue
+        for par in parents:
+            if par == ancestor:
+                return True
+            if par not in seen:
+                seen.add(par)
+                stack.append(par)
+    return False
+
+
+class _EpochChanged(Exception):
+    """A gc ran on the receiver since the plan: objects counted as present may be gone; plan again."""
+
+
+def _hex(oid: bytes | None, n: int = 64) -> str | None:
+    return oid.hex()[:n] if oid is not None else None
+
+
+def _kind(kind: int) -> str:
+    return ob.KIND_NAMES.get(kind, b"object").decode()

@@ -1,0 +1,298 @@
+"""HEAD as a symbolic ref to the current branch, with its own reflog (issue 14, item 2).
+
+As in git: HEAD names a branch (unborn in a fresh store), commits move the branch they are written on and
+HEAD's reflog only when HEAD names that branch, ``ckpt switch`` / ``checkout`` choose the current branch,
+``HEAD@{N}`` reads HEAD's reflog, ``@{N}`` the current branch's, ``@{-N}`` the N-th previous branch, and
+``latest`` is the last commit written on any branch.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import orjson
+import pytest
+from cli_helpers import ckpt, ndjson, ok
+
+from crewckpt.backends.base import Backend
+from crewckpt.backends.memory import MemoryBackend
+from crewckpt.backends.sqlite import SqliteBackend
+from crewckpt.errors import BranchInUse, UnknownRevision
+from crewckpt.history.store import Store
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path):
+    s = Store.memory() if request.param == "memory" else Store.init(tmp_path / ".ckpt")
+    yield s
+    s.close()
+
+
+def _one_line(exc: pytest.ExceptionInfo[BaseException]) -> str:
+    msg = str(exc.value)
+    assert "\n" not in msg and len(msg) < 300, msg
+    return msg
+
+
+# -- backend verbs ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_backend_symref_is_set_atomically_and_read_back(kind: str, tmp_path: Path) -> None:
+    b: Backend = MemoryBackend() if kind == "memory" else SqliteBackend.create(tmp_path)
+    assert b.get_symref("HEAD") is None
+    with b.transaction() as t:
+        t.set_symref("HEAD", "refs/heads/main")
+        assert t.get_symref("HEAD") == "refs/heads/main"
+    with pytest.raises(RuntimeError):
+        with b.transaction() as t:
+            t.set_symref("HEAD", "refs/heads/exp")
+            raise RuntimeError("crash")
+    assert b.get_symref("HEAD") == "refs/heads/main"  # the failed transaction left nothing
+    b.close()
+
+
+# -- Python API ------------------------------------------------------------------------------------------------
+
+
+def test_a_fresh_store_has_head_on_unborn_main(store: Store) -> None:
+    assert store.current_branch() == "main" and store.reflog("HEAD") == []
+    for rev in ("HEAD", "@", "HEAD~1", "@{0}"):
+        with pytest.raises(UnknownRevision) as e:
+            store.resolve(rev)
+        assert "no checkpoints yet" in _one_line(e) or "no reflog entries" in str(e.value)
+    exp = store.commit({"n": 1}, branch="exp")  # a writer on another branch does not switch HEAD
+    assert store.current_branch() == "main" and store.resolve("latest") == exp
+    with pytest.raises(UnknownRevision) as e:
+        store.resolve("HEAD")
+    assert _one_line(e) == ("revision 'HEAD': HEAD is on branch 'main', which has no checkpoints yet; switch to a "
+                            "branch that has some with `ckpt switch BRANCH` (branches: exp)")
+    first = store.commit({"n": 2})  # creates main: HEAD is born
+    assert store.resolve("HEAD") == first and [e.new.hex() for e in store.reflog("HEAD")] == [first]
+
+
+def test_commits_move_head_only_on_its_branch_and_its_reflog_records_each_move(store: Store) -> None:
+    m1 = store.commit({"n": 1}, trigger="task_completed")
+    m2 = store.commit({"n": 2})
+    e1 = store.commit({"n": 3}, branch="exp", parents=[m1])  # another writer's branch: HEAD stays
+    assert store.resolve("HEAD") == m2 and store.resolve("latest") == e1
+    assert store.switch("exp") == "main"
+    e2 = store.commit({"n": 4}, branch="exp")
+    store.commit({"n": 5}, branch="main")  # main moves, HEAD (on exp) does not
+    log = store.reflog("HEAD")
+    assert [(e.old.hex() if e.old else None, e.new.hex() if e.new else None, e.message) for e in log] == [
+        (None, m1, "commit: task_completed"),
+        (m1, m2, "commit: manual"),
+        (m2, e1, "checkout: moving from main to exp"),
+        (e1, e2, "commit: manual"),
+    ]
+    assert [e.time_ns for e in log] == sorted(e.time_ns for e in log)
+    r = store.resolve
+    assert r("HEAD") == r("@") == r("HEAD@{0}") == e2
+    assert r("HEAD@{1}") == e1 and r("HEAD@{2}") == m2 and r("HEAD@{3}") == m1
+    # @{N} is the current branch's reflog (exp@{N}), not HEAD's, as in git
+    assert r("@{0}") == e2 and r("@{1}") == e1 and r("@{1}") == r("exp@{1}") and r("HEAD@{1}~1") == m1
+    assert r("main@{0}") != e2 and r("main@{1}") == m2
+    assert r("@{-1}") == r("main") and store.previous_branch() == "main"
+
+
+def test_reflog_selectors_out_of_range_are_one_line_and_name_the_fix(store: Store) -> None:
+    store.commit({"n": 1})
+    store.commit({"n": 2})
+    expected = {
+        "HEAD@{2}": "revision 'HEAD@{2}': HEAD has only 2 reflog entries (HEAD@{0} to HEAD@{1}); see "
+                    "`ckpt reflog HEAD`",
+        "@{5}": "revision '@{5}': main has only 2 reflog entries (main@{0} to main@{1}); see `ckpt reflog main`",
+        "main@{9}": "revision 'main@{9}': main has only 2 reflog entries (main@{0} to main@{1}); see "
+                    "`ckpt reflog main`",
+        "nope@{1}": "revision 'nope@{1}': no branch named 'nope'; see `ckpt branch`",
+        "@{-1}": "revision '@{-1}': HEAD was on fewer than 1 other branch(es); see `ckpt reflog HEAD`",
+    }
+    for rev, message in expected.items():
+        with pytest.raises(UnknownRevision) as e:
+            store.resolve(rev)
+        assert _one_line(e) == message
+    with pytest.raises(UnknownRevision, match="stands alone"):
+        store.resolve("main@{-1}")
+
+
+def test_switch_create_rename_and_delete_follow_git(store: Store) -> None:
+    m1 = store.commit({"n": 1})
+    m2 = store.commit({"n": 2})
+    assert store.switch("main") == "main" and len(store.reflog("HEAD")) == 2  # already on it: no entry
+    with pytest.raises(UnknownRevision) as e:
+        store.switch("nope")
+    assert "create it with `ckpt switch -c nope [START]`" in _one_line(e)
+    assert store.switch("try", create=True, start="main~1") == "main"
+    assert store.current_branch() == "try" and store.resolve("HEAD") == m1
+    assert store.reflog("HEAD")[-1].message == "checkout: moving from main to try"
+    assert store.reflog("try")[0].message == "branch: created from main~1"
+    store.rename_branch("try", "experiment")  # HEAD follows a rename of the current branch
+    assert store.current_branch() == "experiment" and store.resolve("HEAD") == m1
+    last = store.reflog("HEAD")[-1]
+    assert (last.old, last.new, last.message) == (last.new, bytes.fromhex(m1), "branch: renamed try to experiment")
+    with pytest.raises(BranchInUse) as e:
+        store.delete_branch("experiment")
+    assert _one_line(e) == ("cannot delete branch 'experiment': it is the current branch (HEAD); switch to "
+                            "another first with `ckpt switch BRANCH`")
+    assert store.branches()["experiment"] == m1  # nothing changed
+    store.rename_branch("main", "trunk")  # not the current branch: HEAD stays
+    assert store.current_branch() == "experiment"
+    assert store.switch("trunk") == "experiment" and store.resolve("HEAD") == m2
+    store.delete_branch("experiment")
+    assert store.previous_branch() == "experiment"  # the reflog still says so; @{-1} then names nothing
+    with pytest.raises(UnknownRevision, match="branch 'experiment' no longer exists"):
+        store.resolve("@{-1}")
+
+
+def _drop_stored_head(folder: Path) -> None:
+    """Make ``folder``'s store look like one written before HEAD was stored (no symbolic ref, no HEAD log)."""
+    with sqlite3.connect(folder / "store.db") as c:
+        c.execute("DELETE FROM meta WHERE key = 'symref:HEAD'")
+        c.execute("DELETE FROM reflog WHERE ref = 'HEAD'")
+    c.close()
+
+
+def test_a_store_without_a_stored_head_opens_on_the_branch_of_its_last_commit(tmp_path: Path) -> None:
+    path = tmp_path / ".ckpt"
+    with Store.init(path) as s:
+        main = s.commit({"n": 1})
+        exp = s.commit({"n": 2}, branch="exp", parents=[])
+    _drop_stored_head(path)
+    with Store.open(path) as s:
+        assert s.current_branch() == "exp" and s.resolve("HEAD") == exp  # what HEAD meant before
+        assert s.reflog("HEAD") == []
+        newer = s.commit({"n": 3})  # the first write stores HEAD: it no longer follows the last write
+        assert s.current_branch() == "exp" and s.resolve("HEAD") == exp and s.branches()["main"] == newer
+    with Store.open(path) as s:
+        assert s.current_branch() == "exp"
+        s.switch("main")
+        s.delete_branch("exp")
+    _drop_stored_head(path)
+    with Store.open(path) as s:
+        assert s.current_branch() == "main" and s.resolve("HEAD") == newer != main
+    with sqlite3.connect(path / "store.db") as c:  # a damaged value is ignored (with a warning), not fatal
+        c.execute("INSERT INTO meta(key, value) VALUES ('symref:HEAD', 'refs/heads/..bad')")
+    c.close()
+    with Store.open(path) as s:
+        assert s.current_branch() == "main"
+        assert s.fsck().problems == ["HEAD holds 'refs/heads/..bad', not a branch ref (read meanwhile as the branch "
+                                     "of the last checkpoint written, else main); set it with `ckpt switch BRANCH`"]
+        s.switch("main")  # the fix fsck names: the stored value is replaced, and fsck is clean again
+        assert s.fsck().ok and s.backend.get_symref("HEAD") == "refs/heads/main"
+
+
+def test_the_format1_fixture_store_opens_with_head_on_its_last_written_branch(tmp_path: Path) -> None:
+    import shutil
+
+    src = Path(__file__).parent / "data" / "format1-store"
+    if not src.is_dir():
+        pytest.skip("format-1 fixture store not present")
+    shutil.copytree(src, tmp_path / "s")
+    with Store.open(tmp_path / "s") as s:
+        last = max(s.list(), key=lambda c: c.seq)
+        expected = last.branch if last.branch in s.branches() else "main"
+        assert s.current_branch() == expected
+        assert s.resolve("HEAD") == s.branches()[expected]
+
+
+# -- CLI ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def two_branches(tmp_path: Path) -> tuple[str, list[str], list[str]]:
+    path = tmp_path / ".ckpt"
+    with Store.init(path) as s:
+        main = [s.commit({"n": i}, trigger="task_completed") for i in range(3)]
+        exp = [s.commit({"n": "e"}, branch="exp", parents=[main[0]])]
+    return str(path), main, exp
+
+
+def test_cli_switch_checkout_and_head_reflog(two_branches: tuple[str, list[str], list[str]]) -> None:
+    path, main, exp = two_branches
+    assert ok(ckpt(path, "switch", "exp")).stdout == "Switched to branch 'exp'\n"
+    assert ok(ckpt(path, "switch", "exp")).stdout == "Already on 'exp'\n"
+    lines = ok(ckpt(path, "reflog")).stdout.splitlines()  # no argument: HEAD, as in git
+    assert lines == ok(ckpt(path, "reflog", "HEAD")).stdout.splitlines()
+    assert [line.split(" ", 1)[1].rsplit("  ", 1)[0] for line in lines] == [
+        "HEAD@{0}: checkout: moving from main to exp",
+        "HEAD@{1}: commit: task_completed",
+        "HEAD@{2}: commit: task_completed",
+        "HEAD@{3}: commit: task_completed",
+    ]
+    records = ndjson(ok(ckpt(path, "reflog", "HEAD", "--json")).stdout)
+    assert [r["id"] for r in records] == [exp[0], main[2], main[1], main[0]]
+    assert [r["selector"] for r in records] == [f"HEAD@{{{n}}}" for n in range(4)]
+    for r in records:
+        assert ok(ckpt(path, "rev-parse", r["selector"])).stdout.strip() == r["id"]
+    assert ok(ckpt(path, "rev-parse", "@")).stdout.strip() == exp[0]
+    assert ok(ckpt(path, "rev-parse", "@{0}")).stdout.strip() == exp[0]
+    assert ok(ckpt(path, "rev-parse", "HEAD@{1}")).stdout.strip() == main[2]
+    out_of_range = ckpt(path, "rev-parse", "@{1}")  # exp has one reflog entry
+    assert out_of_range.exit_code == 1 and out_of_range.stderr == (
+        "ckpt: error: revision '@{1}': exp has only 1 reflog entries (exp@{0} to exp@{0}); see `ckpt reflog exp`\n"
+    )
+    # `ckpt log`, `show HEAD`, `branch` and the log decoration follow the current branch
+    assert ok(ckpt(path, "log", "--oneline")).stdout.splitlines()[0].startswith(exp[0][:8] + " (HEAD -> exp)")
+    assert orjson.loads(ok(ckpt(path, "show", "HEAD", "--raw")).stdout) == {"n": "e"}
+    assert [line[:6] for line in ok(ckpt(path, "branch")).stdout.splitlines()] == ["* exp ", "  main"]
+    record = orjson.loads(ok(ckpt(path, "checkout", "-", "--json")).stdout)
+    assert record == {"branch": "main", "previous": "exp", "tip": main[2], "created": False}
+    assert ok(ckpt(path, "checkout", "-b", "try", "main~2")).stdout == "Switched to a new branch 'try'\n"
+    assert ok(ckpt(path, "rev-parse", "HEAD")).stdout.strip() == main[0]
+    assert ok(ckpt(path, "switch", "@{-2}")).stdout == "Switched to branch 'exp'\n"
+    assert ok(ckpt(path, "switch", "-c", "new")).stdout == "Switched to a new branch 'new'\n"
+    assert ok(ckpt(path, "rev-parse", "new")).stdout.strip() == exp[0]
+
+
+def test_cli_switch_errors_are_one_line_and_change_nothing(two_branches: tuple[str, list[str], list[str]]) -> None:
+    path, main, exp = two_branches
+    cases = {
+        ("switch", "nope"): (1, "no branch named 'nope'; create it with `ckpt switch -c nope [START]` "
+                                "(branches: exp, main)"),
+        ("checkout", main[1][:10]): (2, f"{main[1][:10]!r} is a checkpoint, not a branch (HEAD always names a "
+                                        f"branch); start a branch there with `ckpt checkout -b NAME {main[1][:10]}`; "
+                                        f"see `ckpt checkout --help`"),
+        ("switch", "exp", "main~1"): (2, "START goes with -c: ckpt switch -c exp main~1; see `ckpt switch --help`"),
+        ("switch", "-"): (1, "-: HEAD was on fewer than 1 other branch(es); see `ckpt reflog`"),
+        ("switch", "-c", "exp"): (1, "branch 'exp' already exists; pick another name or delete it first"),
+        ("switch", "bad..name"): (2, None),
+        ("branch", "-d", "main"): (1, "cannot delete branch 'main': it is the current branch (HEAD); switch to "
+                                      "another first with `ckpt switch BRANCH`"),
+    }
+    for argv, (code, message) in cases.items():
+        result = ckpt(path, *argv)
+        assert result.exit_code == code, (argv, result.stderr)
+        assert result.stderr.count("\n") == 1 and result.stderr.startswith("ckpt: error: ")
+        if message is not None:
+            assert result.stderr == f"ckpt: error: {message}\n", argv
+    with Store.open(path) as s:
+        assert s.current_branch() == "main" and s.branches() == {"exp": exp[0], "main": main[2]}
+        assert len(s.reflog("HEAD")) == 3
+
+
+def test_cli_branch_rename_of_the_current_branch_moves_head(two_branches: tuple[str, list[str], list[str]]) -> None:
+    path, main, _ = two_branches
+    ok(ckpt(path, "branch", "-m", "main", "trunk"))
+    assert [line[:8] for line in ok(ckpt(path, "branch")).stdout.splitlines()] == ["  exp   ", "* trunk "]
+    first = ndjson(ok(ckpt(path, "reflog", "--json")).stdout)[0]
+    assert first["message"] == "branch: renamed main to trunk" and first["id"] == first["old"] == main[2]
+
+
+def test_cli_log_on_an_unborn_head_says_what_to_do(tmp_path: Path) -> None:
+    path = tmp_path / ".ckpt"
+    Store.init(path).close()
+    empty = ckpt(str(path), "log")
+    assert empty.exit_code == 1 and empty.stderr.count("\n") == 1 and "no checkpoints yet" in empty.stderr
+    with Store.open(path) as s:
+        s.commit({"n": 1}, branch="exp")
+    unborn = ckpt(str(path), "log")
+    assert unborn.exit_code == 1 and unborn.stderr == (
+        "ckpt: error: revision 'HEAD': HEAD is on branch 'main', which has no checkpoints yet; switch to a "
+        "branch that has some with `ckpt switch BRANCH` (branches: exp)\n"
+    )
+    assert ok(ckpt(str(path), "branch")).stdout.startswith("  exp ")  # no `*`: HEAD's branch is unborn
+    assert ok(ckpt(str(path), "reflog")).stdout == ""
+    ok(ckpt(str(path), "switch", "exp"))
+    assert "(HEAD -> exp)" in ok(ckpt(str(path), "log")).stdout

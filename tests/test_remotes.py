@@ -1,0 +1,383 @@
+"""Remotes: clone, fetch, pull and push between two stores (issue 16), on memory and SQLite both ways."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from crewckpt.backends.base import StoredObject
+from crewckpt.errors import (
+    BadRefName,
+    CkptError,
+    IntegrityError,
+    PullDiverged,
+    PushRejected,
+    UnknownRemote,
+)
+from crewckpt.format import objects as ob
+from crewckpt.history import remotes, sync
+from crewckpt.history.store import Store
+
+KINDS = ["memory", "sqlite"]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def doc(i: int, extra: str = "") -> dict[str, object]:
+    """A CrewAI-shaped document that grows by one task per step (shared prefix between steps)."""
+    tasks = [{"description": f"task {k} " + "lorem ipsum " * 200, "output": {"raw": f"answer {k}{extra} " * 300}}
+             for k in range(i + 1)]
+    return {"entities": [{"entity_type": "crew", "name": "c", "tasks": tasks}], "event_record": {"n": i}}
+
+
+@pytest.fixture
+def make(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[[str], Store]]:
+    """``make(kind)``: a new empty store of that kind (memory, sqlite, postgres: a fresh schema each)."""
+    opened: list[Store] = []
+    n = iter(range(1000))
+
+    def _make(kind: str) -> Store:
+        i = next(n)
+        if kind == "memory":
+            s = Store.memory()
+        elif kind == "sqlite":
+            s = Store.init(tmp_path / f"s{i}")
+        else:
+            from crewckpt.backends.postgres import PgBackend
+            url = request.getfixturevalue("pg_url")
+            s = Store(PgBackend.create(f"{url}r{i}", {"format_version": str(ob.FORMAT_VERSION), "gc_epoch": "0"}))
+        opened.append(s)
+        return s
+
+    yield _make
+    for s in opened:
+        s.close()
+
+
+def commit_chain(s: Store, n: int, branch: str = "main", start: int = 0, extra: str = "") -> list[str]:
+    return [s.commit(doc(i, extra), branch=branch, alias=f"cp-{branch}-{i}{extra}") for i in range(start, start + n)]
+
+
+def ids(s: Store, branch: str) -> list[str]:
+    return [c.id for c in s.log(branch)]  # type: ignore[union-attr]
+
+
+def assert_clean(*stores: Store) -> None:
+    for s in stores:
+        r = s.fsck(full=True)
+        assert r.ok, (r.broken, r.problems)
+
+
+PAIRS = [(a, b) for a in KINDS for b in KINDS] + [
+    pytest.param(a, b, marks=pytest.mark.postgres) for a, b in (("postgres", "sqlite"), ("memory", "postgres"))]
+
+
+@pytest.mark.parametrize(("src_kind", "dst_kind"), PAIRS)
+def test_fetch_push_pull_keep_ids_aliases_and_send_only_what_is_missing(make: Callable[[str], Store], src_kind: str,
+                                                                        dst_kind: str) -> None:
+    a, b = make(src_kind), make(dst_kind)
+    tips = commit_chain(a, 3)
+    b.commit({"local": True}, branch="other")  # b has its own history and seq counter already moved
+    rep = b.fetch(a, name="origin")
+    assert rep.commits == 3 and rep.objects > 3 and rep.bytes > 0
+    assert [r.status for r in rep.refs] == ["new"]
+    assert b.resolve("origin/main") == tips[-1] and ids(b, "origin/main") == ids(a, "main")
+    assert b.resolve("origin/main~2") == tips[0]
+    assert b.lookup_alias("cp-main-1") == tips[1]  # aliases travel with their commits
+    assert b.read("origin/main") == a.read("main")
+    assert b.info("origin/main").seq > b.info("other").seq  # local order is the receiver's arrival order
+    assert b.fetch(a, name="origin").commits == 0  # nothing new: nothing crosses
+    b.pull(a, "main", name="origin")
+    assert b.resolve("main") == tips[-1] and {c.id for c in b.list("main")} == set(tips)
+    # incremental: one more checkpoint on b, pushed back: only its new objects cross
+    before = {m.oid for m in a.backend.iter_objects()}
+    new = b.commit(doc(3), branch="main", alias="cp-main-3")
+    rep = b.push(a, "main")
+    after = {m.oid for m in a.backend.iter_objects()}
+    assert rep.commits == 1 and a.resolve("main") == new and a.lookup_alias("cp-main-3") == new
+    added_objects = {o for o in after - before if a.backend.get(o).kind != ob.PACK}  # type: ignore[union-attr]
+    assert rep.objects == len(added_objects)
+    assert b.push(a, "main").refs[0].status == "up-to-date"
+    assert ids(a, "main") == ids(b, "main")
+    assert_clean(a, b)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_clone_copies_every_branch_with_tracking_refs_and_a_rerun_finishes_it(make: Callable[[str], Store],
+                                                                              kind: str, tmp_path: Path) -> None:
+    a = make("sqlite")
+    commit_chain(a, 3)
+    a.create_branch("exp", "main~1")
+    commit_chain(a, 2, branch="exp", start=5)
+    dest = tmp_path / "clone"
+    c = Store.clone(str(a.path), dest)
+    try:
+        assert c.branches() == a.branches()
+        assert remotes.tracking_refs(c) == {f"origin/{k}": v for k, v in a.branches().items()}
+        assert c.remotes() == {"origin": remotes.canonical(str(a.path))}
+        assert ids(c, "exp") == ids(a, "exp")
+        a.commit(doc(9), branch="main")
+        c.close()
+        c = Store.clone(str(a.path), dest)  # rerun on an existing clone: completes, sends only the new commit
+        assert c.resolve("main") == a.resolve("main")
+        assert_clean(a, c)
+    finally:
+        c.close()
+    other = make("sqlite")
+    with pytest.raises(CkptError, match="not a clone of"):
+        Store.clone(str(a.path), other.path)  # type: ignore[arg-type]
+
+
+def test_remote_config_add_list_remove_and_tracking_refs_go_with_it(make: Callable[[str], Store]) -> None:
+    a, b = make("sqlite"), make("sqlite")
+    commit_chain(a, 1)
+    loc = b.add_remote("origin", str(a.path))
+    assert b.remotes() == {"origin": loc}
+    with pytest.raises(CkptError, match="already exists"):
+        b.add_remote("origin", str(a.path))
+    with pytest.raises(BadRefName):
+        b.add_remote("or/igin", str(a.path))
+    with pytest.raises(CkptError, match="this store itself"):
+        b.add_remote("self", str(b.path))
+    b.fetch()  # default remote: origin
+    assert b.resolve("origin/main") == a.resolve("main")
+    assert b.remove_remote("origin") == ["refs/remotes/origin/main"]
+    assert b.remotes() == {}
+    with pytest.raises(UnknownRemote):
+        b.remove_remote("origin")
+    with pytest.raises(UnknownRemote, match="no remote named 'origin'"):
+        b.fetch()
+
+
+def test_local_branch_shadows_a_tracking_ref_of_the_same_name(make: Callable[[str], Store]) -> None:
+    a, b = make("memory"), make("memory")
+    theirs = commit_chain(a, 1)[0]
+    b.fetch(a, name="origin")
+    mine = b.commit({"mine": 1}, branch="origin/main")
+    assert b.resolve("origin/main") == mine and b.resolve("refs/remotes/origin/main") == theirs
+
+
+@pytest.mark.parametrize("kind", [*KINDS, pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_diverged_push_is_rejected_unless_forced_and_pull_refuses_naming_both_tips(make: Callable[[str], Store],
+                                                                                   kind: str) -> None:
+    remote, a, b = make(kind), make("memory"), make("sqlite")
+    commit_chain(remote, 2)
+    a.pull(remote, "main", name="origin")
+    b.pull(remote, "main", name="origin")
+    a_tip = a.commit(doc(5, "a"), branch="main")
+    b_tip = b.commit(doc(5, "b"), branch="main")
+    a.push(remote, "main")
+    base = remote.resolve("main")
+    with pytest.raises(PushRejected, match="do not have") as e:
+        b.push(remote, "main")
+    assert remote.resolve("main") == base == a_tip
+    assert "pull" in str(e.value) and "--force" in str(e.value)
+    with pytest.raises(PullDiverged) as d:
+        b.pull(remote, "main", name="origin")
+    assert b_tip[:12] in str(d.value) and a_tip[:12] in str(d.value) and "ckpt branch" in str(d.value)
+    assert b.resolve("main") == b_tip  # refused: nothing moved locally but origin/main
+    assert b.resolve("origin/main") == a_tip
+    # now b knows a's tip: the push is "not a fast-forward"; --force replaces it
+    rep = b.push(remote, "main", check=False)
+    assert rep.refs[0].status == "rejected" and "not a fast-forward" in (rep.refs[0].reason or "")
+    assert b.push(remote, "main", force=True, name="origin").refs[0].status == "forced"
+    assert remote.resolve("main") == b_tip and b.resolve("origin/main") == b_tip
+    assert_clean(remote, b)
+
+
+def test_dry_run_writes_nothing_and_says_what_would_move(make: Callable[[str], Store]) -> None:
+    a, b = make("sqlite"), make("sqlite")
+    tips = commit_chain(a, 2)
+    n0 = b.backend.object_stats()[0]
+    rep = b.fetch(a, name="origin", dry_run=True)
+    assert rep.dry_run and rep.commits == 2 and rep.bytes > 0 and rep.refs[0].new == tips[-1]
+    rep = b.pull(a, "main", name="origin", dry_run=True)
+    assert [r.status for r in rep.refs] == ["new", "new"]
+    assert b.backend.object_stats()[0] == n0 and b.backend.refs() == {}
+    b.commit({"x": 1})
+    rep = b.push(a, "main", dry_run=True, check=False)
+    assert rep.refs[0].status == "rejected"
+    assert a.resolve("main") == tips[-1]
+
+
+def test_push_all_and_tracking_refs_follow_a_configured_remote(make: Callable[[str], Store]) -> None:
+    a, b = make("sqlite"), make("sqlite")
+    b.add_remote("up", str(a.path))
+    commit_chain(b, 2)
+    commit_chain(b, 1, branch="exp")
+    rep = b.push("up", all_branches=True)
+    assert sorted(r.ref for r in rep.refs) == ["refs/heads/exp", "refs/heads/main"]
+    assert a.branches() == b.branches()
+    assert remotes.tracking_refs(b, "up") == {f"up/{k}": v for k, v in b.branches().items()}
+
+
+@pytest.mark.parametrize("where", ["pack", "member", "wrong-id"])
+def test_a_remote_holding_a_corrupt_object_is_refused_and_nothing_is_written(make: Callable[[str], Store],
+                                                                            where: str) -> None:
+    remote, local = make("memory"), make("sqlite")
+    commit_chain(remote, 3)
+    objs = remote.backend._box.state.objects  # type: ignore[attr-defined]
+    tree = remote.objects.commit(bytes.fromhex(remote.resolve("main~1"))).tree.oid
+    victim = tree
+    s, t = objs[victim]
+    if where == "wrong-id":  # a hostile backend answering with another (valid) object for an id
+        objs[victim] = next(v for o, v in objs.items() if v[0].kind == ob.TREE and o != victim)
+    elif where == "member":  # the frame decodes, to bytes that do not hash to the id
+        objs[victim] = (StoredObject(s.oid, s.kind, 3, remote.objects.codec.encode(b"abc")), t)
+    else:  # the pack a member lives in is damaged
+        victim = next(o for o, (x, _) in objs.items() if x.kind == ob.PACK)
+        p, t = objs[victim]
+        objs[victim] = (StoredObject(p.oid, p.kind, p.size, p.frame[:-3] + b"\x00\x00\x00"), t)
+    before = (local.backend.object_stats(), local.backend.refs(), local.backend.index_rows())
+    with pytest.raises(IntegrityError, match=victim.hex()[:12]):
+        local.fetch(remote, name="origin")
+    with pytest.raises(IntegrityError):
+        remotes.clone(Store, remote, local.path.parent / "c2")  # type: ignore[union-attr]
+    assert (local.backend.object_stats(), local.backend.refs(), local.backend.index_rows()) == before
+
+
+def test_a_remote_missing_an_object_is_refused_with_the_commit_named(make: Callable[[str], Store]) -> None:
+    remote, local = make("memory"), make("memory")
+    tip = commit_chain(remote, 1)[0]
+    tree = remote.objects.commit(bytes.fromhex(tip)).tree.oid
+    del remote.backend._box.state.objects[tree]  # type: ignore[attr-defined]
+    with pytest.raises(sync.SyncError, match=f"commit {tip[:12]} needs object {tree.hex()[:12]}"):
+        local.fetch(remote, name="origin")
+    assert local.backend.object_stats()[0] == 0
+
+
+def test_format_1_store_receives_format_2_commits_and_is_marked(make: Callable[[str], Store], tmp_path: Path) -> None:
+    src = make("memory")
+    commit_chain(src, 1)
+    dst = make("sqlite")
+    dst.backend.meta_set("format_version", "1")
+    dst.fetch(src, name="origin")
+    assert dst.backend.meta_get("format_version") == "2"
+
+
+# -- processes -------------------------------------------------------------------------------------------------
+
+_PUSHER = textwrap.dedent("""
+    import os, sys, time
+    from pathlib import Path
+    from crewckpt.history.store import Store
+    local, remote, flag_dir, hold = sys.argv[1:5]
+    flags = Path(flag_dir)
+    def progress(phase, done, total):
+        if phase == "write":
+            (flags / f"wrote-{os.getpid()}").write_text(str(done))
+            if hold == "barrier" and done == 1:
+                (flags / f"ready-{os.getpid()}").touch()
+                while not (flags / "go").exists():  # released by the test once both pushers planned
+                    time.sleep(0.005)
+            if hold == "stall" and done == int(os.environ["STALL_AT"]):
+                while True:  # parked mid-push until the test kills it
+                    time.sleep(0.05)
+    with Store.open(local) as s:
+        rep = s.push(remote, "main", progress=progress, check=False)
+        print(rep.refs[0].status, flush=True)
+""")
+
+
+def _wait(cond: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def _pusher(local: Path, remote: Path, flags: Path, hold: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    e = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.Popen([sys.executable, "-c", _PUSHER, str(local), str(remote), str(flags), hold],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
+
+
+def test_two_racing_pushers_of_different_tips_exactly_one_wins(tmp_path: Path) -> None:
+    with Store.init(tmp_path / "remote") as r:
+        commit_chain(r, 2)
+    stores = []
+    for who in ("a", "b"):
+        with Store.init(tmp_path / who) as s:
+            s.pull(str(tmp_path / "remote"), "main", name="origin")
+            stores.append(s.commit(doc(7, who), branch="main"))
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    procs = [_pusher(tmp_path / who, tmp_path / "remote", flags, "barrier") for who in ("a", "b")]
+    try:
+        _wait(lambda: len(list(flags.glob("ready-*"))) == 2, "both pushers to plan against the same tip")
+        (flags / "go").touch()
+        outs = [p.communicate(timeout=60) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    statuses = sorted(o.strip() for o, _ in outs)
+    assert statuses == ["fast-forward", "rejected"], outs
+    with Store.open(tmp_path / "remote") as r:
+        assert r.resolve("main") in stores  # the winner's tip; the loser's commits are kept, unreferenced
+        assert_clean(r)
+
+
+def test_kill_9_mid_push_then_rerun_completes_with_same_ids_and_clean_fsck(tmp_path: Path) -> None:
+    with Store.init(tmp_path / "local") as s:
+        commit_chain(s, 12)
+    Store.init(tmp_path / "remote").close()
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    p = _pusher(tmp_path / "local", tmp_path / "remote", flags, "stall", {"STALL_AT": "5"})
+    try:
+        _wait(lambda: any(f.read_text() == "5" for f in flags.glob("wrote-*")) or p.poll() is not None,
+              "the pusher to land 5 commits")
+        assert p.poll() is None, p.communicate()
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    with Store.open(tmp_path / "local") as s, Store.open(tmp_path / "remote") as r:
+        assert r.branches() == {}  # refs move last
+        assert len(r.list()) == 5
+        assert_clean(s, r)
+        rep = s.push(r, "main")
+        assert rep.commits == 12 - 5  # what had arrived is not sent again
+        assert ids(r, "main") == ids(s, "main")
+        assert {c.alias for c in r.list()} == {c.alias for c in s.list()}
+        assert_clean(s, r)
+
+
+def test_racing_cas_on_the_remote_ref_rejects_the_second_mover(make: Callable[[str], Store]) -> None:
+    """The CAS step alone: a ref moved between planning and landing is reported, not overwritten."""
+    remote, local = make("sqlite"), make("memory")
+    base = commit_chain(remote, 1)[0]
+    local.pull(remote, "main", name="origin")
+    mine = local.commit(doc(3, "x"))
+    side = remotes.side(remote, "remote")
+    other = remote.commit(doc(3, "y"))
+    upd = sync.RefUpdate("refs/heads/main", bytes.fromhex(mine), bytes.fromhex(base), "main", "fast-forward")
+    rep = sync.transfer(remotes.side(local, "here"), side, [upd])
+    assert rep.refs[0].status == "rejected" and remote.resolve("main") == other
+    assert "another writer won" in (rep.refs[0].reason or "")
+
+
+def test_sqlite_remote_file_is_untouched_by_a_refused_fetch(tmp_path: Path) -> None:
+    with Store.init(tmp_path / "remote") as r:
+        commit_chain(r, 2)
+    db = tmp_path / "remote" / "store.db"
+    con = sqlite3.connect(db)
+    con.execute("UPDATE objects SET frame = X'00' WHERE kind = 5")
+    con.commit()
+    con.close()
+    with Store.init(tmp_path / "local") as s:
+        s.add_remote("origin", str(tmp_path / "remote"))
+        with pytest.raises(IntegrityError):
+            s.fetch()
+        assert s.backend.refs() == {} and s.backend.object_stats()[0] == 0
