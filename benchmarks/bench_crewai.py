@@ -125,7 +125,7 @@ if mode == "crewckpt":  # every checkpoint's compact JSON size: a lower bound of
     out["logical"] = open_store(run).stats()["logical_bytes"]
 if prof is not None:
     s = io.StringIO()
-    pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(30)
+    pstats.Stats(prof, stream=s).sort_stats(os.environ.get("PSORT", "tottime")).print_stats(int(os.environ.get("PN", "30")))
     print(s.getvalue(), file=sys.stderr)
 print(json.dumps(out))
 """
@@ -165,20 +165,25 @@ KEYS = ("checkpoints", "failed", "cpu_mean", "cpu_first", "cpu_last", "cpu_total
         "bytes_alive", "bytes_after")
 
 
-def measure(sizes: list[int], repeat: int, complete_max: int) -> dict[int, dict[str, dict[str, float]]]:
+def measure(sizes: list[int], repeat: int, complete_max: int,
+            only: list[str] | None = None) -> dict[int, dict[str, dict[str, float]]]:
     """Medians per size and mode over ``repeat`` interleaved runs. Above ``complete_max`` tasks the complete
     JSON writer is not run (it needs minutes); its bytes are then the crewckpt documents' compact JSON size,
     a lower bound (CrewAI writes ``json.dumps`` with spaces)."""
     out: dict[int, dict[str, dict[str, float]]] = {}
     for n in sizes:
-        modes = [m for m in MODES if m != "complete" or n <= complete_max]
+        modes = [m for m in MODES if (m != "complete" or n <= complete_max) and (not only or m in only or
+                                                                                   m == "none")]
         runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
         for _ in range(repeat):
             for mode in modes:
                 runs[mode].append(run_child(mode, n))
         out[n] = {m: {k: statistics.median(r.get(k, 0) for r in rs) for k in (*KEYS, "logical")}
                   for m, rs in runs.items()}
-        if "complete" not in out[n]:
+        for m in MODES:
+            if m not in out[n] and m not in ("complete", "crewckpt"):
+                out[n][m] = {k: float("nan") for k in (*KEYS, "logical")}
+        if "complete" not in out[n] and "crewckpt" in out[n]:
             c = out[n]["crewckpt"]
             out[n]["complete"] = {k: float("nan") for k in (*KEYS, "logical")}
             out[n]["complete"].update(checkpoints=c["checkpoints"], bytes_alive=c["logical"],
@@ -191,7 +196,9 @@ def print_size(n: int, s: dict[str, dict[str, float]]) -> None:
     """The rows of one size."""
     base = s["none"]
     for mode in MODES:
-        r = s[mode]
+        r = s.get(mode)
+        if r is None or r["checkpoints"] != r["checkpoints"]:
+            continue
         if r["run_s"] != r["run_s"]:  # not run: bytes only (lower bound)
             print(f"{n:>5} {mode:<9} {r['checkpoints']:>6.0f}   (not run; bytes = the documents' compact JSON, a lower "
                   f"bound)  {fmt_bytes(r['bytes_alive']):>10} {fmt_bytes(r['bytes_after']):>10}")
@@ -226,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--complete-max", type=int, default=30, metavar="N",
                         help="run the complete JSON writer up to N tasks (default 30; it is quadratic)")
     parser.add_argument("--profile", type=int, metavar="N", help="only print a cProfile of crewckpt's writes, N tasks")
+    parser.add_argument("--modes", nargs="+", choices=MODES, help="only these modes (and none)")
     parser.add_argument("--no-store", action="store_true", help="skip the store-level benchmark")
     args = parser.parse_args(argv)
     if args.profile:
@@ -235,8 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     sizes = sorted(set(args.tasks + ([300] if args.long else [])))
     print(f"{'tasks':>5} {'mode':<9} {'ckpts':>6} {'cpu ms':>8} {'first':>8} {'last':>8} {'wall s':>7} "
           f"{'cpu s':>7} {'over s':>7} {'rss MB':>7} {'alive':>10} {'exited':>10}")
-    res = measure(sizes, args.repeat, args.complete_max)
-    done_when(res)
+    res = measure(sizes, args.repeat, args.complete_max, args.modes)
+    if all("crewckpt" in r and "complete" in r for r in res.values()):
+        done_when(res)
     if not args.no_store:
         print()
         sys.stdout.flush()

@@ -5,8 +5,9 @@ event node (~1.3 KB) per step to ~1.4 MB after 1,000 steps. Each step also edits
 previous node's ``next`` edge, the open task-started node's ``child`` edges, the running task's state (and
 its output when it finishes), an agent's counter. Compared per commit (thread CPU):
 
-* crewckpt, the document as the CrewAI writer gives it: event nodes are :class:`crewckpt.Frozen` (a node
-  whose edges changed is a new Frozen), the rest plain JSON;
+* crewckpt, the document as the CrewAI writer gives it: the event nodes are an
+  :class:`~crewckpt.history.snapshot.AppendMap` of :class:`crewckpt.Frozen` nodes (a node whose edges changed
+  is a new Frozen), the rest plain JSON;
 * crewckpt, the same document as plain JSON (no hints);
 * orjson: the whole document dumped and written to one file (overwritten every step);
 * the floor: only the step's delta serialized (orjson) and hashed (blake3); bytes: one zstd stream (level 3)
@@ -28,6 +29,8 @@ import orjson
 import zstandard
 
 from crewckpt import Frozen, Store
+from crewckpt.history.snapshot import AppendMap, Parts
+from crewckpt.views.document import CREWAI
 
 _WORDS = [blake3.blake3(str(k).encode()).hexdigest()[:3 + k % 6] for k in range(2000)]  # a 2,000-word vocabulary
 TASK_EVERY = 6  # events per task, as CrewAI's "*" gives per task
@@ -65,13 +68,15 @@ class Growing:
                                   "agents": self.agents}],
                     "event_record": {"nodes": self.nodes}, "trigger": None}
         self.open_parent: str | None = None
+        self.log = AppendMap()
 
     def _set_node(self, eid: str, node: dict[str, Any]) -> None:
-        self.nodes[eid] = Frozen(node, orjson.dumps(node)) if self.frozen else node
+        self.nodes[eid] = node
+        if self.frozen:
+            self.log.set(eid, Frozen(node, orjson.dumps(node)))
 
     def _node(self, eid: str) -> dict[str, Any]:
-        n = self.nodes[eid]
-        return n.value if isinstance(n, Frozen) else n
+        return self.nodes[eid]  # type: ignore[no-any-return]
 
     def step(self, i: int) -> list[Any]:
         """Apply step ``i``; returns its delta (what changed, as ``[path, value]`` pairs)."""
@@ -111,11 +116,13 @@ class Growing:
         self.doc["trigger"] = ev["type"]
         self.doc["parent_id"] = f"c{i}"
         delta.append(["agents.iterations", self.agents[task % 3]["iterations"]])
+        if self.frozen:
+            self.doc["event_record"] = {"nodes": self.log.parts()}
         return delta
 
 
 def _plain(doc: dict[str, Any]) -> Any:
-    return orjson.loads(orjson.dumps(doc, default=lambda v: orjson.Fragment(v.json_bytes)))
+    return orjson.loads(orjson.dumps(doc, default=lambda v: v.plain() if isinstance(v, Parts) else v.value))
 
 
 def _folder_bytes(p: Path) -> int:
@@ -165,7 +172,7 @@ def run_growing(steps: int = 1000) -> dict[str, Any]:
         for frozen in (True, False):
             g = Growing(frozen, n_tasks)
             folder = Path(tmp, f"store-{frozen}")
-            s = Store.init(folder)
+            s = Store.init(folder, profile=CREWAI)
             times, ids = [], []
             for i in range(steps):
                 g.step(i)

@@ -23,7 +23,16 @@ SLOW: tuple[str, ...] = (
     "tests/test_crewai_demo.py::test_demo_crashes_resumes_forks_and_compares_and_reruns",  # 2 demo processes
     "tests/test_crewai_crew.py::test_star_crew_writes_38_checkpoints_in_one_chain_over_20_runs",
     "tests/test_store.py::test_log_follows_10000_commits_and_marks_pruned_parents",
-    "tests/test_stateful_store.py::test_store_matches_model",
+    "tests/test_backend_contract.py::TestMemoryContract::test_store_matches_model_long",
+    "tests/test_backend_contract.py::TestSqliteContract::test_store_matches_model_long",
+    "tests/test_backend_contract.py::TestWithoutTransactionsContract::test_store_matches_model_long",
+    "tests/test_backend_contract.py::TestPostgresContract::test_store_matches_model_long",
+    "tests/test_backend_contract.py::TestSqliteContract::test_processes_commit_to_one_branch_and_lose_nothing_long",
+    "tests/test_backend_contract.py::TestPostgresContract::test_processes_commit_to_one_branch_and_lose_nothing_long",
+    "tests/test_backend_contract.py::TestMemoryContract::test_threads_moving_one_ref_lose_no_update_long",
+    "tests/test_backend_contract.py::TestSqliteContract::test_threads_moving_one_ref_lose_no_update_long",
+    "tests/test_backend_contract.py::TestWithoutTransactionsContract::test_threads_moving_one_ref_lose_no_update_long",
+    "tests/test_backend_contract.py::TestPostgresContract::test_threads_moving_one_ref_lose_no_update_long",
     "tests/test_store_procs.py::test_four_processes_500_transactions_each_lose_nothing",
     "tests/test_store_procs.py::test_gc_while_two_processes_write_reused_objects",
     "tests/test_reliability_corruption.py::test_database_file_damage_never_returns_wrong_data",
@@ -80,6 +89,21 @@ def pg_server() -> Iterator[Any]:
         yield srv
     finally:
         srv.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_bouncer(pg_server: Any) -> Iterator[Any]:
+    """A PgBouncer in transaction mode (2 server connections for every client) in front of the session's
+    server; skips when pgbouncer is not installed (fails under ``CKPT_REQUIRE_POSTGRES=1``)."""
+    import pg_server as pgs
+    binary = pgs.find_pgbouncer()
+    if binary is None or getattr(pg_server, "proc", None) is None:
+        _no_postgres("no pgbouncer binary (Debian: apt-get install pgbouncer), or an external server is in use")
+    bouncer = pgs.PgBouncer.start(pg_server, binary, pool_mode="transaction", pool_size=2)
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()
 
 
 _PG_SCHEMAS = itertools.count(1)

@@ -191,3 +191,99 @@ class PgServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def find_pgbouncer() -> Path | None:
+    """The ``pgbouncer`` binary (PATH or Debian's /usr/sbin), or None."""
+    found = shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer" if os.path.isfile("/usr/sbin/pgbouncer") else None)
+    return Path(found) if found else None
+
+
+class PgBouncer:
+    """A PgBouncer in front of a :class:`PgServer`, in ``pool_mode`` (default transaction: server sessions
+    are handed to another client after every transaction, which breaks session state and prepared
+    statements). ``url`` points at it. Same user rules as the server (PgBouncer refuses root too)."""
+
+    def __init__(self, server: PgServer, binary: Path, pool_mode: str, pool_size: int) -> None:
+        self.server = server
+        self.root = Path(tempfile.mkdtemp(prefix="ckpt-pgb-"))
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.binary, self.pool_mode, self.pool_size = binary, pool_mode, pool_size
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    @classmethod
+    def start(cls, server: PgServer, binary: Path, pool_mode: str = "transaction", pool_size: int = 3) -> PgBouncer:
+        """Start it; returns once a query goes through it. Raises RuntimeError with its log otherwise."""
+        b = cls(server, binary, pool_mode, pool_size)
+        try:
+            if server.user is not None:
+                pw = pwd.getpwnam(server.user)
+                os.chown(b.root, pw.pw_uid, pw.pw_gid)
+            (b.root / "users.txt").write_text('"postgres" ""\n')
+            for _attempt in range(5):
+                b.port = _free_port()
+                if b._launch():
+                    return b
+            raise RuntimeError(f"PgBouncer did not start; log:\n{b._log()}")
+        except BaseException:
+            b.stop()
+            raise
+
+    def _log(self) -> str:
+        try:
+            return (self.root / "pgbouncer.log").read_text(errors="replace")[-3000:]
+        except OSError:
+            return "(no log)"
+
+    def _launch(self) -> bool:
+        ini = self.root / "pgbouncer.ini"
+        ini.write_text(f"""[databases]
+postgres = host=127.0.0.1 port={self.server.port} dbname=postgres user=postgres
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {self.port}
+unix_socket_dir =
+auth_type = trust
+auth_file = {self.root / 'users.txt'}
+pool_mode = {self.pool_mode}
+default_pool_size = {self.pool_size}
+max_client_conn = 200
+logfile = {self.root / 'pgbouncer.log'}
+ignore_startup_parameters = extra_float_digits,options
+""")
+        os.chmod(ini, 0o644)
+        os.chmod(self.root / "users.txt", 0o644)
+        self.proc = subprocess.Popen([str(self.binary), str(ini)], **self.server._as_user(),  # type: ignore[call-overload]
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     cwd=self.root, start_new_session=True)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                if "already in use" in self._log() or "bind" in self._log():
+                    self.proc = None
+                    return False
+                raise RuntimeError(f"PgBouncer exited with {self.proc.returncode}; log:\n{self._log()}")
+            try:
+                with psycopg.connect(self.url, connect_timeout=2, autocommit=True, prepare_threshold=None) as c:
+                    c.execute("SELECT 1")
+                return True
+            except psycopg.OperationalError:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(timeout=0.05)
+        raise RuntimeError(f"PgBouncer accepted no connection within {START_TIMEOUT_S:.0f} s; log:\n{self._log()}")
+
+    def stop(self) -> None:
+        """Stop it by its pid and delete its folder (idempotent)."""
+        p, self.proc = self.proc, None
+        if p is not None and p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=30)
+        shutil.rmtree(self.root, ignore_errors=True)

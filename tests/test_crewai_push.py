@@ -111,3 +111,19 @@ def test_a_push_to_stored_in_a_checkpoint_is_dropped_on_restore(tmp_path: Path) 
     assert cfg.push_to is None and cfg.push_every is None and cfg.on_events == ["*"]
     _, overrides = write_target(CheckpointConfig(push_to="team"), str(tmp_path))
     assert retarget_configs(doc(), store, overrides)["checkpoint"].push_to == "team"
+
+
+def test_from_checkpoint_by_a_remote_tracking_revision(tmp_path: Path) -> None:
+    """A run written on one machine resumes on another from `origin/main~2` after a clone."""
+    research_crew(2, checkpoint=CheckpointConfig(location=str(tmp_path / "w"), on_events=["*"])).kickoff(
+        inputs={"topic": "otters"})
+    with Store.clone(str(tmp_path / "w"), tmp_path / "c") as c:
+        start = c.resolve("origin/main~2")
+        before = {x.id for x in c.list()}
+    out = research_crew(2, checkpoint=CheckpointConfig(location=str(tmp_path / "c"), on_events=["*"])).kickoff(
+        from_checkpoint=CheckpointConfig(location=str(tmp_path / "c"), restore_from="origin/main~2"))
+    assert out.raw
+    with Store.open(tmp_path / "c") as c:
+        new = [x for x in c.list() if x.id not in before]
+        assert new and new[0].parents == (start,)  # the continuation starts at the tracking revision
+        assert new[-1].trigger == "crew_kickoff_completed"

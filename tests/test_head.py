@@ -296,3 +296,43 @@ def test_cli_log_on_an_unborn_head_says_what_to_do(tmp_path: Path) -> None:
     assert ok(ckpt(str(path), "reflog")).stdout == ""
     ok(ckpt(str(path), "switch", "exp"))
     assert "(HEAD -> exp)" in ok(ckpt(str(path), "log")).stdout
+
+
+def test_head_at_n_follows_gits_rule_at_the_start_of_a_reflog(tmp_path: Path) -> None:
+    """git's read_ref_at: ``@{n}`` is the old side of the (n-1)-th newest entry, so a reflog that starts
+    mid-history (a store upgraded to a stored HEAD) still answers ``HEAD@{1}``, and says up to where."""
+    path = tmp_path / ".ckpt"
+    with Store.init(path) as s:
+        s.commit({"n": 1})
+        m2 = s.commit({"n": 2})
+    _drop_stored_head(path)
+    with Store.open(path) as s:
+        m3 = s.commit({"n": 3})
+        assert [(e.old.hex() if e.old else None, e.new.hex() if e.new else None) for e in s.reflog("HEAD")] == [
+            (m2, m3)]
+        assert s.resolve("HEAD@{0}") == m3 and s.resolve("HEAD@{1}") == m2
+        with pytest.raises(UnknownRevision) as e:
+            s.resolve("HEAD@{2}")
+        assert _one_line(e) == ("revision 'HEAD@{2}': HEAD has only 1 reflog entries (HEAD@{0} to HEAD@{1}); see "
+                                "`ckpt reflog HEAD`")
+
+
+def test_sqlite_reflog_keeps_an_old_id_that_repeats_the_previous_new_in_no_bytes(tmp_path: Path) -> None:
+    """HEAD's reflog doubles the reflog rows of commits on the current branch (git's logs/HEAD does too):
+    SQLite stores a record's old id as x'' when it is the previous record's new id, nearly every record, so
+    the doubling costs about half as much on disk. Readers see the same entries."""
+    from crewckpt.backends.base import ReflogEntry
+
+    b = SqliteBackend.create(tmp_path)
+    ids = [bytes([i]) * 32 for i in range(4)]
+    with b.transaction() as t:
+        t.reflog_append(ReflogEntry("HEAD", None, ids[0], 1, "a"))
+        t.reflog_append(ReflogEntry("HEAD", ids[0], ids[1], 2, "b"))  # continues the chain: x''
+        t.reflog_append(ReflogEntry("HEAD", ids[3], ids[2], 3, "c"))  # does not: stored in full
+        t.reflog_append(ReflogEntry("refs/heads/x", ids[2], ids[2], 4, "d"))  # another ref: its own chain
+    assert [(e.old, e.new) for e in b.reflog("HEAD")] == [(None, ids[0]), (ids[0], ids[1]), (ids[3], ids[2])]
+    assert [(e.old, e.new) for e in b.reflog("refs/heads/x")] == [(ids[2], ids[2])]
+    b.close()
+    with sqlite3.connect(tmp_path / "store.db") as c:
+        assert [r[0] for r in c.execute("SELECT length(old) FROM reflog ORDER BY n")] == [None, 0, 32, 32]
+    c.close()

@@ -157,6 +157,42 @@ def test_nothing_is_prepared_server_side_so_transaction_poolers_work(store: Stor
         backend._pool.putconn(conn)
 
 
+def test_through_a_transaction_mode_pooler_with_threads_and_two_stores_at_once(pg_bouncer: Any,
+                                                                             pg_url: str) -> None:
+    """PgBouncer hands its 2 server sessions to another client after every transaction: nothing prepared
+    or SET may outlive one. 2 Store objects x 2 threads commit at once, then prune + gc + fsck."""
+    url = pg_bouncer.url + "?" + pg_url.split("?", 1)[1]
+    a, b = PgBackend.create(url, META, gc_grace_s=0), PgBackend.open(url, gc_grace_s=0)
+    errors: list[BaseException] = []
+    ids: list[tuple[str, str]] = []
+
+    def work(store: Store, branch: str) -> None:
+        try:
+            for i in range(12):  # psycopg would prepare a statement after its 5th use by default
+                ids.append((branch, store.commit({"b": branch, "i": i, "text": f"{branch} {i} " * 30},
+                                                 branch=branch)))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    try:
+        stores = [Store(a, None), Store(b, None)]
+        threads = [threading.Thread(target=work, args=(stores[k % 2], f"t{k}")) for k in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert not errors, errors
+        for branch, cid in ids:
+            assert cid in {c.id for c in stores[0].log(branch)}
+        stores[1].prune("t0", keep=2)
+        stores[1].gc()
+        assert not stores[0].fsck(full=True).problems
+        assert len(list(stores[0].log("t1"))) == 12
+    finally:
+        a.close()
+        b.close()
+
+
 def test_same_bytes_from_two_writers_are_stored_once(pg_url: str) -> None:
     a, b = PgBackend.create(pg_url, META), PgBackend.open(pg_url)
     try:
@@ -185,6 +221,16 @@ def test_ref_moves_only_by_compare_and_swap_never_backwards(backend: PgBackend) 
         with backend.transaction() as t:
             t.set_ref_if_equals(REF, None, z)
     assert backend.get_ref(REF) == y
+
+
+def test_a_refused_statement_is_one_line_and_not_called_damage(backend: PgBackend) -> None:
+    from crewckpt.errors import CorruptStore
+    with pytest.raises(CkptError) as e:  # PostgreSQL text cannot hold NUL: the server side refuses it
+        with backend.transaction() as t:
+            t.put_many([obj(1)], 1)
+            t.meta_set("note", "a\x00b")
+    assert not isinstance(e.value, CorruptStore) and "\n" not in str(e.value) and "refused" in str(e.value)
+    assert backend.get(obj(1).oid) is None and backend.meta_get("note") is None
 
 
 # -- lost connections, replays, restarts ----------------------------------------------------------------------

@@ -110,9 +110,8 @@ def test_fetch_push_pull_keep_ids_aliases_and_send_only_what_is_missing(make: Ca
     assert_clean(a, b)
 
 
-@pytest.mark.parametrize("kind", KINDS)
 def test_clone_copies_every_branch_with_tracking_refs_and_a_rerun_finishes_it(make: Callable[[str], Store],
-                                                                              kind: str, tmp_path: Path) -> None:
+                                                                              tmp_path: Path) -> None:
     a = make("sqlite")
     commit_chain(a, 3)
     a.create_branch("exp", "main~1")
@@ -281,8 +280,13 @@ _PUSHER = textwrap.dedent("""
             if hold == "stall" and done == int(os.environ["STALL_AT"]):
                 while True:  # parked mid-push until the test kills it
                     time.sleep(0.05)
-    with Store.open(local) as s:
-        rep = s.push(remote, "main", progress=progress, check=False)
+    def open_remote(loc):
+        if loc.startswith("postgresql://"):  # before the location registry: the backend directly
+            from crewckpt.backends.postgres import PgBackend
+            return Store(PgBackend.open(loc))
+        return Store.open(loc)
+    with Store.open(local) as s, open_remote(remote) as r:
+        rep = s.push(r, "main", progress=progress, check=False)
         print(rep.refs[0].status, flush=True)
 """)
 
@@ -295,45 +299,62 @@ def _wait(cond: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
         time.sleep(0.01)
 
 
-def _pusher(local: Path, remote: Path, flags: Path, hold: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+def _pusher(local: Path, remote: Path | str, flags: Path, hold: str,
+            env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     e = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.Popen([sys.executable, "-c", _PUSHER, str(local), str(remote), str(flags), hold],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
 
 
-def test_two_racing_pushers_of_different_tips_exactly_one_wins(tmp_path: Path) -> None:
-    with Store.init(tmp_path / "remote") as r:
+def _remote_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[str, Store]:
+    """A new remote store another process can open too: (its location, the store)."""
+    if kind == "sqlite":
+        return str(tmp_path / "remote"), Store.init(tmp_path / "remote")
+    from crewckpt.backends.postgres import PgBackend
+    url = request.getfixturevalue("pg_url")
+    return url, Store(PgBackend.create(url, {"format_version": str(ob.FORMAT_VERSION), "gc_epoch": "0"}))
+
+
+PROC_KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@pytest.mark.parametrize("kind", PROC_KINDS)
+def test_two_racing_pushers_of_different_tips_exactly_one_wins(tmp_path: Path, kind: str,
+                                                              request: pytest.FixtureRequest) -> None:
+    where, r = _remote_store(kind, tmp_path, request)
+    with r:
         commit_chain(r, 2)
-    stores = []
-    for who in ("a", "b"):
-        with Store.init(tmp_path / who) as s:
-            s.pull(str(tmp_path / "remote"), "main", name="origin")
-            stores.append(s.commit(doc(7, who), branch="main"))
-    flags = tmp_path / "flags"
-    flags.mkdir()
-    procs = [_pusher(tmp_path / who, tmp_path / "remote", flags, "barrier") for who in ("a", "b")]
-    try:
-        _wait(lambda: len(list(flags.glob("ready-*"))) == 2, "both pushers to plan against the same tip")
-        (flags / "go").touch()
-        outs = [p.communicate(timeout=60) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    statuses = sorted(o.strip() for o, _ in outs)
-    assert statuses == ["fast-forward", "rejected"], outs
-    with Store.open(tmp_path / "remote") as r:
+        stores = []
+        for who in ("a", "b"):
+            with Store.init(tmp_path / who) as s:
+                s.pull(r, "main", name="origin")
+                stores.append(s.commit(doc(7, who), branch="main"))
+        flags = tmp_path / "flags"
+        flags.mkdir()
+        procs = [_pusher(tmp_path / who, where, flags, "barrier") for who in ("a", "b")]
+        try:
+            _wait(lambda: len(list(flags.glob("ready-*"))) == 2, "both pushers to plan against the same tip")
+            (flags / "go").touch()
+            outs = [p.communicate(timeout=60) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        statuses = sorted(o.strip() for o, _ in outs)
+        assert statuses == ["fast-forward", "rejected"], outs
         assert r.resolve("main") in stores  # the winner's tip; the loser's commits are kept, unreferenced
         assert_clean(r)
 
 
-def test_kill_9_mid_push_then_rerun_completes_with_same_ids_and_clean_fsck(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", PROC_KINDS)
+def test_kill_9_mid_push_then_rerun_completes_with_same_ids_and_clean_fsck(tmp_path: Path, kind: str,
+                                                                         request: pytest.FixtureRequest) -> None:
     with Store.init(tmp_path / "local") as s:
         commit_chain(s, 12)
-    Store.init(tmp_path / "remote").close()
+    where, remote = _remote_store(kind, tmp_path, request)
     flags = tmp_path / "flags"
     flags.mkdir()
-    p = _pusher(tmp_path / "local", tmp_path / "remote", flags, "stall", {"STALL_AT": "5"})
+    p = _pusher(tmp_path / "local", where, flags, "stall", {"STALL_AT": "5"})
     try:
         _wait(lambda: any(f.read_text() == "5" for f in flags.glob("wrote-*")) or p.poll() is not None,
               "the pusher to land 5 commits")
@@ -343,7 +364,7 @@ def test_kill_9_mid_push_then_rerun_completes_with_same_ids_and_clean_fsck(tmp_p
     finally:
         if p.poll() is None:
             p.kill()
-    with Store.open(tmp_path / "local") as s, Store.open(tmp_path / "remote") as r:
+    with Store.open(tmp_path / "local") as s, remote as r:
         assert r.branches() == {}  # refs move last
         assert len(r.list()) == 5
         assert_clean(s, r)
@@ -381,3 +402,39 @@ def test_sqlite_remote_file_is_untouched_by_a_refused_fetch(tmp_path: Path) -> N
         with pytest.raises(IntegrityError):
             s.fetch()
         assert s.backend.refs() == {} and s.backend.object_stats()[0] == 0
+
+
+def test_a_gc_on_the_receiver_between_planning_and_landing_makes_the_transfer_plan_again(
+        make: Callable[[str], Store]) -> None:
+    """Objects counted as present at the receiver may be garbage a gc deletes meanwhile: the receiver's gc
+    epoch moved, so the transfer plans again instead of referencing what is gone."""
+    src, dst = make("sqlite"), make("sqlite")
+    tips = commit_chain(src, 3)
+    dst.fetch(src, name="origin")
+    dst.prune("origin/main", keep=1)  # the older commits' objects are garbage at dst now
+    ran: list[str] = []
+
+    def progress(phase: str, done: int, total: int | None) -> None:
+        if phase == "read" and not ran:  # after planning, before landing: a gc sweeps dst
+            ran.append(phase)
+            dst.gc()
+
+    with dst.backend.transaction() as t:  # forget the tracking ref so the pruned commits are wanted again
+        t.set_ref_if_equals("refs/remotes/origin/main", bytes.fromhex(tips[-1]), None)
+    dst.backend.index_remove([bytes.fromhex(tips[-1])])
+    rep = sync.transfer(remotes.side(src, "src"), remotes.side(dst, "dst"),
+                        [sync.RefUpdate("refs/heads/main", bytes.fromhex(tips[-1]), None, "main", "new")],
+                        progress=progress)
+    assert ran and rep.refs[0].status == "new"
+    assert ids(dst, "main") == ids(src, "main") and dst.read("main~2") == src.read("main~2")
+    assert_clean(dst)
+
+
+def test_prune_keeps_a_remote_tracking_tip_like_a_branch_tip(make: Callable[[str], Store]) -> None:
+    src, dst = make("memory"), make("memory")
+    tips = commit_chain(src, 3)
+    dst.fetch(src, name="origin")
+    gone = dst.prune("origin/main", older_than_ns=0)  # everything older than now, but the tip stays
+    assert set(gone) == set(tips[:2]) and [c.id for c in dst.list()] == [tips[-1]]
+    dst.gc()
+    assert dst.read("origin/main") == src.read("main") and dst.fsck().ok

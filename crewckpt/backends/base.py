@@ -12,7 +12,7 @@ A backend is four parts plus what it declares about itself:
   refs/heads/main``, git's HEAD file; HEAD's moves are logged in the reflog of ``HEAD``).
 * :class:`CommitIndex`: a *derived cache* of the commit objects (one row per live commit, its local order
   ``seq`` and owning branch), foreign-id aliases and local counters. Rebuildable from objects and refs
-  (crewckpt.history.fsck.rebuild_index); never the only copy of anything but liveness and local order.
+  (crewckpt.history.reindex.rebuild_index); never the only copy of anything but liveness and local order.
 * :class:`MetaStore`: a few strings (format_version, gc_epoch, dictionary, config).
 
 and :class:`Capabilities` (transactions, locks, cheap listing, shared, ...), so the store above adapts
@@ -144,8 +144,9 @@ class ObjectStore(abc.ABC):
     def put_many(self, objs: Iterable[StoredObject], now_ns: int) -> int:
         """Put-if-absent: store the absent objects (stored time ``now_ns``), never change a present one's
         frame; a present object's stored time becomes at least ``now_ns`` (gc's grace rule: a reused object
-        is as fresh as a new one). Returns how many were new. Durable when it returns (outside a
-        transaction) or when the transaction commits."""
+        is as fresh as a new one). Returns how many were new (exact for one writer; writers racing to put
+        the same object may each count it). Durable when it returns (outside a transaction) or when the
+        transaction commits."""
 
     @abc.abstractmethod
     def iter_objects(self, prefix: bytes = b"") -> Iterator[ObjectMeta]:

@@ -766,9 +766,13 @@ class PgBackend(_PgReader, TransactionalBackend):
         if isinstance(e, pgerr.InsufficientPrivilege):
             return StoreWriteError(f"{self.where}: permission denied ({msg}); grant the user access to schema "
                                    f"{self._sql.schema!r}")
-        if isinstance(e, (pgerr.UndefinedTable, pgerr.UndefinedColumn, pgerr.InvalidSchemaName)):
-            return CorruptStore(f"{self.where}: the store's tables are damaged or missing ({msg})")
-        return CorruptStore(f"{self.where}: {msg}")
+        if isinstance(e, (pgerr.UndefinedTable, pgerr.UndefinedColumn, pgerr.InvalidSchemaName,
+                          pgerr.UndefinedFunction)):
+            return CorruptStore(f"{self.where}: the store's tables are damaged or missing ({msg}); restore the "
+                                f"schema from a backup (pg_dump -n {self._sql.schema})")
+        # anything else is the server's refusal, not damage in the store (no "restore from a backup" advice)
+        return CkptError(f"{self.where}: the PostgreSQL server refused the request ({msg}); nothing of an "
+                         f"unfinished transaction was written")
 
     def _conflict(self, name: str, expected: bytes | None) -> RefConflict:
         return ref_conflict(name, expected, self.get_ref(name))

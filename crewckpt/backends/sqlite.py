@@ -141,8 +141,16 @@ class _SqlReader:
 
     def reflog(self, ref: str) -> list[ReflogEntry]:
         rows = self._q("SELECT ref, old, new, time_ns, message FROM reflog WHERE ref=? ORDER BY n", (ref,))
-        return [ReflogEntry(r, _bin(o) if o is not None else None, _bin(n) if n is not None else None, t, m)
-                for r, o, n, t, m in rows]
+        out: list[ReflogEntry] = []
+        prev: bytes | None = None
+        for r, o, n, t, m in rows:
+            old = None if o is None else _bin(o)
+            if old == b"":  # stored as "the previous record's new" (see reflog_append)
+                old = prev
+            new = None if n is None else _bin(n)
+            out.append(ReflogEntry(r, old, new, t, m))
+            prev = new
+        return out
 
     def get_symref(self, name: str) -> str | None:
         r = self._q("SELECT value FROM meta WHERE key=?", (_SYMREF + name,))
@@ -225,8 +233,12 @@ class SqliteTxn(_SqlReader, Txn):
         self._b._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?,?)", (_SYMREF + name, target))
 
     def reflog_append(self, entry: ReflogEntry) -> None:
-        self._b._conn.execute("INSERT INTO reflog(ref, old, new, time_ns, message) VALUES (?,?,?,?,?)",
-                              (entry.ref, entry.old, entry.new, entry.time_ns, entry.message))
+        c = self._b._conn
+        last = c.execute("SELECT new FROM reflog WHERE ref=? ORDER BY n DESC LIMIT 1", (entry.ref,)).fetchone()
+        # a record whose old id is the previous record's new (the usual case) stores x'' instead of 32 bytes
+        old = b"" if entry.old is not None and last is not None and last[0] == entry.old else entry.old
+        c.execute("INSERT INTO reflog(ref, old, new, time_ns, message) VALUES (?,?,?,?,?)",
+                  (entry.ref, old, entry.new, entry.time_ns, entry.message))
 
     def reflog_delete(self, ref: str) -> None:
         self._b._conn.execute("DELETE FROM reflog WHERE ref=?", (ref,))

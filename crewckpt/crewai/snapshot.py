@@ -22,6 +22,7 @@ instances, lambdas, closures) are not stored, following ``crewai.types.callback`
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import warnings
@@ -34,8 +35,9 @@ from crewai.types.callback import _is_non_roundtrippable, callable_to_string
 from crewai_core.version import get_crewai_version
 from pydantic import BaseModel
 
+from crewckpt.crewai.entities import CrewDumper
 from crewckpt.crewai.secrets import Redactor
-from crewckpt.history.snapshot import Frozen
+from crewckpt.history.snapshot import AppendMap, Frozen, Parts, Refreezer
 
 logger = logging.getLogger("crewckpt.crewai")
 
@@ -82,7 +84,9 @@ class SnapshotBuilder:
     def __init__(self) -> None:
         self._record_ref: weakref.ref[Any] | None = None
         self._events: dict[str, Any] = {}
-        self._nodes: dict[str, Frozen] = {}
+        self._log = AppendMap()
+        self._dumpers = IdWeakMap()  # crew object -> its CrewDumper
+        self._refreezers = IdWeakMap()  # other entity object -> its Refreezer
         self._dirty: set[str] = set()
         self._full = True
         self.warned: set[str] = set()
@@ -106,44 +110,66 @@ class SnapshotBuilder:
                  trigger: str | None) -> dict[str, Any]:
         """Return the checkpoint document of ``state`` now (CrewAI's key order; ``trigger`` if given).
 
-        Event nodes are :class:`crewckpt.Frozen` values (the store reuses their representation); use
-        :func:`plain` for the bare JSON value.
+        The event nodes are a :class:`crewckpt.history.snapshot.Parts` value of :class:`crewckpt.Frozen`
+        pieces (the store reuses what did not change); use :func:`plain` for the bare JSON value.
         """
         _prepare_entities(state.root)
         doc: dict[str, Any] = {
             "crewai_version": self.version,
             "parent_id": parent_id,
             "branch": branch,
-            "entities": [self.dump_model(e) for e in state.root],
+            "entities": [self._dump_entity(e) for e in state.root],
             "event_record": {"nodes": self._event_nodes(state)},
         }
         if trigger is not None:
             doc["trigger"] = trigger
         return doc
 
-    def _event_nodes(self, state: RuntimeState) -> dict[str, Frozen]:
+    def _dump_entity(self, entity: BaseModel) -> Any:
+        """A crew in pieces (:class:`crewckpt.crewai.entities.CrewDumper`, one per crew object); anything else
+        whole, its unchanged branches reused (:class:`crewckpt.history.snapshot.Refreezer`)."""
+        if not isinstance(getattr(entity, "tasks", None), list) or "tasks" not in type(entity).model_fields:
+            refreeze = self._refreezers.get(entity)
+            if refreeze is None:
+                refreeze = Refreezer()
+                self._refreezers.set(entity, refreeze)
+            return refreeze(self.dump_model(entity))
+        dumper = self._dumpers.get(entity)
+        if dumper is None:
+            dumper = CrewDumper(self)
+            self._dumpers.set(entity, dumper)
+        return dumper.dump(entity)
+
+    def _event_nodes(self, state: RuntimeState) -> Parts:
+        """The event record's nodes as a :class:`Parts` value (pieces that did not change are reused).
+
+        Only nodes marked since the last checkpoint are rebuilt, and nodes recorded since then are found at the
+        end of the record (its dict only grows: CrewAI never removes a node); if the record is not the one
+        seen last, got shorter, or its node before the new ones is not the last one seen, everything is
+        rebuilt."""
         record = state.event_record
         nodes = record.nodes
-        if self._record_ref is None or self._record_ref() is not record or len(nodes) < len(self._nodes):
+        log = self._log
+        new = len(nodes) - len(log)
+        if (self._record_ref is None or self._record_ref() is not record or new < 0
+                or (len(log) and next(itertools.islice(reversed(nodes), new, None), None) != log.last_key())):
             self._record_ref = weakref.ref(record)
             self._events.clear()
-            self._nodes.clear()
+            log = self._log = AppendMap()
             self._full = True
-        cache = self._nodes
-        dirty: Any = nodes.keys() if self._full else self._dirty
-        for event_id in list(dirty):
-            node = nodes.get(event_id)
-            if node is not None:
-                cache[event_id] = self._node(event_id, node)
+            new = len(nodes)
+        if new:
+            fresh = list(itertools.islice(reversed(nodes), new))
+            for event_id in reversed(fresh):
+                log.set(event_id, self._node(event_id, nodes[event_id]))
+        if not self._full:
+            for event_id in self._dirty:
+                node = nodes.get(event_id)
+                if node is not None and event_id in log:
+                    log.set(event_id, self._node(event_id, node))
         self._dirty = set()
         self._full = False
-        out: dict[str, Frozen] = {}
-        for event_id, node in nodes.items():
-            entry = cache.get(event_id)
-            if entry is None:  # recorded outside crewckpt's hook: dump it now
-                entry = cache[event_id] = self._node(event_id, node)
-            out[event_id] = entry
-        return out
+        return log.parts()
 
     def _node(self, event_id: str, node: Any) -> Frozen:
         """The node as CrewAI dumps it (``{"event", "edges"}``), frozen for the store: its event is dumped
@@ -272,12 +298,18 @@ class SnapshotBuilder:
         warnings.warn(message, UnserializableFieldWarning, stacklevel=2)
 
 
-def plain(doc: dict[str, Any]) -> dict[str, Any]:
-    """A document from :meth:`SnapshotBuilder.document` with its Frozen event nodes unwrapped."""
-    nodes = doc["event_record"]["nodes"]
-    out = dict(doc)
-    out["event_record"] = {"nodes": {k: v.value if isinstance(v, Frozen) else v for k, v in nodes.items()}}
-    return out
+def plain(doc: Any) -> Any:
+    """A document from :meth:`SnapshotBuilder.document` as bare JSON: :class:`Frozen` and :class:`Parts` values
+    unwrapped (new containers down to them; their values are shared, not copied)."""
+    if isinstance(doc, Frozen):
+        return plain(doc.value)
+    if isinstance(doc, Parts):
+        return plain(doc.plain())
+    if isinstance(doc, dict):
+        return {k: plain(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [plain(v) for v in doc]
+    return doc
 
 
 class IdWeakMap:

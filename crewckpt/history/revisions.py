@@ -2,7 +2,8 @@
 
 Grammar: ``BASE SUFFIX*`` where BASE is ``HEAD`` or ``@`` (the tip of the current branch, which the
 symbolic ref HEAD names), ``latest`` (the last commit written on any branch), a full 64-hex id, a branch
-name, a ``refs/...`` name, a CrewAI checkpoint id kept as an alias (``20261129T234227_0d859366``), or a
+name, a remote-tracking name ``REMOTE/BRANCH`` (``refs/remotes/REMOTE/BRANCH``; a local branch of the same
+name wins, as in git), a ``refs/...`` name, a CrewAI checkpoint id kept as an alias (``20261129T234227_0d859366``), or a
 unique hex prefix of at least 4 characters, optionally followed by ``@{N}`` (the ref's N-th prior value from
 its reflog: ``main@{1}``, ``HEAD@{2}``; with no name, ``@{N}`` is the current branch's, as in git);
 ``@{-N}`` alone is the N-th branch HEAD was on before the current one. SUFFIX is ``~N`` (N-th first-parent

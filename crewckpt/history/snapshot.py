@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import msgpack
+import orjson
 
 from crewckpt.errors import DecodeError, IntegrityError
 from crewckpt.format import objects as ob
@@ -130,14 +131,205 @@ class Frozen:
         return f"Frozen({self.value!r})"
 
 
+class Parts:
+    """A big JSON object (or array) given as consecutive pieces, so a container that grows at its end and
+    changes in few places (CrewAI's event record) is split in time proportional to the pieces that changed.
+
+    Each piece is a dict (a list for an array), usually a :class:`Frozen` one; the value is their
+    concatenation in order, and it reads back as one plain dict (list): each piece becomes a leaf tree of the
+    container's chunk list (objects_format.md, 'Snapshots': any valid tree graph reads back the same), so an
+    unchanged Frozen piece costs O(1) and only the link list is rebuilt. Rules (the caller's promise, not
+    checked: checking would walk every piece): keys are distinct across pieces, and a Frozen piece is never
+    mutated. Replace a changed piece with a new Frozen.
+
+    With ``join=True`` the pieces are instead joined into one container body, as if the value were a plain
+    dict (list): for a small value assembled from cached parts (a task whose embedded agent changed), so it
+    costs one concatenation of the pieces' cached encodings and stays inline in its parent when small.
+
+    Args:
+        pieces: the pieces, in order.
+        array: the value is a JSON array (pieces are lists) instead of an object.
+        join: one container body instead of one leaf tree per piece.
+    """
+
+    __slots__ = ("array", "join", "pieces")
+
+    def __init__(self, pieces: list[Any], array: bool = False, join: bool = False) -> None:
+        self.pieces = pieces
+        self.array = array
+        self.join = join
+
+    def __len__(self) -> int:
+        return sum(len(p.value if isinstance(p, Frozen) else p) for p in self.pieces)
+
+    def plain(self) -> dict[str, Any] | list[Any]:
+        """The value as one new plain dict (list); pieces' values are shared, not copied.
+
+        Raises:
+            TypeError: a piece is not a dict (a list, for an array).
+        """
+        want = (list, tuple) if self.array else dict
+        pieces = [p.value if isinstance(p, Frozen) else p for p in self.pieces]
+        for p in pieces:
+            if not isinstance(p, want):
+                kind = "array" if self.array else "object"
+                raise TypeError(f"a piece of a Parts {kind} must be a {'list' if self.array else 'dict'}, got "
+                                f"{type(p).__name__}")
+        if self.array:
+            return [x for p in pieces for x in p]
+        out: dict[str, Any] = {}
+        for p in pieces:
+            out.update(p)
+        return out
+
+    def __repr__(self) -> str:
+        return f"Parts({self.pieces!r}, array={self.array})"
+
+
+class AppendMap:
+    """A mapping that grows at its end and changes in few entries (an event log), kept as :class:`Parts` so each
+    checkpoint is split in time proportional to what changed since the last one.
+
+    Entries are :class:`Frozen` values. Consecutive entries fill a piece until it holds ``piece_bytes`` of JSON
+    or ``piece_entries`` entries; then the piece is sealed and the next entries start a new one. Setting a key
+    that exists replaces its entry in place (same position, as a dict does) and marks only its piece for
+    rebuilding. :meth:`parts` returns the current value: a piece that did not change is the same Frozen object
+    as last time (reused by the store in O(1)); a changed piece becomes a new Frozen holding a copy.
+
+    Memory: the entries (shared with the caller) plus one Frozen per piece and its JSON bytes when the entries
+    have theirs, i.e. about twice the JSON size of the mapping, whatever the number of checkpoints.
+    """
+
+    def __init__(self, piece_bytes: int = LEAF_BYTES, piece_entries: int = CHUNK_ENTRIES) -> None:
+        self.piece_bytes = piece_bytes
+        self.piece_entries = piece_entries
+        self._where: dict[str, int] = {}
+        self._pieces: list[dict[str, Frozen]] = []
+        self._frozen: list[Frozen | None] = []
+        self._tail_bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._where
+
+    def keys(self) -> Iterator[str]:
+        """The keys, in order."""
+        return (k for p in self._pieces for k in p)
+
+    def last_key(self) -> str | None:
+        """The key added last (None when empty)."""
+        return next(reversed(self._pieces[-1]), None) if self._pieces else None
+
+    def set(self, key: str, value: Frozen) -> None:
+        """Add ``key`` at the end, or replace its value where it stands."""
+        i = self._where.get(key)
+        if i is None:
+            if not self._pieces or len(self._pieces[-1]) >= self.piece_entries or self._tail_bytes >= self.piece_bytes:
+                self._pieces.append({})
+                self._frozen.append(None)
+                self._tail_bytes = 0
+            i = len(self._pieces) - 1
+            self._where[key] = i
+            self._tail_bytes += len(value.json_bytes) if value.json_bytes is not None else 1024
+        self._pieces[i][key] = value
+        self._frozen[i] = None
+
+    def parts(self) -> Parts:
+        """The mapping now, as a Parts value of Frozen pieces (unchanged pieces are the same objects)."""
+        frozen = self._frozen
+        for i, f in enumerate(frozen):
+            if f is None:
+                piece = dict(self._pieces[i])
+                encoded: bytes | None = None
+                if all(v.json_bytes is not None for v in piece.values()):
+                    encoded = b"{" + b",".join(orjson.dumps(k) + b":" + v.json_bytes  # type: ignore[operator]
+                                               for k, v in piece.items()) + b"}"
+                frozen[i] = Frozen(piece, encoded)
+        return Parts(list(frozen))
+
+
+class Refreezer:
+    """Turns successive versions of one JSON value (an entity dumped at every checkpoint) into values whose
+    unchanged parts are the :class:`Frozen` objects of the previous call, so the store reuses them in O(1).
+
+    Change is detected by content, never by identity: a part is reused only when its compact JSON (orjson, C
+    speed) is byte-equal to last time's. A changed container is opened ``depth`` levels down: its entries
+    are grouped ``group`` at a time by position into a joined :class:`Parts` value (one body, as the plain
+    container), unchanged groups reused, changed groups rebuilt from their (recursively reused) entries.
+    Containers under ``small`` bytes are frozen whole.
+
+    Memory: the previous version's JSON bytes at each of the ``depth`` levels (about ``depth`` times its size).
+    """
+
+    def __init__(self, depth: int = 3, small: int = 512, group: int = 8) -> None:
+        self.depth = depth
+        self.small = small
+        self.group = group
+        self._prev: tuple[bytes | None, Any, Any] | None = None
+        self._keys: dict[str, tuple[bytes | None, Any, Any]] = {}
+
+    def __call__(self, value: Any) -> Any:
+        """``value`` with its unchanged parts reused (the caller must not mutate ``value`` afterwards)."""
+        self._prev = self._node(value, self._prev, self.depth)
+        return self._prev[1]
+
+    def values(self, d: dict[str, Any]) -> dict[str, Any]:
+        """A new plain dict of ``d``'s entries, each value reused or opened as by a call (per key)."""
+        prev = self._keys
+        self._keys = {k: self._node(v, prev.get(k), self.depth - 1) for k, v in d.items()}
+        return {k: n[1] for k, n in self._keys.items()}
+
+    def _node(self, v: Any, prev: tuple[bytes | None, Any, Any] | None, depth: int
+              ) -> tuple[bytes | None, Any, Any]:
+        if not isinstance(v, (dict, list)):
+            return None, v, None
+        try:
+            b = orjson.dumps(v)
+        except (TypeError, orjson.JSONEncodeError):  # surrogates, big ints, deep nesting: the store walks it
+            return None, v, None
+        if prev is not None and prev[0] == b:
+            return prev
+        if depth <= 0 or len(b) < self.small or len(v) < 2:
+            return b, Frozen(v, b), None
+        is_dict = isinstance(v, dict)
+        items = list(v.items()) if is_dict else list(enumerate(v))  # type: ignore[union-attr]
+        old = prev[2] if prev is not None and isinstance(prev[2], list) else []
+        pieces: list[Frozen] = []
+        nodes: list[tuple[bytes, Frozen, list[tuple[bytes | None, Any, Any]]]] = []
+        g = self.group
+        for gi in range(0, len(items), g):
+            chunk = items[gi:gi + g]
+            plain_piece: Any = dict(chunk) if is_dict else [x for _, x in chunk]
+            gb = orjson.dumps(plain_piece)
+            pg = old[gi // g] if gi // g < len(old) else None
+            if pg is not None and pg[0] == gb:
+                pieces.append(pg[1])
+                nodes.append(pg)
+                continue
+            kids_old = pg[2] if pg is not None else []
+            kids = [self._node(x, kids_old[n] if n < len(kids_old) else None, depth - 1)
+                    for n, (_, x) in enumerate(chunk)]
+            value: Any = ({k: kid[1] for (k, _), kid in zip(chunk, kids)} if is_dict else [kid[1] for kid in kids])
+            piece = Frozen(value, gb)
+            pieces.append(piece)
+            nodes.append((gb, piece, kids))
+        return b, Parts(pieces, array=not is_dict, join=True), nodes
+
+
 class _Frame:
-    __slots__ = ("frozen", "height", "i", "is_dict", "key", "keys", "out", "own", "skip", "vals")
+    __slots__ = ("frozen", "height", "i", "is_dict", "join", "key", "keys", "leaf", "out", "own", "parts", "skip",
+                 "vals")
 
     def __init__(self, v: dict[str, Any] | list[Any] | tuple[Any, ...], key: bytes | None,
                  frozen: Frozen | None = None) -> None:
         self.frozen = frozen
         self.skip = 0  # levels below this one that skip cache keys (msgpack refused this one as too deep)
         self.own = False  # stored as its own tree whatever its size (under one of the split policy's separate_keys)
+        self.leaf = False  # stored as its own tree even when tiny (a piece of a Parts value)
+        self.parts: int | None = None  # a Parts value: the form of its pieces (OBJECT or ARRAY)
+        self.join = False  # a Parts value joined into one body
         self.is_dict = isinstance(v, dict)
         if self.is_dict:
             for k in v:  # type: ignore[union-attr]
@@ -217,7 +409,11 @@ class Splitter:
         if link is not None:
             return link
         inner = doc.value if isinstance(doc, Frozen) else doc
-        form = ob.OBJECT if isinstance(inner, dict) else ob.ARRAY if isinstance(inner, (list, tuple)) else ob.VALUE
+        inner = inner.value if isinstance(inner, Frozen) else inner
+        if isinstance(inner, Parts):
+            form = ob.ARRAY if inner.array else ob.OBJECT
+        else:
+            form = ob.OBJECT if isinstance(inner, dict) else ob.ARRAY if isinstance(inner, (list, tuple)) else ob.VALUE
         return ob.Link(put(ob.TREE, _tree_body(form, rep)), ob.TREE)
 
     # -- walking -------------------------------------------------------------------------------------------
@@ -240,7 +436,16 @@ class Splitter:
         result: list[tuple[bytes, int]] = []
         separate = self._separate
 
-        def enter(v: Any, keyed: bool = True, own: bool = False) -> tuple[bytes, int] | object:
+        def enter(v: Any, keyed: bool = True, own: bool = False, piece: int | None = None
+                  ) -> tuple[bytes, int] | object:
+            if piece is not None:  # a piece of a Parts value: a dict (list) or a Frozen one, its own tree
+                inner = v.value if isinstance(v, Frozen) else v
+                is_obj = abs(piece) == ob.OBJECT
+                if not isinstance(inner, dict if is_obj else (list, tuple)):
+                    raise TypeError(f"a piece of a Parts {'object' if is_obj else 'array'} must be a "
+                                    f"{'dict' if is_obj else 'list'}, got {type(inner).__name__}")
+                if piece < 0:  # joined: the piece's own encoding, inline or not, is spliced in
+                    piece = None
             if isinstance(v, (*_SCALARS, int)):
                 return self._scalar(v), 0
             if isinstance(v, str):
@@ -249,11 +454,31 @@ class Splitter:
                 if v._token is self._token and v._rep is not None:
                     return v._rep
                 inner = v.value
+                if isinstance(inner, Frozen):
+                    raise TypeError("Frozen(Frozen(...)): freeze the plain value instead")
+                if isinstance(inner, Parts):
+                    if piece is not None:
+                        raise TypeError("a piece of a Parts value must be a dict or list, got Parts")
+                    frame = _Frame(list(inner.pieces), None, v)
+                    frame.parts = ob.ARRAY if inner.array else ob.OBJECT
+                    frame.join = inner.join
+                    frame.own = own
+                    stack.append(frame)
+                    return _PENDING
                 if not isinstance(inner, (dict, list, tuple)):
                     rep = enter(inner)
                     self._staged.append((None, v, rep))  # type: ignore[arg-type]
                     return rep
-                stack.append(_Frame(inner, None, v))
+                frame = _Frame(inner, None, v)
+                frame.leaf = piece is not None
+                stack.append(frame)
+                return _PENDING
+            if isinstance(v, Parts):
+                frame = _Frame(list(v.pieces), None)
+                frame.parts = ob.ARRAY if v.array else ob.OBJECT
+                frame.join = v.join
+                frame.own = own
+                stack.append(frame)
                 return _PENDING
             if isinstance(v, (dict, list, tuple)):
                 key = None
@@ -274,6 +499,7 @@ class Splitter:
                 frame = _Frame(v, key)
                 frame.skip = skip
                 frame.own = own
+                frame.leaf = piece is not None
                 stack.append(frame)
                 return _PENDING
             raise TypeError(f"value of type {type(v).__name__} is not JSON")
@@ -284,7 +510,8 @@ class Splitter:
         while stack:
             f = stack[-1]
             if f.i < len(f.vals):
-                r = enter(f.vals[f.i], True, f.is_dict and f.keys[f.i] in separate)
+                r = enter(f.vals[f.i], True, f.is_dict and f.keys[f.i] in separate,
+                          None if f.parts is None else -f.parts if f.join else f.parts)
                 if r is _PENDING:
                     continue
                 f.out.append(r[0])  # type: ignore[index]
@@ -327,6 +554,17 @@ class Splitter:
 
     def _finish(self, f: _Frame) -> tuple[bytes, int]:
         n = len(f.out)
+        if f.parts is not None and f.join:
+            joined = self._joined(f)
+            if joined is not None:
+                return joined
+        if f.parts is not None:  # a Parts value: its pieces' links make the chunk list
+            if not n:
+                return (_map_hdr(0) if f.parts == ob.OBJECT else _arr_hdr(0)), 1
+            # a piece seen elsewhere first (a cache hit) may come back inline: store it as a leaf now
+            links = [r if _as_link(r) is not None else _ext(ob.EXT_TREE, self._put(ob.TREE, _tree_body(f.parts, r)))
+                     for r in f.out]
+            return self._link_tree(ob.OBJECT_CHUNKS if f.parts == ob.OBJECT else ob.ARRAY_CHUNKS, links), 0
         if f.is_dict:
             keys = [self._key(k) for k in f.keys]
             if n > CHUNK_ENTRIES:
@@ -339,8 +577,35 @@ class Splitter:
             payload = _arr_hdr(n) + b"".join(f.out)
             form = ob.ARRAY
         height = f.height + 1
-        if len(payload) + 2 > INLINE_MAX or height > MAX_INLINE_DEPTH or (f.own and len(payload) > SEPARATE_MIN):
+        if (len(payload) + 2 > INLINE_MAX or height > MAX_INLINE_DEPTH or f.leaf
+                or (f.own and len(payload) > SEPARATE_MIN)):
             return _ext(ob.EXT_TREE, self._put(ob.TREE, _tree_body(form, payload))), 0
+        return payload, height
+
+    def _joined(self, f: _Frame) -> tuple[bytes, int] | None:
+        """One body from the inline encodings of a joined Parts value's pieces (None: a piece is a link, or the
+        value is too big for one body: the chunk-list form is used)."""
+        total = 0
+        bodies: list[bytes] = []
+        for r in f.out:
+            if _as_link(r) is not None:
+                return None
+            b0 = r[0]
+            if 0x80 <= b0 <= 0x9F:  # fixmap / fixarray
+                count, skip = b0 & 0x0F, 1
+            elif b0 in (0xDE, 0xDC):
+                count, skip = int.from_bytes(r[1:3], "big"), 3
+            else:  # 0xDF, 0xDD
+                count, skip = int.from_bytes(r[1:5], "big"), 5
+            total += count
+            bodies.append(r[skip:])
+        if total > CHUNK_ENTRIES:
+            return None
+        form = f.parts
+        payload = (_map_hdr(total) if form == ob.OBJECT else _arr_hdr(total)) + b"".join(bodies)
+        height = max(f.height, 1)
+        if len(payload) + 2 > INLINE_MAX or height > MAX_INLINE_DEPTH or (f.own and len(payload) > SEPARATE_MIN):
+            return _ext(ob.EXT_TREE, self._put(ob.TREE, _tree_body(form, payload))), 0  # type: ignore[arg-type]
         return payload, height
 
     def _chunked(self, form: int, keys: list[bytes] | None, vals: list[bytes]) -> bytes:

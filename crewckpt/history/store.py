@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from crewckpt.backends import registry
-from crewckpt.backends.base import Backend, IndexRow, Parts, ReflogEntry, writing
+from crewckpt.backends.base import Backend, IndexRow, Parts, ReflogEntry, StoredObject, writing
 from crewckpt.backends.registry import ENV_VAR
 from crewckpt.backends.sqlite import DEFAULT_DIR
 from crewckpt.errors import (
@@ -84,6 +84,7 @@ class Store:
         self._wlock = threading.Lock()
         self._my_packs: builtins.list[tuple[bytes, builtins.list[bytes]]] = []  # merged every AUTO_PACKS
         self._last_pack: tuple[bytes, builtins.list[bytes]] | None = None
+        self._last_commit: StoredObject | None = None  # the commit object _land wrote last
         self._check_version()
         dict_id = backend.meta_get("dictionary")
         if dict_id:
@@ -93,6 +94,21 @@ class Store:
             except (ValueError, TypeError, CkptError) as e:
                 _log.warning("crewckpt: %s: ignoring the store's zstd dictionary (meta row %r: %s); new "
                              "checkpoints are written without it", path or "memory store", str(dict_id)[:80], e)
+        if not backend.capabilities.transactions:
+            self._heal_index()
+
+    def _heal_index(self) -> None:
+        """Without transactions a writer that died after its ref CAS and before its index row (W5 in
+        docs/backends.md) left a branch tip the index does not know: rebuild the index then (best effort)."""
+        try:
+            tips = list(self.backend.refs(refnames.HEADS).values())
+            unknown = [t for t in tips if self.backend.index_get(t) is None]
+            if unknown and self.backend.has_many(unknown):
+                from crewckpt.history.reindex import rebuild_index
+                rebuild_index(self.parts)
+        except CkptError as e:
+            _log.warning("crewckpt: %s: the commit index misses a branch tip and could not be rebuilt (%s); run "
+                         "`ckpt fsck --rebuild-index`", self.location or "store", e)
 
     # -- opening ---------------------------------------------------------------------------------------------
 
@@ -222,8 +238,39 @@ class Store:
                     self._my_packs.append(self._last_pack)
                     if len(self._my_packs) >= AUTO_PACKS:
                         self._auto_repack()
+                if not self.backend.capabilities.transactions:
+                    self._repair_after_gc(doc, root, splitter)
                 return cid.hex()
         raise AssertionError("unreachable: the second attempt re-puts everything and cannot race gc")
+
+    def _repair_after_gc(self, doc: Any, root: ob.Link, splitter: Splitter) -> None:
+        """Without transactions, a gc may have swept objects this checkpoint reused from the writer's caches
+        between its epoch check and its ref CAS (docs/backends.md, G4). When the gc epoch moved since this
+        writer last saw it, put every object of the document and the commit object again (put-if-absent
+        restores what went; a fresh stored time keeps the rest from the running sweep) before acknowledging."""
+        epoch = self.backend.meta_get(_EPOCH) or "0"
+        if epoch == self._epoch:
+            return
+        self._epoch = epoch
+        for sp in self._splitters.values():  # every cache may name objects that gc removed
+            sp.reset()
+        self._known.clear()
+        pending: dict[bytes, tuple[int, bytes]] = {}
+
+        def put(kind: int, body: bytes) -> bytes:
+            oid = ob.object_id(kind, body)
+            pending[oid] = (kind, body)
+            return oid
+
+        again = splitter.split(doc, put)
+        splitter.keep()
+        again_objs = self._frames(pending) + ([self._last_commit] if self._last_commit is not None else [])
+        self.backend.put_many(again_objs, time.time_ns())
+        self._last_pack = None
+        self._known.update(pending)
+        if again != root:
+            raise IntegrityError(root.oid.hex(), "the document split differently when it was put again after a "
+                                                 "concurrent gc; run `ckpt fsck` on this checkpoint")
 
     def _auto_repack(self) -> None:
         """Merge this writer's per-checkpoint packs every AUTO_PACKS checkpoints (best effort: a failure only
@@ -314,6 +361,7 @@ class Store:
             if alias:
                 txn.alias_set(alias, cobj.oid)
         self._old_version = False
+        self._last_commit = cobj
         return cobj.oid
 
     # -- reading ---------------------------------------------------------------------------------------------
@@ -485,14 +533,18 @@ class Store:
             if ref != r.base and self.backend.get_ref(ref) is None and self.backend.get_ref(refnames.REMOTES + r.base):
                 ref = refnames.REMOTES + r.base  # origin/main@{1}: a remote-tracking ref's reflog
             label = r.base
-        news = [e.new for e in self.backend.reflog(ref) if e.new is not None]
-        if r.reflog < len(news):
-            return news[-1 - r.reflog]
-        if not news and ref.startswith(refnames.HEADS) and self.backend.get_ref(ref) is None:
+        log, n = self.backend.reflog(ref), r.reflog
+        # git's rule (refs.c read_ref_at): @{0} is the newest entry's new side, @{n} the old side of the
+        # (n-1)-th newest, so the oldest entry also answers for the value before it
+        found = (log[-1].new if n == 0 else log[-n].old) if log and n <= len(log) else None
+        if found is not None:
+            return found
+        if not log and ref.startswith(refnames.HEADS) and self.backend.get_ref(ref) is None:
             if not r.base:
                 raise head.unborn(self.backend, r.text)
             raise UnknownRevision(f"revision {r.text!r}: no branch named {label!r}; see `ckpt branch`")
-        have = f"only {len(news)} reflog entries ({label}@{{0}} to {label}@{{{len(news) - 1}}})" if news else (
+        last = len(log) if log and log[0].old is not None else len(log) - 1
+        have = f"only {len(log)} reflog entries ({label}@{{0}} to {label}@{{{last}}})" if log else (
             "no reflog entries")
         raise UnknownRevision(f"revision {r.text!r}: {label} has {have}; see `ckpt reflog {label}`")
 
@@ -728,7 +780,7 @@ class Store:
 
         A commit goes when it is outside the ``keep`` newest by sequence number (a future-dated commit does
         not count as newer) and, if ``older_than_ns`` is given, older than that many ns. Other branches and
-        any commit a branch ref points at are untouched. Space returns with :meth:`gc`.
+        any commit a branch ref or a remote-tracking ref points at are untouched. Space returns with :meth:`gc`.
 
         Raises:
             ValueError: neither ``keep`` nor ``older_than_ns``, or ``keep < 1``. BadRefName.
@@ -740,7 +792,8 @@ class Store:
         b = refnames.check_branch(branch)
         with self._writing() as txn:
             rows = txn.index_rows(b)
-            tips = set(txn.refs(refnames.HEADS).values())
+            # branch tips and remote-tracking tips (origin/main) stay, as refs keep them reachable
+            tips = set(txn.refs(refnames.HEADS).values()) | set(txn.refs(refnames.REMOTES).values())
             cut = time.time_ns() - older_than_ns if older_than_ns is not None else None
             old = rows[:-keep] if keep is not None else rows
             gone = [r for r in old if r.id not in tips and (cut is None or r.time_ns < cut)]

@@ -12,20 +12,31 @@ import orjson
 
 from crewckpt.errors import DocumentTooLarge
 from crewckpt.history.limits import MAX_DEPTH
-from crewckpt.history.snapshot import Frozen
-
-
-def _fragment(v: Any) -> Any:
-    if isinstance(v, Frozen):
-        return orjson.Fragment(v.json_bytes) if v.json_bytes is not None else v.value
-    raise TypeError(f"value of type {type(v).__name__} is not JSON")
+from crewckpt.history.snapshot import Frozen, Parts
 
 
 def json_size(doc: Any) -> int:
-    """Bytes of ``doc`` as compact UTF-8 JSON (the 'logical' size); a :class:`Frozen` with ``json_bytes``
-    counts those bytes without being dumped again."""
+    """Bytes of ``doc`` as compact UTF-8 JSON (the 'logical' size). A :class:`Frozen` with ``json_bytes`` counts
+    those bytes without being dumped or copied again and a :class:`Parts` value sums its pieces, so a document
+    made mostly of Frozen values is sized in time proportional to its plain part."""
+    extra = 0
+
+    def hint(v: Any) -> Any:
+        nonlocal extra
+        if isinstance(v, Frozen):
+            if v.json_bytes is None:
+                return v.value
+            extra += len(v.json_bytes) - 4  # dumped as the placeholder null
+            return None
+        if isinstance(v, Parts):
+            sizes = [json_size(p) for p in v.pieces]
+            full = [n for n in sizes if n > 2]  # an empty piece adds nothing, not even a comma
+            extra += 2 + sum(n - 2 for n in full) + max(len(full) - 1, 0) - 4
+            return None
+        raise TypeError(f"value of type {type(v).__name__} is not JSON")
+
     try:
-        return len(orjson.dumps(doc, default=_fragment))
+        return len(orjson.dumps(doc, default=hint)) + extra
     except (TypeError, orjson.JSONEncodeError):  # big ints, lone surrogates, deep nesting
         return _walk_size(doc)
 
@@ -46,6 +57,8 @@ def _walk_size(doc: Any) -> int:
                 total += len(v.json_bytes)
             else:
                 stack.append((v.value, level))
+        elif isinstance(v, Parts):
+            stack.append((v.plain(), level))
         elif isinstance(v, (dict, list, tuple)):
             if level >= MAX_DEPTH:
                 loop = _cycle_path(doc)
@@ -73,6 +86,8 @@ def _cycle_path(doc: Any) -> str | None:
         v, path, leaving = stack.pop()
         if isinstance(v, Frozen):
             v = v.value
+        if isinstance(v, Parts):
+            v = v.plain()
         if leaving:
             on_path.discard(id(v))
             continue

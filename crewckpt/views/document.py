@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from crewckpt.history.profile import Profile
-from crewckpt.history.snapshot import Frozen
+from crewckpt.history.snapshot import Frozen, Parts
 
 SEPARATE_KEYS = frozenset({"agent", "agent_executor", "output", "memory"})
 """CrewAI shape hints: containers under these keys are their own trees even when small. A crew's every task
@@ -28,7 +28,23 @@ task; as links, the tasks stay put. Task outputs and memory also become separate
 
 
 def _plain(v: Any) -> Any:
-    return v.value if isinstance(v, Frozen) else v
+    """``v`` without its :class:`Frozen` / :class:`Parts` wrapping (a Parts value becomes a new dict/list)."""
+    while isinstance(v, Frozen):
+        v = v.value
+    return v.plain() if isinstance(v, Parts) else v
+
+
+def _field(v: Any, key: str) -> Any:
+    """``v[key]`` of a dict (also Frozen or Parts), else None; a Parts value is not rebuilt."""
+    while isinstance(v, Frozen):
+        v = v.value
+    if isinstance(v, Parts) and not v.array:
+        for p in v.pieces:
+            p = p.value if isinstance(p, Frozen) else p
+            if isinstance(p, dict) and key in p:
+                return p[key]
+        return None
+    return v.get(key) if isinstance(v, dict) else None
 
 
 def entity_name(e: dict[str, Any]) -> str:
@@ -42,7 +58,7 @@ def entity_name(e: dict[str, Any]) -> str:
 
 def summarize(doc: Any) -> dict[str, Any]:
     """The CrewAI summary keys of one checkpoint document (see the module docstring); ``doc`` may hold
-    :class:`Frozen` values. Never raises on a JSON value."""
+    :class:`Frozen` and :class:`Parts` values. Never raises on a JSON value."""
     doc = _plain(doc)
     entities: list[list[str]] = []
     done = total = events = 0
@@ -57,10 +73,12 @@ def summarize(doc: Any) -> dict[str, Any]:
                 tasks = _plain(e.get("tasks"))
                 if isinstance(tasks, list):
                     total += len(tasks)
-                    done += sum(1 for t in map(_plain, tasks) if isinstance(t, dict) and t.get("output") is not None)
+                    done += sum(1 for t in tasks if _field(t, "output") is not None)
         rec = _plain(doc.get("event_record"))
-        nodes = _plain(rec.get("nodes")) if isinstance(rec, dict) else None
-        if isinstance(nodes, dict):
+        nodes = rec.get("nodes") if isinstance(rec, dict) else None
+        while isinstance(nodes, Frozen):
+            nodes = nodes.value
+        if isinstance(nodes, (dict, Parts)):  # a Parts value is counted, not rebuilt
             events = len(nodes)
     return {"entities": entities, "tasks_done": done, "tasks_total": total, "event_count": events}
 

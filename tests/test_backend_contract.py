@@ -1,0 +1,86 @@
+"""The shipped contract suite (crewckpt.testing.contract) on every backend in this repository, each from one
+factory: memory, SQLite, PostgreSQL (the session's real server), and memory seen without transactions (the
+Store's and gc's non-transactional path: the ordering invariants of docs/backends.md)."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from crewckpt.backends.base import Backend
+from crewckpt.testing.contract import (
+    BackendContract,
+    BackendFactory,
+    MemoryFactory,
+    SqliteFactory,
+    StoreContract,
+    WithoutTransactionsFactory,
+)
+
+
+class TestMemoryContract(BackendContract, StoreContract):
+    @pytest.fixture
+    def backend_factory(self) -> BackendFactory:
+        return MemoryFactory()
+
+
+class TestSqliteContract(BackendContract, StoreContract):
+    @pytest.fixture
+    def backend_factory(self, tmp_path: Any) -> BackendFactory:
+        return SqliteFactory(tmp_path)
+
+
+class TestWithoutTransactionsContract(BackendContract, StoreContract):
+    @pytest.fixture
+    def backend_factory(self) -> BackendFactory:
+        return WithoutTransactionsFactory(MemoryFactory())
+
+
+class PgFactory(BackendFactory):
+    """Stores in fresh schemas of the session's PostgreSQL server."""
+
+    def __init__(self, server_url: str, prefix: str) -> None:
+        self.server_url, self.prefix = server_url, prefix
+        self.schemas: list[str] = []
+        self._urls: dict[int, str] = {}
+
+    def _url(self, backend: Backend) -> str:
+        return self._urls[id(backend)]
+
+    def create(self) -> Backend:
+        from crewckpt.backends.postgres import PgBackend
+        schema = f"{self.prefix}_{len(self.schemas)}"
+        self.schemas.append(schema)
+        url = f"{self.server_url}?schema={schema}"
+        b = PgBackend.create(url)
+        self._urls[id(b)] = url
+        return b
+
+    def reopen(self, backend: Backend) -> Backend | None:
+        from crewckpt.backends.postgres import PgBackend
+        b = PgBackend.open(self._url(backend))
+        self._urls[id(b)] = self._url(backend)
+        return b
+
+    def process_opener(self, backend: Backend) -> tuple[str, str] | None:
+        return ("crewckpt.backends.postgres:PgBackend.open", self._url(backend))
+
+
+_PG = itertools.count()
+
+
+@pytest.mark.postgres
+class TestPostgresContract(BackendContract, StoreContract):
+    @pytest.fixture
+    def backend_factory(self, pg_server: Any) -> Iterator[BackendFactory]:
+        f = PgFactory(pg_server.url, f"c{os.getpid()}_{next(_PG)}")
+        yield f
+        import psycopg
+        with contextlib.suppress(psycopg.Error), psycopg.connect(pg_server.url, autocommit=True) as c:
+            for schema in f.schemas:
+                c.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

@@ -1,0 +1,198 @@
+"""Issue 13: a checkpoint's work follows what changed (Parts, AppendMap, Refreezer, the CrewAI builder), and
+reuse never serves stale content."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from crewckpt import Frozen, Store
+from crewckpt.format import objects as ob
+from crewckpt.history.snapshot import AppendMap, Parts, Refreezer, Splitter
+from crewckpt.history.summary import json_size
+from crewckpt.testing import crewai_offline  # noqa: F401  (fixture)
+
+
+def bare(v: Any) -> Any:
+    """The plain JSON value of a document holding Frozen / Parts values."""
+    while isinstance(v, Frozen):
+        v = v.value
+    if isinstance(v, Parts):
+        v = v.plain()
+    if isinstance(v, dict):
+        return {k: bare(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [bare(x) for x in v]
+    return v
+
+
+def F(v: Any) -> Frozen:
+    return Frozen(v, orjson.dumps(v))
+
+
+BIG = {f"k{i}": "x" * 300 for i in range(100)}
+CASES = [
+    Parts([F({"a": 1}), {"b": [1, 2]}, F({})]),
+    Parts([F({"a": 1}), {"b": [1, 2]}, F({})], join=True),
+    Parts([], join=True),
+    Parts([]),
+    Parts([[1], [2, 3]], array=True),
+    Parts([[1], F([2, 3])], array=True, join=True),
+    Parts([F(BIG), F({"z": 1})]),
+    Parts([F(BIG), F({"z": 1})], join=True),  # too big for one body: stored as a chunk list, reads the same
+    {"x": Frozen(Parts([F({"a": 1}), F({"agent": {"role": "r" * 400}}), F({"c": [1] * 5})], join=True))},
+    [Frozen(Parts([F({"a": i}), F({"agent": {"role": "r" * 400}})], join=True)) for i in range(100)],
+    {"deep": Parts([F({"a": {"b": {"c": [1, {"d": None}]}}}), F({"e": 1.5})], join=True)},
+]
+
+
+@pytest.mark.parametrize("doc", CASES, ids=range(len(CASES)))
+def test_parts_read_back_as_the_plain_value_and_size_as_its_json(doc: Any) -> None:
+    s = Store.memory()
+    for _ in range(2):  # the second commit reuses the representations cached on the Frozen values
+        assert s.read(s.commit(doc)) == bare(doc)
+    assert json_size(doc) == len(orjson.dumps(bare(doc)))
+
+
+def test_a_frozen_seen_inline_elsewhere_first_is_still_a_valid_piece() -> None:
+    s = Store.memory()
+    small = F({"a": 1})
+    s.commit({"inline": small})  # its cached representation is the inline body
+    doc = {"inline": small, "parts": Parts([small, F({"b": 2})])}
+    assert s.read(s.commit(doc)) == bare(doc)
+
+
+def test_pieces_must_match_the_container_kind() -> None:
+    with pytest.raises(TypeError, match="piece of a Parts object must be a dict"):
+        Store.memory().commit(Parts([[1]]))
+    with pytest.raises(TypeError, match="Frozen"):
+        Store.memory().commit(Frozen(Frozen(1)))
+
+
+def count_puts(splitter: Splitter, doc: Any) -> int:
+    n = 0
+
+    def put(kind: int, body: bytes) -> bytes:
+        nonlocal n
+        n += 1
+        return ob.object_id(kind, body)
+
+    splitter.split(doc, put)
+    splitter.keep()
+    return n
+
+
+def test_appending_to_an_append_map_costs_the_same_at_any_length() -> None:
+    log = AppendMap()
+    sp = Splitter()
+    costs = []
+    for i in range(3000):
+        log.set(f"event-{i:05d}", F({"event": {"i": i, "text": "y" * 200}, "edges": {}}))
+        if i and i % 7 == 0:  # an old node changes (its edges grow), as CrewAI's parent nodes do
+            log.set("event-00000", F({"event": {"i": 0}, "edges": {"child": [f"event-{i:05d}"]}}))
+        costs.append(count_puts(sp, {"nodes": log.parts(), "step": i}))
+    # objects written per commit: the changed pieces and the path to the root, not the whole record
+    assert max(costs[-500:]) <= max(costs[100:600]) <= 8
+
+
+def test_append_map_reuses_unchanged_pieces_and_keeps_order() -> None:
+    log = AppendMap(piece_entries=4)
+    for i in range(10):
+        log.set(f"e{i}", F(i))
+    first = log.parts()
+    log.set("e1", F(-1))  # in place
+    second = log.parts()
+    assert [a is b for a, b in zip(first.pieces, second.pieces)] == [False, True, True]
+    assert bare(second) == {f"e{i}": (-1 if i == 1 else i) for i in range(10)}
+    assert list(log.keys()) == [f"e{i}" for i in range(10)] and log.last_key() == "e9" and len(log) == 10
+
+
+def test_refreezer_reuses_only_byte_equal_parts() -> None:
+    r = Refreezer(small=0)
+    v1 = {"a": {"x": [1, 2, 3], "y": "s"}, "b": {"n": 1}, "c": [{"k": 1}, {"k": 2}]}
+    out1 = r(orjson.loads(orjson.dumps(v1)))
+    v2 = orjson.loads(orjson.dumps(v1))
+    v2["b"]["n"] = 1.0  # equal in Python (1 == 1.0), not in JSON: must not be reused
+    v2["c"][1]["k"] = True  # True == 1 in Python too
+    out2 = r(v2)
+    assert bare(out2) == v2 and orjson.dumps(bare(out2)) == orjson.dumps(v2)
+    assert bare(out1) == v1
+    s = Store.memory()
+    assert s.read(s.commit(out2)) == v2
+    assert orjson.dumps(s.read(s.commit(out2))) == orjson.dumps(v2)
+    out3 = r(orjson.loads(orjson.dumps(v2)))  # unchanged: the very same value comes back
+    assert out3 is out2
+
+
+def test_summary_counts_tasks_and_events_inside_parts() -> None:
+    doc = {"entities": [{"entity_type": "crew", "name": "c",
+                         "tasks": [Frozen(Parts([F({"name": "t1"}), F({"output": {"raw": "r"}})], join=True)),
+                                   Frozen(Parts([F({"name": "t2"}), F({"output": None})], join=True))]}],
+           "event_record": {"nodes": Parts([F({"e1": {}}), F({"e2": {}, "e3": {}})])}}
+    from crewckpt.views.document import CREWAI
+
+    s = CREWAI.summary(doc)
+    assert (s["tasks_done"], s["tasks_total"], s["event_count"]) == (1, 2, 3)
+    assert s["logical_bytes"] == len(orjson.dumps(bare(doc)))
+
+
+# -- CrewAI ----------------------------------------------------------------------------------------------
+
+
+def edit_finished_work(output: Any) -> None:
+    """Task 2's callback: change task 1's finished output and an agent's field while the run goes on."""
+    crew = EDIT["crew"]
+    crew.tasks[0].output.raw = "EDITED AFTER THE FACT"
+    crew.agents[0].goal = "a goal changed mid-run"
+
+
+EDIT: dict[str, Any] = {}
+
+
+@pytest.mark.crewai
+@pytest.mark.usefixtures("crewai_offline")
+def test_every_checkpoint_equals_crewais_dump_and_shows_mid_run_edits() -> None:
+    from crewai.state.runtime import RuntimeState
+
+    from crewckpt.crewai import CheckpointConfig
+    from crewckpt.crewai import snapshot as snap
+    from crewckpt.testing import research_crew
+
+    theirs: list[bytes] = []
+    ours: list[Any] = []
+    dumpers: list[Any] = []
+    document = snap.SnapshotBuilder.document
+
+    def spy(self: Any, state: RuntimeState, **kw: Any) -> Any:
+        doc = document(self, state, **kw)
+        want = state.model_dump(mode="json", warnings=False)  # CrewAI's own serializer, at the same moment
+        theirs.append(orjson.dumps(want["entities"]))
+        ours.append(snap.plain(doc))
+        dumpers.extend(d for _, d in self._dumpers._d.values())
+        return doc
+
+    snap.SnapshotBuilder.document = spy  # type: ignore[method-assign]
+    try:
+        crew = research_crew(3, checkpoint=CheckpointConfig(on_events=["*"]))
+        crew.tasks[1].callback = edit_finished_work
+        EDIT["crew"] = crew
+        crew.kickoff(inputs={"topic": "otters"})
+    finally:
+        snap.SnapshotBuilder.document = document  # type: ignore[method-assign]
+    store = Store.open(".ckpt")
+    commits = store.list()
+    assert len(commits) == len(ours) == 2 + 6 * 3
+    assert dumpers and all(d.ok for d in dumpers)  # the pieced path stayed on
+    for c, doc, want in zip(commits, ours, theirs):
+        assert orjson.dumps(doc["entities"]) == want  # byte for byte, key order included
+        assert store.read(c.id) == doc
+    last = store.read("main")["entities"][0]
+    assert last["tasks"][0]["output"]["raw"] == "EDITED AFTER THE FACT"
+    assert last["agents"][0]["goal"] == "a goal changed mid-run"
+    assert last["tasks"][0]["agent"]["goal"] == "a goal changed mid-run"  # the copy embedded in the task
+    first_edit = next(i for i, d in enumerate(ours)
+                      if d["entities"][0]["tasks"][0]["output"]
+                      and d["entities"][0]["tasks"][0]["output"]["raw"] == "EDITED AFTER THE FACT")
+    assert all(d["entities"][0]["agents"][0]["goal"] == "a goal changed mid-run" for d in ours[first_edit:])
