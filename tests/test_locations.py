@@ -101,6 +101,15 @@ def test_identity_is_canonical_and_round_trips(tmp_path: Path, monkeypatch: pyte
     assert registry.identity("FAKE://h/db/") == "fake://h/db"
 
 
+@pytest.mark.usefixtures("no_remote_backends")
+def test_identity_of_a_url_whose_backend_is_missing() -> None:
+    with pytest.raises(BackendMissing):
+        registry.identity("POSTGRESQL://h/db")
+    assert registry.identity("POSTGRESQL://h/db", strict=False) == "postgresql://h/db"
+    with pytest.raises(BadLocation):
+        registry.identity("s4://h/db", strict=False)
+
+
 def test_split_rev_urls_end_at_the_first_hash_paths_at_the_last() -> None:
     assert registry.split_rev("postgresql://h/db?schema=a#main") == ("postgresql://h/db?schema=a", "main")
     assert registry.split_rev("postgresql://h/db#feature#x") == ("postgresql://h/db", "feature#x")

@@ -279,13 +279,22 @@ def _resolve(location: str | os.PathLike[str] | Location) -> tuple[Location, Ope
     return loc, opener(loc.scheme, loc.text)
 
 
-def identity(location: str | os.PathLike[str] | Location) -> str:
+def identity(location: str | os.PathLike[str] | Location, *, strict: bool = True) -> str:
     """The canonical identity of a location (see the module docstring); no I/O beyond loading its backend.
 
+    ``strict=False``: a known scheme whose backend is not installed gets the generic URL identity (scheme in
+    lower case) instead of BackendMissing, for locations only recorded here (a remote's address).
+
     Raises:
-        BadLocation, BackendMissing.
+        BadLocation: a location no backend could serve. BackendMissing: (``strict``) its backend is not installed.
     """
-    loc, op = _resolve(location)
+    loc = location if isinstance(location, Location) else parse(location)
+    try:
+        op = opener(loc.scheme, loc.text)
+    except BackendMissing:
+        if strict:
+            raise
+        return Opener().identity(loc)
     return op.identity(loc)
 
 

@@ -323,9 +323,11 @@ class SqliteBackend(_SqlReader, TransactionalBackend):
                 if not self.read_only:
                     self._conn.execute("PRAGMA journal_mode=WAL")
                     self._conn.execute("PRAGMA synchronous=NORMAL")
-                    # checkpoint the WAL every ~1 MiB and cut it back to 1 MiB (it would idle at 4 MiB)
-                    self._conn.execute("PRAGMA wal_autocheckpoint=256")
-                    self._conn.execute("PRAGMA journal_size_limit=1048576")
+                    # checkpoint the WAL every ~512 KiB and cut it back to 256 KiB when it restarts (it would
+                    # idle at 4 MiB; a short run's whole store is smaller than that); Store.finish_writes (run end,
+                    # close) truncates it to zero
+                    self._conn.execute("PRAGMA wal_autocheckpoint=128")
+                    self._conn.execute("PRAGMA journal_size_limit=262144")
                 self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
                 self._conn.execute("SELECT count(*) FROM meta").fetchone()
                 self._conn.execute("SELECT oid FROM objects LIMIT 1").fetchall()

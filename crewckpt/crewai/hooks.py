@@ -113,6 +113,8 @@ def _prepare_event(self: CrewAIEventsBus, source: Any, event: Any) -> None:
             write_checkpoint(state, cfg, event)
         if event.type in publish.RUN_END_EVENTS:
             _push_at_run_end(source, state)
+        if event.type in _COMPACT_EVENTS:
+            _compact_at_run_end(source, state)
     if pending_signals() and threading.current_thread() is threading.main_thread():
         drain_signals()
 
@@ -122,6 +124,24 @@ def _push_at_run_end(source: Any, state: RuntimeState) -> None:
     cfg = checkpoint_listener._find_checkpoint(source)
     if isinstance(cfg, CheckpointConfig) and cfg.push_to and getattr(state, "_checkpoint_id", None):
         publish.at_run_end(cfg, cfg.store_location(), state._branch)
+
+
+_COMPACT_EVENTS = frozenset({"crew_kickoff_completed", "crew_kickoff_failed", "flow_finished"})
+
+
+def _compact_at_run_end(source: Any, state: RuntimeState) -> None:
+    """A crew's or a user flow's run ended (not an agent's executor flow, which ends with every task): the
+    store it wrote to merges that run's small packs and truncates its WAL (:meth:`Store.finish_writes`), so
+    the store a user inspects right after a run is compact."""
+    if type(source).__name__ == "AgentExecutor" or not getattr(state, "_checkpoint_id", None):
+        return
+    cfg = checkpoint_listener._find_checkpoint(source)
+    if not isinstance(cfg, CheckpointConfig):
+        return
+    try:
+        open_store(str(cfg.store_path())).finish_writes()
+    except Exception as exc:  # best effort: the checkpoints are written already
+        logger.debug("crewckpt: compacting %s after the run failed: %s", cfg.store_path(), exc)
 
 
 def _should_checkpoint(source: Any, event: Any) -> CrewAICheckpointConfig | None:

@@ -65,8 +65,9 @@ def remotes(store: Store) -> dict[str, str]:
 
 def canonical(location: str | os.PathLike[str]) -> str:
     """The canonical identity of a location (:func:`crewckpt.backends.registry.identity`: a plain path becomes
-    absolute). Raises BadLocation, BackendMissing."""
-    return registry.identity(location)
+    absolute); a URL whose backend is not installed here is kept as written (scheme in lower case), so a
+    remote can be recorded before its driver is installed. Raises BadLocation (an unknown scheme)."""
+    return registry.identity(location, strict=False)
 
 
 def add_remote(store: Store, name: str, location: str | os.PathLike[str]) -> str:

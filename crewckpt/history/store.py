@@ -83,6 +83,7 @@ class Store:
         self._epoch = backend.meta_get(_EPOCH) or "0"
         self._wlock = threading.Lock()
         self._my_packs: builtins.list[tuple[bytes, builtins.list[bytes]]] = []  # merged every AUTO_PACKS
+        self._wrote = False  # committed since the last finish_writes()
         self._last_pack: tuple[bytes, builtins.list[bytes]] | None = None
         self._last_commit: StoredObject | None = None  # the commit object _land wrote last
         self._check_version()
@@ -163,8 +164,25 @@ class Store:
         self._old_version = int(v) < ob.FORMAT_VERSION
 
     def close(self) -> None:
-        """Close the backend."""
+        """Close the backend; a handle that committed first finishes its writes (:meth:`finish_writes`)."""
+        if self._wrote:
+            self.finish_writes()
         self.backend.close()
+
+    def finish_writes(self) -> None:
+        """Compact what this handle wrote, at the end of a run (the CrewAI writer calls it when a crew or flow
+        run ends) and at close: its per-checkpoint packs not merged yet become one pack, and the backend gives
+        space back (SQLite: incremental vacuum, WAL checkpointed and truncated to zero bytes). Best effort and
+        short: other writers are not blocked (packs merge under the gc lock only writers' own repacks take,
+        each in its own small transaction); a failure only logs."""
+        with self._wlock:
+            if self._my_packs:
+                self._auto_repack()
+            self._wrote = False
+        try:
+            self.backend.maintain()
+        except CkptError as e:
+            _log.warning("crewckpt: compacting the store after writing skipped: %s", e)
 
     def __enter__(self) -> Store:
         return self
@@ -234,6 +252,7 @@ class Store:
                 if len(self._known) > 2_000_000:
                     self._known.clear()
                 self._known.update(pending)
+                self._wrote = True
                 if self._last_pack is not None:
                     self._my_packs.append(self._last_pack)
                     if len(self._my_packs) >= AUTO_PACKS:
