@@ -146,6 +146,9 @@ def test_remote_config_add_list_remove_and_tracking_refs_go_with_it(make: Callab
         b.add_remote("or/igin", str(a.path))
     with pytest.raises(CkptError, match="this store itself"):
         b.add_remote("self", str(b.path))
+    url = "postgresql://u@db.example:5432/ckpt?schema=team"
+    assert b.add_remote("team", url) == url  # a URL is kept as it is (no folder made of it)
+    b.remove_remote("team")
     b.fetch()  # default remote: origin
     assert b.resolve("origin/main") == a.resolve("main")
     assert b.remove_remote("origin") == ["refs/remotes/origin/main"]

@@ -196,3 +196,39 @@ def test_every_checkpoint_equals_crewais_dump_and_shows_mid_run_edits() -> None:
                       if d["entities"][0]["tasks"][0]["output"]
                       and d["entities"][0]["tasks"][0]["output"]["raw"] == "EDITED AFTER THE FACT")
     assert all(d["entities"][0]["agents"][0]["goal"] == "a goal changed mid-run" for d in ours[first_edit:])
+
+
+# -- small on disk while running -------------------------------------------------------------------------
+
+
+def test_finish_writes_merges_the_writers_packs_and_truncates_the_wal(tmp_path: Any) -> None:
+    s = Store.init(tmp_path / "s")
+    ids = [s.commit({"step": i, "text": [f"line {i} {k} " * 900 for k in range(3)]}) for i in range(10)]
+    wal = tmp_path / "s" / "store.db-wal"
+    assert wal.stat().st_size > 0
+    packs = lambda: sum(1 for m in s.backend.iter_objects() if m.kind == ob.PACK)  # noqa: E731
+    assert packs() == 10
+    s.finish_writes()
+    assert wal.stat().st_size == 0 and packs() == 1
+    assert [s.read(c)["step"] for c in ids] == list(range(10))
+    s.close()  # nothing more to do: close after finish_writes is cheap and leaves the store alike
+    s = Store.open(tmp_path / "s")
+    assert [s.read(c)["step"] for c in ids] == list(range(10)) and packs() == 1
+    s.close()
+
+
+@pytest.mark.crewai
+@pytest.mark.usefixtures("crewai_offline")
+def test_a_finished_crew_run_leaves_a_compact_store_while_the_process_lives() -> None:
+    from pathlib import Path
+
+    from crewckpt.crewai import CheckpointConfig
+    from crewckpt.crewai.writer import open_store
+    from crewckpt.testing import research_crew
+
+    research_crew(2, checkpoint=CheckpointConfig(location=".ckpt", on_events=["*"])).kickoff(
+        inputs={"topic": "otters"})
+    store = open_store(".ckpt")  # the writer's own handle, still open
+    assert Path(".ckpt/store.db-wal").stat().st_size == 0
+    assert sum(1 for m in store.backend.iter_objects() if m.kind == ob.PACK) == 1
+    assert len(store.list()) == 2 + 6 * 2

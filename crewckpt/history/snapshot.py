@@ -43,7 +43,7 @@ LEAF_BYTES = 16384
 SEPARATE_MIN = 256  # bytes: tinier containers stay inline anyway (a link costs 35)
 _MASK = CHUNK_ENTRIES // 2 - 1
 _FORCE_CUT = 8 * CHUNK_ENTRIES
-CACHE_BYTES = 96 * 1024 * 1024
+CACHE_BYTES = 32 * 1024 * 1024  # a Splitter's container cache (+ a quarter for long strings): its memory bound
 
 _PENDING = object()
 _SCALARS = (type(None), bool, float)
@@ -117,13 +117,15 @@ class Frozen:
     Args:
         value: any JSON value.
         json_bytes: its compact JSON encoding, if the caller has it (saves dumping it to size the commit).
+        size: the length of that encoding, when the caller knows it but does not keep the bytes.
     """
 
-    __slots__ = ("_rep", "_token", "json_bytes", "value")
+    __slots__ = ("_rep", "_token", "json_bytes", "size", "value")
 
-    def __init__(self, value: Any, json_bytes: bytes | None = None) -> None:
+    def __init__(self, value: Any, json_bytes: bytes | None = None, size: int | None = None) -> None:
         self.value = value
         self.json_bytes = json_bytes
+        self.size = len(json_bytes) if json_bytes is not None else size
         self._rep: tuple[bytes, int] | None = None
         self._token: object = None
 
@@ -232,7 +234,7 @@ class AppendMap:
                 self._tail_bytes = 0
             i = len(self._pieces) - 1
             self._where[key] = i
-            self._tail_bytes += len(value.json_bytes) if value.json_bytes is not None else 1024
+            self._tail_bytes += value.size if value.size is not None else 1024
         self._pieces[i][key] = value
         self._frozen[i] = None
 
@@ -242,11 +244,11 @@ class AppendMap:
         for i, f in enumerate(frozen):
             if f is None:
                 piece = dict(self._pieces[i])
-                encoded: bytes | None = None
-                if all(v.json_bytes is not None for v in piece.values()):
-                    encoded = b"{" + b",".join(orjson.dumps(k) + b":" + v.json_bytes  # type: ignore[operator]
-                                               for k, v in piece.items()) + b"}"
-                frozen[i] = Frozen(piece, encoded)
+                size: int | None = None  # sized, not encoded again: the entries keep their bytes
+                sizes = [v.size for v in piece.values()]
+                if None not in sizes:
+                    size = 1 + sum(len(orjson.dumps(k)) + 2 for k in piece) + sum(sizes) + (0 if piece else 1)  # type: ignore[arg-type]
+                frozen[i] = Frozen(piece, size=size)
         return Parts(list(frozen))
 
 

@@ -24,9 +24,9 @@ def json_size(doc: Any) -> int:
     def hint(v: Any) -> Any:
         nonlocal extra
         if isinstance(v, Frozen):
-            if v.json_bytes is None:
+            if v.size is None:
                 return v.value
-            extra += len(v.json_bytes) - 4  # dumped as the placeholder null
+            extra += v.size - 4  # dumped as the placeholder null
             return None
         if isinstance(v, Parts):
             sizes = [json_size(p) for p in v.pieces]
@@ -53,8 +53,8 @@ def _walk_size(doc: Any) -> int:
     while stack:
         v, level = stack.pop()
         if isinstance(v, Frozen):
-            if v.json_bytes is not None:
-                total += len(v.json_bytes)
+            if v.size is not None:
+                total += v.size
             else:
                 stack.append((v.value, level))
         elif isinstance(v, Parts):

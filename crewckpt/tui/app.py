@@ -321,7 +321,7 @@ class CheckpointBrowser(App[RunPlan | None]):
 
     def on_mount(self) -> None:
         self._render_lock = asyncio.Lock()
-        self.sub_title = str(self.store.path or "memory store")
+        self.sub_title = str(self.store.path or self.store.location or "memory store")
         self.reload()
         self.query_one("#tree", Tree).focus()
         self.set_interval(POLL_S, self._poll)
