@@ -133,3 +133,15 @@ def test_a_best_effort_run_into_an_unreachable_server_finishes_and_reports_its_l
     summary = [r.getMessage() for r in caplog.records if "could not be written" in r.getMessage()]
     assert summary == [f"crewckpt: 3 of 3 checkpoints could not be written to {loc}; last error: {last}"]
     assert list(crewai_offline.glob("postgres*")) == []  # no local folder named after the URL
+
+
+def test_import_into_and_export_from_a_postgresql_store_give_crewai_files_back_byte_for_byte(
+        pg_url: str, fixtures_copy: Path, tmp_path: Path) -> None:
+    src = fixtures_copy / "crew_json_star"
+    r = ok(ckpt(pg_url, "import", str(src)))  # no store yet: the import creates it
+    assert "imported" in (r.stdout + r.stderr).lower()
+    ok(ckpt(pg_url, "import", str(src)))  # idempotent
+    dest = tmp_path / "view"
+    ok(ckpt(pg_url, "export", "--to", str(dest)))
+    files = sorted(f.relative_to(src) for f in src.rglob("*.json"))
+    assert files and all((dest / f).read_bytes() == (src / f).read_bytes() for f in files)
