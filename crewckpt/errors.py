@@ -15,6 +15,15 @@ class StoreNotFound(CkptError):
     """No crewckpt store at the given path (or found by discovery)."""
 
 
+class BadLocation(CkptError):
+    """A store location names no backend: an unknown scheme or a malformed location (one line with the fix).
+    Deliberately not a ValueError: a pydantic validator lets it through as this one line."""
+
+
+class BackendMissing(CkptError):
+    """A store location of a known scheme whose backend is not installed (names the ``pip install``)."""
+
+
 class StoreExists(CkptError):
     """``Store.init`` was asked to create a store where one already exists."""
 

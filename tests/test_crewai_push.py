@@ -4,6 +4,7 @@ effort, never interrupting the run (issue 16 item 6)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,10 +20,15 @@ pytestmark = [pytest.mark.crewai, pytest.mark.usefixtures("crewai_offline")]
 
 
 @pytest.fixture(autouse=True)
-def _fresh_publishers() -> None:
-    publish.flush_pushes()
-    publish._publishers.clear()
-    publish._counts.clear()
+def _fresh_publishers() -> Iterator[None]:
+    def clear() -> None:
+        publish.flush_pushes()
+        publish._publishers.clear()
+        publish._counts.clear()
+
+    clear()
+    yield
+    clear()  # no publisher (nor its exit report) leaks out of a test
 
 
 def _stats(store: str, dest: str) -> dict[str, object]:
@@ -78,6 +84,10 @@ def test_a_failing_push_never_interrupts_the_run_and_is_reported_like_a_failed_c
     assert st["pushed"] == 0 and st["failed"] >= 1 and "nowhere" in str(st["last_error"])
     assert failed and all(e.trigger == "push" for e in failed)
     assert any("push of branch main" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="crewckpt"):
+        publish.report_push_failures()  # what interpreter exit says
+    assert any("pushes" in r.getMessage() and "failed; last error" in r.getMessage() for r in caplog.records)
 
 
 def test_a_rejected_push_is_counted_as_a_failure(tmp_path: Path) -> None:

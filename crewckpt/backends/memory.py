@@ -11,7 +11,7 @@ import contextlib
 import copy
 import dataclasses
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 
 from crewckpt.backends.base import (
     HEAD_BYTES,
@@ -24,6 +24,8 @@ from crewckpt.backends.base import (
     Txn,
     ref_conflict,
 )
+from crewckpt.backends.registry import Location, Opened, Opener
+from crewckpt.errors import StoreExists, StoreNotFound
 
 
 class _State:
@@ -218,3 +220,56 @@ class MemoryBackend(_MemReader, TransactionalBackend):
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+# -- locations: memory: and memory:NAME (crewckpt.backends.registry) ----------------------------------------
+
+_named: dict[str, MemoryBackend] = {}
+_named_lock = threading.Lock()
+
+
+class MemoryOpener(Opener):
+    """``memory:NAME``: one in-memory store per name per process, kept until the process ends (every open
+    shares it); ``memory:``: a new anonymous store at each open, which cannot be reopened."""
+
+    label = "in-memory"
+
+    def identity(self, loc: Location) -> str:
+        return f"memory:{loc.target}"
+
+    def always_new(self, loc: Location) -> bool:
+        return not loc.target
+
+    def open(self, loc: Location) -> Opened:
+        b = _named.get(loc.target)
+        if b is None:
+            raise StoreNotFound(f"{loc.text}: no in-memory store named {loc.target!r} in this process; create "
+                                f"it with Store.init({loc.text!r})")
+        return Opened(b, self.identity(loc))
+
+    def create(self, loc: Location, meta: Mapping[str, str], *, private: bool) -> Opened:
+        b = MemoryBackend()
+        with b.transaction() as txn:
+            for k, v in meta.items():
+                txn.meta_set(k, v)
+        if not loc.target:
+            return Opened(b, None)
+        with _named_lock:
+            if loc.target in _named:
+                raise StoreExists(f"{loc.text}: an in-memory store of that name already exists in this process; "
+                                  f"open it with Store.open({loc.text!r})")
+            _named[loc.target] = b
+        return Opened(b, self.identity(loc))
+
+    def has_store(self, loc: Location) -> bool:
+        return bool(loc.target) and loc.target in _named
+
+    def occupied(self, loc: Location) -> bool:
+        return self.has_store(loc)
+
+    def instance(self, loc: Location) -> Hashable | None:
+        b = _named.get(loc.target)
+        return None if b is None else id(b)
+
+
+OPENER = MemoryOpener()

@@ -13,7 +13,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from crewckpt.backends.base import (
@@ -29,7 +29,8 @@ from crewckpt.backends.base import (
     Txn,
     ref_conflict,
 )
-from crewckpt.errors import CorruptStore
+from crewckpt.backends.registry import Location, Opened, Opener
+from crewckpt.errors import CkptError, CorruptStore, StoreExists, StoreNotFound
 
 DB_NAME = "store.db"
 BATCH = 900  # bound parameters per statement; far below SQLite's 32,766 limit on any build
@@ -507,6 +508,12 @@ class SqliteBackend(_SqlReader, TransactionalBackend):
         with self._lock:
             self._conn.close()
 
+    def disk_bytes(self) -> int:
+        """Bytes the store keeps on disk: the database and its WAL (the -shm index and the lock file are
+        transient and hold no data)."""
+        return sum(f.stat().st_size for f in self.folder.iterdir()
+                   if f.is_file() and f.name in (DB_NAME, DB_NAME + "-wal"))
+
 
 def _hard_link_problem(path: Path) -> str | None:
     """Why ``path`` must not be written, if another name links to the same file (``cp -al`` backups): SQLite
@@ -580,3 +587,116 @@ def _check_not_truncated(path: Path) -> None:
     if pages and size < pages * page and not (wal.exists() and wal.stat().st_size > 0):
         raise CorruptStore(f"{path}: database is truncated ({size} of {pages * page} bytes); restore it from "
                            f"a backup")
+
+
+# -- locations: plain paths and sqlite:PATH (crewckpt.backends.registry) ------------------------------------
+
+DEFAULT_DIR = ".ckpt"
+"""The store folder ``ckpt init`` creates and discovery looks for."""
+
+
+def discover() -> Path:
+    """The nearest ``.ckpt`` store folder walking up from the working folder (git's rule).
+
+    Raises:
+        StoreNotFound: none found, or a folder on the way cannot be read (one line with the fix).
+    """
+    from crewckpt.backends.registry import ENV_VAR
+
+    try:
+        here = Path.cwd().resolve()
+        for d in (here, *here.parents):
+            if (d / DEFAULT_DIR / DB_NAME).is_file():
+                return d / DEFAULT_DIR
+    except OSError as e:  # e.g. a folder the user may not enter
+        raise StoreNotFound(f"{e.filename}: cannot look for a store there ({e.strerror}); check the "
+                            f"permissions or pass --store") from None
+    raise StoreNotFound(f"no .ckpt store in {here} or any parent folder; run `ckpt init` or set {ENV_VAR}")
+
+
+def locate(p: Path) -> Path:
+    """The store folder an explicit path names: the folder holding ``store.db``, or its ``.ckpt``.
+
+    Raises:
+        StoreNotFound: neither (one line: no such folder / a file / not a store, with the fix).
+    """
+    try:
+        return _locate(p)
+    except OSError as e:
+        raise StoreNotFound(f"{e.filename or p}: cannot look for a store there ({e.strerror}); check the "
+                            f"permissions or pass --store") from None
+
+
+def _locate(p: Path) -> Path:
+    if (p / DB_NAME).is_file():
+        return p
+    if (p / DEFAULT_DIR / DB_NAME).is_file():
+        return p / DEFAULT_DIR
+    if not p.exists():
+        raise StoreNotFound(f"{p}: no such folder; create a store with `ckpt init {p}`")
+    if not p.is_dir():
+        raise StoreNotFound(f"{p}: is a file, not a store folder; pass the folder that holds {DB_NAME}")
+    raise StoreNotFound(f"{p}: not a crewckpt store (no {DB_NAME}); create one with `ckpt init {p}`")
+
+
+def _opened(folder: Path, backend: SqliteBackend) -> Opened:
+    return Opened(backend, os.path.abspath(folder), folder)
+
+
+class SqliteOpener(Opener):
+    """Plain paths and ``sqlite:PATH``: a store folder holding ``store.db``. Opening a folder that holds a
+    ``.ckpt`` store opens that one (``Store.open("myproject")``)."""
+
+    label = "SQLite"
+
+    def identity(self, loc: Location) -> str:
+        """The absolute folder path (``os.path.abspath``: ``..`` collapsed, symlinks kept)."""
+        return os.path.abspath(loc.target)
+
+    def open(self, loc: Location) -> Opened:
+        folder = locate(Path(loc.target))
+        return _opened(folder, SqliteBackend(folder))
+
+    def create(self, loc: Location, meta: Mapping[str, str], *, private: bool) -> Opened:
+        """Create the folder (0700 when ``private``, with its parents) and ``store.db`` in it (0600)."""
+        p = Path(loc.target)
+        exists = f"{p}: a crewckpt store already exists here; open it with Store.open({str(p)!r})"
+        if (p / DB_NAME).exists():
+            raise StoreExists(exists)
+        if p.exists() and not p.is_dir():
+            raise CkptError(f"{p}: exists and is not a folder; choose another path")
+        try:
+            p.mkdir(parents=True, exist_ok=True, mode=0o700 if private else 0o777)
+            # created complete (format version included) and published atomically: see SqliteBackend.create
+            backend = SqliteBackend.create(p, dict(meta), mode=0o600 if private else 0o666)
+        except FileExistsError:
+            raise StoreExists(exists) from None
+        except OSError as e:
+            raise CkptError(f"{p}: cannot create the store ({e.strerror}); check the path and permissions") from None
+        return _opened(p, backend)
+
+    def discover(self) -> Location:
+        """The nearest ``.ckpt`` store walking up from the working folder (:func:`discover`)."""
+        folder = str(discover())
+        return Location("sqlite", folder, folder)
+
+    def has_store(self, loc: Location) -> bool:
+        """``store.db`` is in the folder itself (no ``.ckpt`` descent: a project folder is not a store)."""
+        return bool(loc.target) and os.path.isfile(os.path.join(loc.target, DB_NAME))
+
+    def occupied(self, loc: Location) -> bool:
+        return os.path.lexists(loc.target)
+
+    def instance(self, loc: Location) -> Hashable | None:
+        """``(st_dev, st_ino)`` of the ``store.db`` the location opens (a ``rm -rf .ckpt`` and a new init
+        change it); None when there is none."""
+        for db in (os.path.join(loc.target, DB_NAME), os.path.join(loc.target, DEFAULT_DIR, DB_NAME)):
+            try:
+                st = os.stat(db)
+            except OSError:
+                continue
+            return st.st_dev, st.st_ino
+        return None
+
+
+OPENER = SqliteOpener()

@@ -34,6 +34,9 @@ _TAG_STYLE = {
 def init(path: str | None, shared: bool, as_json: bool) -> None:
     """Create an empty store at PATH (default: the global --store or $CKPT_STORE, else ./.ckpt).
 
+    PATH is any store location: a folder (or sqlite:PATH), or the URL of an installed backend
+    (postgresql://host/db with crewckpt[postgres]).
+
     The new folder and its files are private to you (0700/0600) unless --shared.
 
     \b
@@ -51,7 +54,7 @@ def init(path: str | None, shared: bool, as_json: bool) -> None:
         raise StoreExists(
             f"{path}: a crewckpt store already exists here; use it (ckpt --store {path} ...) or choose another path"
         ) from None
-    where = os.path.abspath(store.path or path)
+    where = store.location or path
     store.close()
     if as_json:
         emit_json({"path": where})
@@ -353,10 +356,11 @@ def _entities_text(entities: list[dict[str, Any]]) -> str:
 
 
 def _is_store_folder(path: str) -> bool:
-    """A crewckpt store folder (it holds the SQLite backend's database)."""
-    from crewckpt.backends.sqlite import DB_NAME
+    """A crewckpt store: a folder holding one, or a ``memory:``/URL location (a bad scheme raises its
+    one-line error here rather than being read as a CrewAI path)."""
+    from crewckpt.backends import registry
 
-    return os.path.isfile(os.path.join(path, DB_NAME))
+    return registry.has_store(path)
 
 
 def _is_crewai_path(arg: str) -> bool:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from pathlib import Path
 
 import click
 
@@ -20,24 +18,27 @@ def tui_store_path(store_path: str | None, confirm: Callable[[str], bool] = clic
     Raises:
         StoreNotFound: the user declined (the message says how to import them).
     """
+    from crewckpt.backends import registry
+    from crewckpt.backends.sqlite import DEFAULT_DIR, discover
     from crewckpt.errors import StoreNotFound
     from crewckpt.history.store import Store
     from crewckpt.views import transfer
     from crewckpt.views.document import CREWAI
 
-    named = store_path or os.environ.get("CKPT_STORE") or None
+    named = registry.named(store_path)
     hint = crewai_store_hint(named)
     if named is None or hint is None:
         return store_path
-    here = Path.cwd()
-    dest = next((str(d / ".ckpt") for d in (here, *here.parents) if (d / ".ckpt" / "store.db").is_file()),
-                str(here / ".ckpt"))
+    try:
+        dest = registry.identity(discover())
+    except StoreNotFound:
+        dest = registry.identity(DEFAULT_DIR)
     if not confirm(f"{named} is {crewai_location(named)}, not a crewckpt store. Import it into {dest} and "
                    f"browse that?"):
         raise StoreNotFound(hint)
-    store = Store.open(dest, profile=CREWAI) if os.path.exists(dest) else Store.init(dest, profile=CREWAI)
+    store = Store.open(dest, create=True, profile=CREWAI)
     with store:
-        report = transfer.import_checkpoints(store, named)
+        report = transfer.import_checkpoints(store, str(named))
     click.echo(report.summary(), err=True)
     return dest
 
@@ -46,8 +47,9 @@ def tui_store_path(store_path: str | None, confirm: Callable[[str], bool] = clic
 @click.option(
     "--store",
     "store_path",
-    metavar="PATH",
-    help="Store to browse (default: the global --store, $CKPT_STORE, else the nearest .ckpt).",
+    metavar="LOCATION",
+    help="Store to browse: a folder, memory:NAME or a URL (default: the global --store, $CKPT_STORE, else "
+    "the nearest .ckpt).",
 )
 def tui(store_path: str | None) -> None:
     """Browse checkpoints in a terminal UI: branch tree, details, diff, edit, fork and resume.

@@ -60,19 +60,20 @@ class AppContext:
             StoreNotFound: no store; when the path holds CrewAI checkpoints the message says to import them.
         """
         if self._store is None:
+            from crewckpt.backends import registry
             from crewckpt.errors import StoreNotFound
-            from crewckpt.history.store import Store
+            from crewckpt.history.store import DEFAULT_DIR, Store
             from crewckpt.views.document import CREWAI
 
             try:  # the CrewAI profile: what `ckpt import` and an index rebuild record
                 self._store = Store.open(self.store_path, profile=CREWAI)
             except StoreNotFound as exc:
-                named = self.store_path or os.environ.get("CKPT_STORE") or None
+                named = registry.named(self.store_path)
                 hint = crewai_store_hint(named)
                 if hint is not None:
                     raise StoreNotFound(hint) from None
-                target = named or ".ckpt"
-                if not create or os.path.lexists(target):
+                target = os.fspath(named or DEFAULT_DIR)
+                if not create or registry.occupied(target):
                     raise StoreNotFound(_with_crewai_nearby(str(exc))) from None
                 self._store = Store.init(target, profile=CREWAI)
                 click.echo(f"ckpt: created the store {target}", err=True)
@@ -198,16 +199,19 @@ def crewai_location(path: str | os.PathLike[str]) -> str | None:
     most a few hundred entries three levels deep, so it is cheap on any folder."""
     from pathlib import Path
 
-    from crewckpt.backends.sqlite import DB_NAME
+    from crewckpt.backends import registry
     from crewckpt.views.layout import is_sqlite_file, parse_filename
 
-    p = Path(path)
+    local = registry.local_folder(path)
+    if local is None:  # memory: or a URL store: never CrewAI's
+        return None
+    p = Path(local)
     try:
         if p.is_file():
             if is_sqlite_file(p):
                 return "a CrewAI SQLite db"
             return "a CrewAI JSON checkpoint" if p.suffix == ".json" and parse_filename(p.name) else None
-        if not p.is_dir() or (p / DB_NAME).exists():
+        if not p.is_dir() or registry.has_store(p):
             return None
         folders, budget = [(p, 0)], 400
         while folders and budget > 0:

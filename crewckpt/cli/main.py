@@ -24,7 +24,8 @@ Examples:
   ckpt log --graph --all         every branch, with fork points
   ckpt diff main fork/a1b2c3d4   what a fork changed
   ckpt show main~2 --path entities[0].tasks[1].output.raw
-The store is --store PATH, else $CKPT_STORE, else the nearest .ckpt above the working directory.
+The store is --store LOCATION, else $CKPT_STORE, else the nearest .ckpt above the working directory.
+A location is a folder (or sqlite:PATH), memory:NAME, or a backend URL such as postgresql://host/db.
 """
 
 
@@ -173,7 +174,7 @@ def describe_error(exc: BaseException) -> tuple[int, str]:
     from crewckpt import errors
 
     message = " ".join(str(exc).split()) or type(exc).__name__
-    if isinstance(exc, errors.BadRefName):
+    if isinstance(exc, (errors.BadRefName, errors.BadLocation)):
         return 2, message
     if isinstance(exc, errors.CkptError):
         return 1, message
@@ -204,8 +205,9 @@ def _is_ckpt_error(exc: BaseException) -> bool:
     "--store",
     "store_path",
     envvar="CKPT_STORE",
-    metavar="PATH",
-    help="Store to use (default: $CKPT_STORE, else the nearest .ckpt above the working directory).",
+    metavar="LOCATION",
+    help="Store to use: a folder, sqlite:PATH, memory:NAME or a backend URL (postgresql://...); default: "
+    "$CKPT_STORE, else the nearest .ckpt above the working directory.",
 )
 @click.option("--debug", is_flag=True, help="Show the full traceback on errors.")
 @click.option("--no-pager", "no_pager", is_flag=True, help="Do not page long output on a terminal.")

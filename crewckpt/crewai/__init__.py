@@ -33,16 +33,20 @@ from crewckpt.crewai.writer import EMIT_LOCK, flush_views, open_store, write_che
 install()
 
 def _store_path(store: Any) -> str:
+    """The location of ``store`` (a Store, a location, or None: ``$CKPT_STORE`` / the nearest ``.ckpt``)."""
     if store is None:
-        from crewckpt.history.store import find_store
+        from crewckpt import Store
 
-        return str(find_store(None))
+        with Store.open(None) as found:  # discovery, as `ckpt` does
+            assert found.location is not None
+            return found.location
     if isinstance(store, (str, os.PathLike)):
         return os.fspath(store)
-    path = getattr(store, "path", None)
-    if path is None:
-        raise ValueError("restore needs a store on disk (Store.memory() cannot be restored from by CrewAI)")
-    return os.fspath(path)
+    location = getattr(store, "location", None)
+    if location is None:
+        raise ValueError("restore needs a store it can reopen: an anonymous memory store (Store.memory()) "
+                         "cannot be; use Store.init('memory:NAME') or a folder")
+    return str(location)
 
 
 def restore(rev: str = "HEAD", *, store: Any = None, cls: Any = None, fork: bool | str = False,
@@ -52,7 +56,8 @@ def restore(rev: str = "HEAD", *, store: Any = None, cls: Any = None, fork: bool
     Args:
         rev: revision: commit id or prefix (>= 4 hex), branch, ``main~2``, ``exp@{1}``, ``HEAD`` (the current
             branch's tip), ``latest`` (the last checkpoint written), or a CrewAI checkpoint id (an alias).
-        store: a :class:`crewckpt.Store`, a store folder, or None (``$CKPT_STORE`` or the nearest ``.ckpt``).
+        store: a :class:`crewckpt.Store`, a store location (folder, ``memory:NAME``, URL), or None
+            (``$CKPT_STORE`` or the nearest ``.ckpt``).
         cls: class to restore into (e.g. your Flow subclass, whose methods the checkpoint cannot carry);
             default: Crew, Flow or Agent after the checkpoint's first entity.
         fork: False to continue the checkpoint's branch; True or a branch name to fork (CrewAI's

@@ -3,7 +3,8 @@
 ``CheckpointConfig`` subclasses ``crewai.state.checkpoint_config.CheckpointConfig`` so ``Crew``, ``Flow`` and
 ``Agent`` accept it as ``checkpoint=`` and as ``from_checkpoint=``; it keeps CrewAI's fields and defaults
 (``on_events=["task_completed"]``, ``max_checkpoints=None``, ``restore_from=None``) and changes two:
-``location`` is a crewckpt store folder (default ``./.ckpt``, created on the first write) and ``provider``
+``location`` is a crewckpt store location (a folder, default ``./.ckpt``, created on the first write; or
+``memory:NAME``, ``postgresql://...``: see crewckpt.backends.registry) and ``provider``
 is widened from CrewAI's closed JSON/SQLite union to any ``BaseProvider`` so it can hold
 :class:`CrewckptProvider` (the only provider it accepts: JSON files and SQLite rows are import/export views).
 """
@@ -18,8 +19,9 @@ from typing import Any, Literal
 import orjson
 from crewai.state.checkpoint_config import CheckpointConfig as CrewAICheckpointConfig
 from crewai.state.provider.core import BaseProvider
-from pydantic import Field, SerializeAsAny, field_validator
+from pydantic import Field, SerializeAsAny, ValidationInfo, field_validator
 
+from crewckpt.backends import registry
 from crewckpt.crewai.locations import join_location as join_location  # re-exported: the old path
 from crewckpt.crewai.locations import split_location as split_location
 from crewckpt.crewai.signals import SIGNAL_EVENTS as SIGNAL_EVENTS
@@ -95,8 +97,9 @@ class CheckpointConfig(CrewAICheckpointConfig):
     """CrewAI's ``CheckpointConfig`` writing into a crewckpt store.
 
     Fields (CrewAI's, with crewckpt's defaults):
-        location: store folder, default ``./.ckpt`` (relative paths resolve against the working folder
-            at write time, as in CrewAI). A config made in code opens (or creates) the store in a background
+        location: store location, default ``./.ckpt``: a folder (relative paths resolve against the working
+            folder at write time, as in CrewAI), ``sqlite:PATH``, ``memory:NAME``, or the URL of an installed
+            backend (``postgresql://...``); an unknown scheme or a backend not installed is refused here. A config made in code opens (or creates) the store in a background
             thread right away, so the run's first checkpoint does not pay for it; failures there are only
             logged at debug level (the first write reports them).
         on_events: event names that trigger a checkpoint, ``"*"`` for all, and the signals
@@ -106,7 +109,7 @@ class CheckpointConfig(CrewAICheckpointConfig):
         max_checkpoints: after each write keep only the newest N (>= 1) checkpoints of the branch written.
         restore_from: a revision (``"3fa2c1"``, ``"main"``, ``"main~2"``, ``"exp@{1}"``, ``"HEAD"``: the
             current branch's tip, ``"latest"``: the last checkpoint written) in the store at ``location``, or
-            ``"<store path>#<rev>"``. Used by ``from_checkpoint``/``fork`` and
+            ``"<store location>#<rev>"``. Used by ``from_checkpoint``/``fork`` and
             ``kickoff(from_checkpoint=...)``.
         view: also publish every checkpoint to a CrewAI JSON folder or SQLite database (a live view that
             CrewAI's own tools read), written incrementally by a background thread; a view that cannot be
@@ -121,7 +124,7 @@ class CheckpointConfig(CrewAICheckpointConfig):
     ``True`` uses CrewAI's defaults, ``False`` opts out and stops inheritance, a config overrides.
     """
 
-    location: str = Field(default=DEFAULT_LOCATION, description="crewckpt store folder.")
+    location: str = Field(default=DEFAULT_LOCATION, description="crewckpt store location (folder or URL).")
     provider: SerializeAsAny[BaseProvider] = Field(  # type: ignore[assignment]
         default_factory=CrewckptProvider, description="Always a CrewckptProvider."
     )
@@ -177,14 +180,18 @@ class CheckpointConfig(CrewAICheckpointConfig):
 
     @field_validator("location", mode="before")
     @classmethod
-    def _location_str(cls, value: Any) -> Any:
+    def _location_str(cls, value: Any, info: ValidationInfo) -> Any:
         if isinstance(value, os.PathLike):
             return os.fspath(value)
         if isinstance(value, str) and not value.strip():
             raise ValueError("location is empty; give a store folder such as './.ckpt'")
         if isinstance(value, str):
-            path = split_location(value)[0]
-            if Path(path).suffix.lower() in SQLITE_SUFFIXES or os.path.isfile(path):
+            if not (info.context or {}).get(RESTORED_CONTEXT):
+                # an unknown scheme or a backend not installed: one line now (a CkptError, not wrapped by
+                # pydantic), never a local folder named "s3:" made by the first write
+                registry.identity(split_location(value)[0])
+            path = registry.local_folder(split_location(value)[0])
+            if path is not None and (Path(path).suffix.lower() in SQLITE_SUFFIXES or os.path.isfile(path)):
                 raise ValueError(
                     f"location {value!r} names a file, but a crewckpt store is a folder: use a folder such as "
                     f"'./.ckpt', add view={path!r} to also publish a CrewAI SQLite db, restore from one with "
@@ -209,9 +216,15 @@ class CheckpointConfig(CrewAICheckpointConfig):
             "sqlite" if Path(self.view).suffix.lower() in SQLITE_SUFFIXES else "json")
         return os.path.abspath(self.view), fmt
 
+    def store_location(self) -> str:
+        """The canonical store location of ``location`` (the absolute folder of a folder store; a
+        ``"<store>#rev"`` location gives its store part); see :mod:`crewckpt.backends.registry`."""
+        return registry.identity(split_location(self.location)[0])
+
     def store_path(self) -> Path:
-        """Absolute store folder for ``location`` (a ``"path#rev"`` location gives its path part)."""
-        return Path(os.path.abspath(split_location(self.location)[0]))
+        """``Path(store_location())``: the absolute store folder of a folder store (kept for earlier callers;
+        :meth:`store_location` also covers ``memory:`` and URL stores)."""
+        return Path(self.store_location())
 
     def model_post_init(self, __context: Any) -> None:
         super().model_post_init(__context)
@@ -222,4 +235,4 @@ class CheckpointConfig(CrewAICheckpointConfig):
         if self.restore_from is None and not (__context or {}).get(RESTORED_CONTEXT):
             from crewckpt.crewai.writer import prepare_store
 
-            prepare_store(self.store_path())  # open or create it now, off the run's critical path
+            prepare_store(self.store_location())  # open or create it now, off the run's critical path

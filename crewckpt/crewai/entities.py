@@ -21,6 +21,8 @@ agent), about twice the JSON size of the crew.
 from __future__ import annotations
 
 import logging
+import threading
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -31,6 +33,43 @@ if TYPE_CHECKING:
     from crewckpt.crewai.snapshot import SnapshotBuilder
 
 logger = logging.getLogger("crewckpt.crewai")
+
+
+def plain(doc: Any) -> Any:
+    """A document from :meth:`SnapshotBuilder.document` as bare JSON: :class:`Frozen` and :class:`Parts` values
+    unwrapped (new containers down to them; their values are shared, not copied)."""
+    if isinstance(doc, Frozen):
+        return plain(doc.value)
+    if isinstance(doc, Parts):
+        return plain(doc.plain())
+    if isinstance(doc, dict):
+        return {k: plain(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [plain(v) for v in doc]
+    return doc
+
+
+class IdWeakMap:
+    """Object (by identity: pydantic models are unhashable) -> value; an entry goes with its object."""
+
+    def __init__(self) -> None:
+        self._d: dict[int, tuple[weakref.ref[Any], Any]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, obj: Any) -> Any:
+        entry = self._d.get(id(obj))
+        if entry is not None and entry[0]() is obj:
+            return entry[1]
+        return None
+
+    def set(self, obj: Any, value: Any) -> None:
+        key = id(obj)
+
+        def forget(_ref: weakref.ref[Any]) -> None:
+            self._d.pop(key, None)
+
+        with self._lock:
+            self._d[key] = (weakref.ref(obj, forget), value)
 
 
 def _after(cls: type, field: str) -> frozenset[str]:
@@ -73,8 +112,6 @@ class CrewDumper:
         self._tasks: list[tuple[Any, Frozen, Frozen, Frozen, Frozen]] = []  # raw, prefix, agent piece, suffix, task
         self._agents: dict[str, Frozen] = {}  # agent dump text -> its {"agent": ...} piece (last checkpoint's)
         self._top = Refreezer()
-        from crewckpt.crewai.snapshot import IdWeakMap
-
         self._agent_refreezers = IdWeakMap()  # agent object -> Refreezer (reuse is decided by content)
 
     def dump(self, crew: Any) -> Any:
@@ -90,8 +127,6 @@ class CrewDumper:
             self.ok = False
             return b.dump_model(crew)
         if self.ok is None:
-            from crewckpt.crewai.snapshot import plain
-
             whole = b.dump_model(crew)
             try:
                 same = orjson.dumps(plain(out)) == orjson.dumps(whole)

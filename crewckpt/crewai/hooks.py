@@ -49,6 +49,7 @@ from crewai.state import checkpoint_listener
 from crewai.state.checkpoint_config import CheckpointConfig as CrewAICheckpointConfig
 from crewai.state.runtime import RuntimeState
 
+from crewckpt.backends import registry
 from crewckpt.crewai import gate, publish, secrets
 from crewckpt.crewai.config import (
     RESTORED_CONTEXT,
@@ -122,7 +123,7 @@ def _push_at_run_end(source: Any, state: RuntimeState) -> None:
     """``push_to``: a run ended; publish the branch it wrote on (if it wrote any checkpoint)."""
     cfg = checkpoint_listener._find_checkpoint(source)
     if isinstance(cfg, CheckpointConfig) and cfg.push_to and getattr(state, "_checkpoint_id", None):
-        publish.at_run_end(cfg, str(cfg.store_path()), state._branch)
+        publish.at_run_end(cfg, cfg.store_location(), state._branch)
 
 
 _COMPACT_EVENTS = frozenset({"crew_kickoff_completed", "crew_kickoff_failed", "flow_finished"})
@@ -151,12 +152,13 @@ def _should_checkpoint(source: Any, event: Any) -> CrewAICheckpointConfig | None
 # -- restore -------------------------------------------------------------------------------------------------
 
 def crewckpt_target(config: Any) -> tuple[str, str] | None:
-    """``(store path, revision)`` when ``config.restore_from`` names a crewckpt checkpoint, else None.
+    """``(store location, revision)`` when ``config.restore_from`` names a crewckpt checkpoint, else None.
 
     A crewckpt config: ``restore_from`` is a revision in ``config.location``, ``"<store>#<rev>"``, a path
     (with a separator) to a store folder, meaning its HEAD, or a CrewAI location (a ``.json`` checkpoint
     file, an SQLite db or ``"<db>#<checkpoint id>"``): that checkpoint is imported into
-    ``config.location`` first (:func:`import_crewai_target`) and the imported commit is restored.
+    ``config.location`` first (:func:`import_crewai_target`) and the imported commit is restored. A
+    ``memory:NAME`` or URL store (``postgresql://host/db``) alone means its HEAD too.
     A CrewAI config: only ``"<store>#<rev>"`` or a store folder (its HEAD), when that folder is a store.
     """
     raw = getattr(config, "restore_from", None)
@@ -167,13 +169,14 @@ def crewckpt_target(config: Any) -> tuple[str, str] | None:
     if isinstance(config, CheckpointConfig):
         if rev is not None and path and _is_store(path):
             return path, rev
-        if rev is None and os.sep in raw and _is_store(raw):  # a store folder: its HEAD
+        if rev is None and (os.sep in raw or registry.local_folder(raw) is None) and _is_store(raw):
+            # a store folder or a memory:/URL store: its HEAD
             return raw, "HEAD"
         crewai_source = _crewai_location(raw)
         if crewai_source is not None:
-            return import_crewai_target(str(config.store_path()), raw)
-        _check_path_exists(raw, str(config.store_path()))
-        return str(config.store_path()), raw
+            return import_crewai_target(config.store_location(), raw)
+        _check_path_exists(raw, config.store_location())
+        return config.store_location(), raw
     if rev is not None and _is_store(path):
         return path, rev
     if rev is None and _is_store(raw):
@@ -258,10 +261,13 @@ def import_crewai_target(store_path: str, location: str) -> tuple[str, str]:
     return store_path, found[-1]
 
 
-def _is_store(path: str) -> bool:
-    from crewckpt.backends.sqlite import DB_NAME
+def _is_store(location: str) -> bool:
+    """Whether a store is at ``location`` (a folder holding one, or any URL/memory store).
 
-    return bool(path) and os.path.isfile(os.path.join(path, DB_NAME))
+    Raises:
+        BadLocation, BackendMissing: ``location`` names a scheme no installed backend serves.
+    """
+    return bool(location) and registry.has_store(location)
 
 
 def inject_configs(value: Any) -> Any:
@@ -296,19 +302,19 @@ def load_state(cls: type[RuntimeState], doc: Any, **kwargs: Any) -> RuntimeState
 def write_target(config: Any, read_path: str) -> tuple[str, dict[str, Any]]:
     """Where a run restored from the store at ``read_path`` writes, and the settings the user chose.
 
-    Returns ``(absolute store path, overrides)``: the store read from, unless ``config`` is a crewckpt
+    Returns ``(store identity, overrides)``: the store read from, unless ``config`` is a crewckpt
     config whose ``location`` the user set explicitly; ``overrides`` holds ``view``, ``view_format``,
     ``max_checkpoints``, ``push_to`` and ``push_every`` when the user set them on ``config``, else None for each. Nothing stored inside
     the checkpoint (which whoever wrote it chose) decides where writes go, what is published or pruned.
     """
     overrides: dict[str, Any] = {"view": None, "view_format": None, "max_checkpoints": None, "push_to": None,
                                  "push_every": None}
-    store = os.path.abspath(read_path)
+    store = registry.identity(read_path)
     if isinstance(config, CheckpointConfig):
         chosen = config.model_fields_set
         overrides.update({k: getattr(config, k) for k in overrides if k in chosen})
         if "location" in chosen:
-            store = str(config.store_path())
+            store = config.store_location()
     return store, overrides
 
 
@@ -348,7 +354,7 @@ def restore_state(cls: type[RuntimeState], config: Any, path: str, rev: str, **k
     The restored entities keep checkpointing into the store read from (or the one the user named, see
     :func:`write_target`), never where the checkpoint's stored configs point.
     """
-    location = f"{os.path.abspath(path)}#{rev}"
+    location = f"{registry.identity(path)}#{rev}"
     crewai_event_bus.emit(config, CheckpointRestoreStartedEvent(location=location,
                                                                 provider="CrewckptProvider"))
     start = time.perf_counter()
@@ -362,7 +368,7 @@ def restore_state(cls: type[RuntimeState], config: Any, path: str, rev: str, **k
         state._checkpoint_id = commit_id
         state._parent_id = commit_id
         info = store.info(commit_id)
-        if info.branch and target == os.path.abspath(path):
+        if info.branch and target == registry.identity(path):
             state._branch = info.branch  # the branch it is on here (an import may have renamed it)
         _state_store.set(state, target)
         remember_flow_class(state, info.meta)
@@ -425,7 +431,7 @@ def _flow_from_checkpoint(cls: type[Flow], config: Any, **kwargs: Any) -> Flow:
     target = _state_store.get(state) if state is not None else None
     if state is None or target is None:
         return flow
-    if isinstance(flow.checkpoint, CheckpointConfig) and str(flow.checkpoint.store_path()) != target:
+    if isinstance(flow.checkpoint, CheckpointConfig) and flow.checkpoint.store_location() != target:
         flow.checkpoint = flow.checkpoint.model_copy(update={"location": target})  # the class's default
     stale = [i for i, e in enumerate(state.root) if isinstance(e, Flow) and e is not flow]
     if not stale:

@@ -5,8 +5,9 @@ A worker pushes what it wrote to a shared store when its run ends (``crew_kickof
 checkpoint it wrote. Best effort and never in the run's way: pushes run on one background thread per
 (store, destination), requests for the same branch coalesce, and a failure (remote down, a rejected
 non-fast-forward push) is logged as a warning, emitted as CrewAI's ``CheckpointFailedEvent`` with trigger
-``"push"`` and counted in :func:`push_stats`, like a failed checkpoint. :func:`flush_pushes` waits for the
-pending pushes; it also runs at interpreter exit (timeout 30 s), so a script's last push completes.
+``"push"``, counted in :func:`push_stats` and summed up in one warning at exit, like failed checkpoints.
+:func:`flush_pushes` waits for the pending pushes; it also runs at interpreter exit (timeout 30 s), so a
+script's last push completes.
 """
 
 from __future__ import annotations
@@ -148,4 +149,14 @@ def push_stats() -> dict[str, dict[str, Any]]:
             for p in pubs}
 
 
+def report_push_failures() -> None:
+    """Log one warning per (store, destination) where pushes failed (at interpreter exit, after the last
+    pushes finished), as :func:`crewckpt.crewai.writer.report_failures` does for checkpoints."""
+    for where, st in push_stats().items():
+        if st["failed"]:
+            logger.warning("crewckpt: %d of %d pushes %s failed; last error: %s", st["failed"],
+                           st["pushed"] + st["failed"], where, st["last_error"])
+
+
+atexit.register(report_push_failures)  # atexit runs last-registered first: the flush, then this report
 atexit.register(flush_pushes)

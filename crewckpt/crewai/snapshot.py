@@ -35,7 +35,8 @@ from crewai.types.callback import _is_non_roundtrippable, callable_to_string
 from crewai_core.version import get_crewai_version
 from pydantic import BaseModel
 
-from crewckpt.crewai.entities import CrewDumper
+from crewckpt.crewai.entities import CrewDumper, IdWeakMap
+from crewckpt.crewai.entities import plain as plain  # re-exported: its old home
 from crewckpt.crewai.secrets import Redactor
 from crewckpt.history.snapshot import AppendMap, Frozen, Parts, Refreezer
 
@@ -296,43 +297,6 @@ class SnapshotBuilder:
         )
         logger.debug(message)
         warnings.warn(message, UnserializableFieldWarning, stacklevel=2)
-
-
-def plain(doc: Any) -> Any:
-    """A document from :meth:`SnapshotBuilder.document` as bare JSON: :class:`Frozen` and :class:`Parts` values
-    unwrapped (new containers down to them; their values are shared, not copied)."""
-    if isinstance(doc, Frozen):
-        return plain(doc.value)
-    if isinstance(doc, Parts):
-        return plain(doc.plain())
-    if isinstance(doc, dict):
-        return {k: plain(v) for k, v in doc.items()}
-    if isinstance(doc, list):
-        return [plain(v) for v in doc]
-    return doc
-
-
-class IdWeakMap:
-    """Object (by identity: pydantic models are unhashable) -> value; an entry goes with its object."""
-
-    def __init__(self) -> None:
-        self._d: dict[int, tuple[weakref.ref[Any], Any]] = {}
-        self._lock = threading.Lock()
-
-    def get(self, obj: Any) -> Any:
-        entry = self._d.get(id(obj))
-        if entry is not None and entry[0]() is obj:
-            return entry[1]
-        return None
-
-    def set(self, obj: Any, value: Any) -> None:
-        key = id(obj)
-
-        def forget(_ref: weakref.ref[Any]) -> None:
-            self._d.pop(key, None)
-
-        with self._lock:
-            self._d[key] = (weakref.ref(obj, forget), value)
 
 
 _builders = IdWeakMap()

@@ -24,7 +24,7 @@ import os
 import threading
 import time
 import uuid
-from pathlib import Path
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 from crewai.events.event_bus import crewai_event_bus
@@ -35,6 +35,7 @@ from crewai.events.types.checkpoint_events import (
     CheckpointStartedEvent,
 )
 
+from crewckpt.backends import registry
 from crewckpt.crewai import publish
 from crewckpt.crewai.locations import join_location
 from crewckpt.crewai.run import entity_meta
@@ -57,39 +58,43 @@ EMIT_LOCK = threading.RLock()
 
 _tally: dict[str, list[Any]] = {}  # location -> [written, failed, last error]: reported at exit
 _tally_lock = threading.Lock()
-_stores: dict[str, tuple[Store, tuple[int, int] | None]] = {}
+_stores: dict[str, tuple[Store, Hashable | None]] = {}
 _stores_lock = threading.Lock()
 _run_ids = IdWeakMap()
 
 
-def open_store(path: str | os.PathLike[str], *, create: bool = False) -> Store:
-    """Open (and with ``create`` initialise) the store at ``path``; handles are cached per absolute path.
+def open_store(location: str | os.PathLike[str], *, create: bool = False) -> Store:
+    """Open (and with ``create`` initialise) the store at ``location`` (any store location); handles are
+    cached per location identity (``./.ckpt`` and its absolute path share one).
 
-    A cached handle is dropped when its database file was deleted or replaced meanwhile (a ``rm -rf .ckpt``
+    A cached handle is dropped when its store was deleted or replaced meanwhile (a ``rm -rf .ckpt``
     between two runs of one process must not send checkpoints into an unlinked file).
 
     Raises:
-        crewckpt.errors.StoreNotFound: no store at ``path`` and ``create`` is False.
+        crewckpt.errors.StoreNotFound: no store at ``location`` and ``create`` is False.
+        crewckpt.errors.BadLocation, BackendMissing: a location no installed backend serves.
     """
-    key = os.path.abspath(os.fspath(path))
+    key = registry.identity(location)
     cached = _stores.get(key)
-    if cached is not None and cached[1] == _db_identity(key):
+    if cached is not None and cached[1] == registry.instance(key):
         return cached[0]
     with _stores_lock:
         cached = _stores.get(key)
         if cached is not None:
-            if cached[1] == _db_identity(key):
+            if cached[1] == registry.instance(key):
                 return cached[0]
             _close(cached[0])
             del _stores[key]
-        store = _open_or_init(key, create)
-        _stores[key] = (store, _db_identity(key))
+        from crewckpt import Store
+
+        store = Store.open(key, create=create, profile=CREWAI)
+        _stores[key] = (store, registry.instance(key))
     return store
 
 
-def prepare_store(path: str | os.PathLike[str]) -> None:
-    """Open or create the store at ``path`` in a daemon thread (no-op when a handle is cached)."""
-    key = os.path.abspath(os.fspath(path))
+def prepare_store(location: str | os.PathLike[str]) -> None:
+    """Open or create the store at ``location`` in a daemon thread (no-op when a handle is cached)."""
+    key = registry.identity(location)
     if key in _stores:
         return
 
@@ -100,32 +105,6 @@ def prepare_store(path: str | os.PathLike[str]) -> None:
             logger.debug("crewckpt: preparing the store at %s failed", key, exc_info=True)
 
     threading.Thread(target=run, name="crewckpt-prepare-store", daemon=True).start()
-
-
-def _open_or_init(key: str, create: bool) -> Store:
-    from crewckpt import Store
-    from crewckpt.errors import StoreNotFound
-
-    try:
-        return Store.open(key, profile=CREWAI)
-    except StoreNotFound:
-        if not create:
-            raise
-    Path(key).parent.mkdir(parents=True, exist_ok=True)
-    try:
-        return Store.init(key, profile=CREWAI)
-    except Exception:
-        return Store.open(key, profile=CREWAI)  # another process created it meanwhile
-
-
-def _db_identity(key: str) -> tuple[int, int] | None:
-    from crewckpt.backends.sqlite import DB_NAME
-
-    try:
-        st = os.stat(os.path.join(key, DB_NAME))
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
 
 
 def _close(store: Store) -> None:
@@ -225,7 +204,7 @@ def write_checkpoint(state: RuntimeState, cfg: CheckpointConfig, event: Any = No
         parent_id: str | None = state._parent_id
         branch_name: str = state._branch
         context = _context(event)
-        location = str(cfg.store_path())
+        location = cfg.store_location()
         _emit(cfg, CheckpointStartedEvent(location=location, provider=PROVIDER_NAME, trigger=trigger,
                                           branch=branch_name, parent_id=parent_id, **context))
         start = time.perf_counter()
@@ -330,7 +309,7 @@ def _prune(store: Store, cfg: CheckpointConfig, keep: int, branch: str, parent_i
     except Exception as exc:
         logger.warning("crewckpt: prune of branch %s in %s failed: %s", branch, cfg.location, exc)
         return
-    _emit(cfg, CheckpointPrunedEvent(location=str(cfg.store_path()), provider=PROVIDER_NAME,
+    _emit(cfg, CheckpointPrunedEvent(location=cfg.store_location(), provider=PROVIDER_NAME,
                                      trigger=trigger, branch=branch, parent_id=parent_id,
                                      removed_count=len(removed), max_checkpoints=keep,
                                      **context))

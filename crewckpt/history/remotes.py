@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from crewckpt.backends import registry
 from crewckpt.backends.base import Parts, writing
 from crewckpt.errors import CkptError, PullDiverged, PushRejected, StoreExists, UnknownRemote
 from crewckpt.history import head, refnames
@@ -63,13 +64,10 @@ def remotes(store: Store) -> dict[str, str]:
 
 
 def canonical(location: str | os.PathLike[str]) -> str:
-    """The canonical identity of a location (the registry's; a plain path becomes absolute)."""
-    try:
-        from crewckpt.backends import registry  # type: ignore[attr-defined, unused-ignore]
-    except ImportError:  # before the location registry: URLs as given, folders made absolute
-        text = os.fspath(location)
-        return text if "://" in text else os.path.abspath(text)
-    return registry.identity(location)  # type: ignore[no-any-return, unused-ignore]
+    """The canonical identity of a location (:func:`crewckpt.backends.registry.identity`: a plain path becomes
+    absolute); a URL whose backend is not installed here is kept as written (scheme in lower case), so a
+    remote can be recorded before its driver is installed. Raises BadLocation (an unknown scheme)."""
+    return registry.identity(location, strict=False)
 
 
 def add_remote(store: Store, name: str, location: str | os.PathLike[str]) -> str:
@@ -173,10 +171,7 @@ def side(store: Store, name: str) -> Side:
 
 def location_of(store: Store) -> str | None:
     """The store's canonical location, None for an anonymous memory store."""
-    loc = getattr(store, "location", None)
-    if loc is None and store.path is not None:
-        loc = canonical(store.path)
-    return str(loc) if loc is not None else None
+    return store.location
 
 
 def _where(store: Store, label: str | None) -> str:

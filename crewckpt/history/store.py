@@ -1,8 +1,9 @@
 """The Store: a crewckpt store folder and the Python API over it (commit, read, refs, revisions, history,
 retention and maintenance).
 
-A store folder (default ``./.ckpt``) holds ``store.db`` (the SQLite backend) and ``gc.lock``. ``Store.open``
-finds it from an explicit path, ``$CKPT_STORE``, or by walking up from the working directory like git.
+A store is named by a location (crewckpt.backends.registry): a folder (default ``./.ckpt``, the SQLite
+backend), ``memory:NAME``, or a backend's URL. ``Store.open`` finds it from an explicit location,
+``$CKPT_STORE``, or by walking up from the working directory for ``.ckpt`` like git.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from crewckpt.backends import registry
 from crewckpt.backends.base import Backend, IndexRow, Parts, ReflogEntry, StoredObject, writing
-from crewckpt.backends.memory import MemoryBackend
-from crewckpt.backends.sqlite import DB_NAME, SqliteBackend
+from crewckpt.backends.registry import ENV_VAR
+from crewckpt.backends.sqlite import DEFAULT_DIR
 from crewckpt.errors import (
     AmbiguousRevision,
     BranchExists,
@@ -34,7 +36,6 @@ from crewckpt.errors import (
     IntegrityError,
     MissingObject,
     RefConflict,
-    StoreExists,
     StoreNotFound,
     UnknownRevision,
 )
@@ -54,8 +55,7 @@ if TYPE_CHECKING:  # maintenance modules load on first use: the read path stays 
     from crewckpt.history.remotes import SyncReport
 
 _log = logging.getLogger("crewckpt")
-DEFAULT_DIR = ".ckpt"
-ENV_VAR = "CKPT_STORE"
+__all__ = ["DEFAULT_DIR", "ENV_VAR", "Store", "find_store"]
 _EPOCH = "gc_epoch"
 AUTO_PACKS = 32  # per-checkpoint packs a writer merges into one (git's gc.autoPackLimit is 50)
 LOOSE_MIN = 1 << 20  # bytes: bodies larger than this are stored loose, not packed
@@ -67,9 +67,14 @@ class Store:
     Construct with :meth:`init`, :meth:`open` or :meth:`memory`; close with :meth:`close` or ``with``.
     """
 
-    def __init__(self, backend: Backend, path: Path | None = None, *, profile: Profile = GENERIC) -> None:
+    def __init__(self, backend: Backend, path: Path | None = None, *, profile: Profile = GENERIC,
+                 location: str | None = None) -> None:
+        """Wrap an open backend. ``path``: its store folder (local stores); ``location``: its canonical
+        location (:func:`crewckpt.backends.registry.identity`), default the identity of ``path``; None for a
+        store that cannot be reopened by location (anonymous memory)."""
         self.backend = backend
         self.path = path
+        self.location = location if location is not None or path is None else registry.identity(path)
         self.profile = profile
         """What the documents mean to this store: summarizer and split hints (:mod:`crewckpt.history.profile`)."""
         self.objects = ObjectDB(backend)
@@ -104,62 +109,52 @@ class Store:
                 rebuild_index(self.parts)
         except CkptError as e:
             _log.warning("crewckpt: %s: the commit index misses a branch tip and could not be rebuilt (%s); run "
-                         "`ckpt fsck --rebuild-index`", self.path or "store", e)
+                         "`ckpt fsck --rebuild-index`", self.location or "store", e)
 
     # -- opening ---------------------------------------------------------------------------------------------
 
     @classmethod
-    def init(cls, path: str | os.PathLike[str] = DEFAULT_DIR, *, private: bool = True,
+    def init(cls, location: str | os.PathLike[str] = DEFAULT_DIR, *, private: bool = True,
              profile: Profile = GENERIC) -> Store:
-        """Create a store folder and open it (``profile``: see :attr:`profile`).
+        """Create a store at ``location`` and open it (``profile``: see :attr:`profile`).
 
+        ``location``: a folder path or ``sqlite:PATH`` (the default ``./.ckpt``), ``memory:NAME``, or a URL of
+        an installed backend (``postgresql://...``); see :mod:`crewckpt.backends.registry`.
         ``private`` (default): a folder created here is 0700 and the store's files 0600, since checkpoints
         hold prompts, outputs and inputs; ``private=False`` honours the umask instead (a shared store).
         An existing folder keeps its permissions.
 
         Raises:
-            StoreExists: ``path`` already holds a store. CkptError: ``path`` is a file or not writable.
+            StoreExists: ``location`` already holds a store. CkptError: ``location`` is a file or not writable.
+            BadLocation: an unknown scheme. BackendMissing: its backend is not installed (names the extra).
         """
-        p = Path(path)
-        if (p / DB_NAME).exists():
-            raise StoreExists(f"{p}: a crewckpt store already exists here; open it with Store.open({str(p)!r})")
-        if p.exists() and not p.is_dir():
-            raise CkptError(f"{p}: exists and is not a folder; choose another path")
-        try:
-            p.mkdir(parents=True, exist_ok=True, mode=0o700 if private else 0o777)
-            # created complete (format version included) and published atomically: see SqliteBackend.create
-            backend = SqliteBackend.create(p, {"format_version": str(ob.FORMAT_VERSION), _EPOCH: "0"},
-                                           mode=0o600 if private else 0o666)
-        except FileExistsError:
-            raise StoreExists(f"{p}: a crewckpt store already exists here; open it with "
-                              f"Store.open({str(p)!r})") from None
-        except OSError as e:
-            raise CkptError(f"{p}: cannot create the store ({e.strerror}); check the path and permissions") from None
-        return cls(backend, p, profile=profile)
+        opened = registry.create_backend(location, _new_meta(), private=private)
+        return cls(opened.backend, opened.folder, profile=profile, location=opened.location)
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str] | None = None, *, profile: Profile = GENERIC) -> Store:
-        """Open an existing store: ``path``, else ``$CKPT_STORE``, else the nearest ``.ckpt`` folder walking up
-        from the working directory. Never creates or repairs anything. ``profile``: see :attr:`profile` (the
-        CrewAI layer passes :data:`crewckpt.views.document.CREWAI`).
+    def open(cls, location: str | os.PathLike[str] | None = None, *, create: bool = False,
+             profile: Profile = GENERIC) -> Store:
+        """Open an existing store: ``location`` (any form :meth:`init` takes), else ``$CKPT_STORE``, else the
+        nearest ``.ckpt`` folder walking up from the working directory. Never creates or repairs anything,
+        unless ``create``: then a missing store is created (private, as :meth:`init` does). ``profile``: see
+        :attr:`profile` (the CrewAI layer passes :data:`crewckpt.views.document.CREWAI`).
 
         Raises:
-            StoreNotFound, CorruptStore, FormatVersionError (one-line messages naming the path).
+            StoreNotFound, CorruptStore, FormatVersionError (one-line messages naming the location).
+            BadLocation, BackendMissing: the location names no installed backend.
         """
-        return cls(SqliteBackend(find_store(path)), find_store(path), profile=profile)
+        opened = registry.open_backend(location, create=create, meta=_new_meta())
+        return cls(opened.backend, opened.folder, profile=profile, location=opened.location)
 
     @classmethod
     def memory(cls, *, profile: Profile = GENERIC) -> Store:
-        """A store held in memory (tests, scratch work)."""
-        b = MemoryBackend()
-        with b.transaction() as txn:
-            txn.meta_set("format_version", str(ob.FORMAT_VERSION))
-            txn.meta_set(_EPOCH, "0")
-        return cls(b, None, profile=profile)
+        """A new anonymous store held in memory (tests, scratch work); ``Store.init("memory:NAME")`` makes one
+        that ``Store.open("memory:NAME")`` finds again in this process."""
+        return cls.open("memory:", profile=profile)
 
     def _check_version(self) -> None:
         v = self.backend.meta_get("format_version")
-        where = self.path or "memory store"
+        where = self.location or "memory store"
         if v is None or not v.isdigit():
             raise FormatVersionError(f"{where}: no format version recorded; this is not a crewckpt store")
         if int(v) > ob.FORMAT_VERSION:
@@ -878,7 +873,12 @@ class Store:
                 "logical_bytes": logical, "dedup_ratio": logical / body if body else 0.0,
                 "compression_ratio": body / stored if stored else 0.0,
                 "total_ratio": logical / stored if stored else 0.0, "branches": per,
-                "file_bytes": _folder_bytes(self.path) if self.path else stored}
+                "file_bytes": self._disk_bytes(stored)}
+
+    def _disk_bytes(self, stored: int) -> int:
+        """What the store takes where it lives (the backend's ``disk_bytes()``), else its frames' bytes."""
+        measure = getattr(self.backend, "disk_bytes", None)
+        return int(measure()) if callable(measure) else stored
 
     def train_dictionary(self, samples: int = 2000) -> str | None:
         """Train a zstd dictionary from existing tree objects and use it for new writes; returns its id, or
@@ -928,40 +928,24 @@ class _EpochChanged(Exception):
     """A gc ran since this writer's caches were filled: redo the split without them."""
 
 
-def _folder_bytes(p: Path) -> int:
-    """Bytes the store keeps on disk: the database and its WAL (the -shm index and the lock file are
-    transient and hold no data)."""
-    return sum(f.stat().st_size for f in p.iterdir() if f.is_file() and f.name in (DB_NAME, DB_NAME + "-wal"))
+def _new_meta() -> dict[str, str]:
+    """The meta rows a new store is created with."""
+    return {"format_version": str(ob.FORMAT_VERSION), _EPOCH: "0"}
 
 
 def find_store(path: str | os.PathLike[str] | None = None) -> Path:
-    """Locate a store folder (explicit path, ``$CKPT_STORE``, or walking up for ``.ckpt``).
+    """The folder of the local store ``Store.open(path)`` would open (explicit path, ``$CKPT_STORE``, or walking
+    up for ``.ckpt``); kept for callers of earlier releases: new code opens by location with :meth:`Store.open`.
 
     Raises:
-        StoreNotFound: with the path tried and the fix.
+        StoreNotFound: with the path tried and the fix (also for a location that is not a local folder).
     """
-    try:
-        return _find_store(path)
-    except OSError as e:  # e.g. a folder the user may not enter
-        raise StoreNotFound(f"{e.filename or path}: cannot look for a store there ({e.strerror}); check the "
-                            f"permissions or pass --store") from None
+    from crewckpt.backends.sqlite import discover, locate
 
-
-def _find_store(path: str | os.PathLike[str] | None) -> Path:
-    explicit = path if path is not None else os.environ.get(ENV_VAR) or None
-    if explicit is not None:
-        p = Path(explicit)
-        if (p / DB_NAME).is_file():
-            return p
-        if (p / DEFAULT_DIR / DB_NAME).is_file():
-            return p / DEFAULT_DIR
-        if not p.exists():
-            raise StoreNotFound(f"{p}: no such folder; create a store with `ckpt init {p}`")
-        if not p.is_dir():
-            raise StoreNotFound(f"{p}: is a file, not a store folder; pass the folder that holds {DB_NAME}")
-        raise StoreNotFound(f"{p}: not a crewckpt store (no {DB_NAME}); create one with `ckpt init {p}`")
-    here = Path.cwd().resolve()
-    for d in (here, *here.parents):
-        if (d / DEFAULT_DIR / DB_NAME).is_file():
-            return d / DEFAULT_DIR
-    raise StoreNotFound(f"no .ckpt store in {here} or any parent folder; run `ckpt init` or set {ENV_VAR}")
+    where = registry.named(path)
+    if where is None:
+        return discover()
+    folder = registry.local_folder(where)
+    if folder is None:
+        raise StoreNotFound(f"{where}: not a local store folder; open it with Store.open({str(where)!r})")
+    return locate(Path(folder))

@@ -10,7 +10,8 @@ from collections.abc import Callable
 
 
 def run(store_path: str | None = None, echo: Callable[[str], None] | None = None) -> None:
-    """Open the browser on a store (``store_path``, else ``$CKPT_STORE``, else the nearest ``.ckpt``); when the
+    """Open the browser on a store (``store_path``: any store location, else ``$CKPT_STORE``, else the nearest
+    ``.ckpt``); when the
     user confirms Fork or Resume, run it here in the terminal once the app has closed.
 
     Raises:
@@ -20,6 +21,7 @@ def run(store_path: str | None = None, echo: Callable[[str], None] | None = None
     """
     import click
 
+    from crewckpt.errors import CkptError
     from crewckpt.history.head import follow_run
     from crewckpt.history.store import Store
     from crewckpt.tui.app import CheckpointBrowser
@@ -28,10 +30,12 @@ def run(store_path: str | None = None, echo: Callable[[str], None] | None = None
 
     out = echo or click.echo
     with Store.open(store_path, profile=CREWAI) as store:
-        path = str(store.path)
         plan = CheckpointBrowser(store).run()
+        path = store.location
     if plan is None:
         return
+    if path is None:  # not reachable from the CLI: an anonymous memory store cannot be reopened to run
+        raise CkptError("Fork and Resume need a store they can reopen; use a folder or memory:NAME")
     outcome = execute(plan, path, echo=out)
     head = outcome.head or plan.rev  # the run's own last checkpoint, not the store's HEAD
     with Store.open(path, profile=CREWAI) as store:

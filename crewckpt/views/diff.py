@@ -34,7 +34,8 @@ Result schema "crewckpt.diff/1" (JSON-serialisable, keys always present; documen
     Change     = {"path": str, "op": "added" | "removed" | "changed", "old"?: v, "new"?: v}
     op         = "added" | "removed" | "changed" | "unchanged"
 
-Values larger than VALUE_PREVIEW_BYTES in a Change become a string like ``"<object: 12 keys, 3456 bytes>"``.
+Values larger than VALUE_PREVIEW_BYTES in a Change become a string like ``"<object: 12 keys, 3456 bytes>"``
+(the change walk, matcher and previews are :mod:`crewckpt.history.diff`'s, the generic JSON diff).
 """
 
 from __future__ import annotations

@@ -120,7 +120,16 @@ def crew_summary(summary: Mapping[str, Any] | None) -> CrewSummary:
     """``CommitInfo.summary`` (or :meth:`CREWAI.summary <Profile.summary>`'s result) as a :class:`CrewSummary`."""
     if not summary:
         return CrewSummary()
-    ents = summary.get("entities")
+    get = summary.get
+    ents, done, total, events, size = (get("entities"), get("tasks_done"), get("tasks_total"), get("event_count"),
+                                       get("logical_bytes"))
+    if type(done) is int and type(total) is int and type(events) is int and type(size) is int:
+        try:  # the shape the CrewAI profile writes (`ckpt log` reads thousands): no per-field checks
+            return CrewSummary(tuple([(t, n) for t, n in ents]) if ents else (), done, total, events, size)
+        except (TypeError, ValueError):
+            pass
+    if type(size) is int and done is None and total is None and events is None and ents is None:
+        return CrewSummary(logical_bytes=size)  # a generic profile's summary
     entities = tuple((str(e[0]), str(e[1])) for e in ents if isinstance(e, (list, tuple)) and len(e) == 2) \
         if isinstance(ents, (list, tuple)) else ()
     return CrewSummary(entities, _int(summary.get("tasks_done")), _int(summary.get("tasks_total")),

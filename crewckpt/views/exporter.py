@@ -376,8 +376,8 @@ class LiveViewExporter:
 
         if isinstance(self._store_arg, (str, Path)):
             return Store.open(self._store_arg)
-        path = getattr(self._store_arg, "path", None)
-        return Store.open(path) if path is not None else self._store_arg
+        location = getattr(self._store_arg, "location", None)  # its own handle: the writer thread's
+        return Store.open(location) if location is not None else self._store_arg
 
     def _close_store(self, store: Store | None) -> None:
         if store is not None and store is not self._store_arg:

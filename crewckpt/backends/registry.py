@@ -1,0 +1,401 @@
+"""Store locations: which backend a location string names, and how to open or create the store there.
+
+A location is what a user gives wherever a store is named (``Store.open/init``, ``$CKPT_STORE``,
+``ckpt --store``, ``CheckpointConfig(location=...)``, the TUI, import/export, ``restore_from="<store>#rev"``):
+
+* a plain path, or ``sqlite:PATH`` (``sqlite:///abs/path`` also works): the SQLite store in that folder
+  (the default). With no location at all, ``$CKPT_STORE``, else the nearest ``.ckpt`` folder walking up from
+  the working folder, like git;
+* ``memory:NAME``: an in-memory store shared by every open of that name in this process (tests, scratch
+  work); ``memory:`` alone is a new anonymous store at each open;
+* ``scheme://...``: a backend registered for ``scheme``. Known: ``postgresql://`` and ``postgres://`` (extra
+  ``crewckpt[postgres]``), ``s3://`` (extra ``crewckpt[s3]``); third-party packages add schemes through the
+  ``crewckpt.backends`` entry-point group or :func:`register`.
+
+Only ``word://`` (a word of two or more characters, so ``C://x`` stays a Windows path) and the exact prefixes
+``sqlite:`` and ``memory:`` are schemes: a folder named ``x:y`` is a path. A known remote scheme written
+without ``//`` (``s3:bucket``) is refused rather than taken as a folder name (write ``./s3:bucket`` for that).
+
+Each location has a canonical identity string (:func:`identity`): the absolute path for SQLite,
+``memory:NAME``, the URL for the others. Two spellings of one store have the same identity, and the
+identity is itself a location naming that store (``parse(identity(x))`` opens the same store).
+
+A backend plugs in with an :class:`Opener`::
+
+    class PostgresOpener(Opener):
+        label = "PostgreSQL"
+        def open(self, loc): ...                      # -> Opened(backend, identity); StoreNotFound if none
+        def create(self, loc, meta, *, private): ...  # -> Opened; StoreExists if one is there
+
+    OPENER = PostgresOpener()   # in crewckpt/backends/postgres.py: found lazily for postgresql:// and postgres://
+    register("myscheme", MyOpener())   # anywhere else, or an entry point in group "crewckpt.backends"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import re
+import threading
+from collections.abc import Hashable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from crewckpt.errors import BackendMissing, BadLocation, CkptError, StoreExists, StoreNotFound
+
+if TYPE_CHECKING:
+    from crewckpt.backends.base import Backend
+
+ENV_VAR = "CKPT_STORE"
+"""Environment variable naming the store when no location is given."""
+ENTRY_POINT_GROUP = "crewckpt.backends"
+"""Entry-point group where third-party packages register ``scheme = "module:OPENER"``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Location:
+    """A parsed location.
+
+    scheme: registry key (``"sqlite"``, ``"memory"``, ``"postgresql"``, ``"s3"``...), lower case.
+    target: sqlite: the folder path as given; memory: the name (``""`` anonymous); URL schemes: the whole URL
+    with its scheme in lower case. text: the string as the user gave it (for messages).
+    """
+
+    scheme: str
+    target: str
+    text: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Opened:
+    """An open backend and where it is.
+
+    location: the canonical identity of the store opened (reopening it opens the same store), or None when it
+    cannot be reopened (an anonymous memory store). folder: the store folder of a local (SQLite) store as
+    found (``Store.path``), else None.
+    """
+
+    backend: Backend
+    location: str | None
+    folder: Path | None = None
+
+
+class Opener:
+    """What a backend registers for its scheme(s). Subclasses implement :meth:`open` and :meth:`create`;
+    the other methods have defaults that suit a remote store."""
+
+    label = "crewckpt"
+    """Human name of the backend for messages ("SQLite", "PostgreSQL")."""
+
+    def identity(self, loc: Location) -> str:
+        """The canonical identity of ``loc`` (no I/O). Default: the URL as given (scheme in lower case)."""
+        return loc.target
+
+    def open(self, loc: Location) -> Opened:
+        """Open the existing store at ``loc``; never creates anything.
+
+        Raises:
+            StoreNotFound: no store there (one line naming it and ``ckpt init``). CkptError subclasses.
+        """
+        raise NotImplementedError
+
+    def create(self, loc: Location, meta: Mapping[str, str], *, private: bool) -> Opened:
+        """Create a store at ``loc`` whose ``meta`` rows are ``meta`` (written with the store, atomically) and
+        open it. ``private``: make it readable by this user only, where the backend can.
+
+        Raises:
+            StoreExists: a store is already there. CkptError: it cannot be created (one line, with the fix).
+        """
+        raise NotImplementedError
+
+    def has_store(self, loc: Location) -> bool:
+        """Whether a store is at ``loc``, cheaply (no connection); True when that cannot be told without one."""
+        return True
+
+    def occupied(self, loc: Location) -> bool:
+        """Whether something (a store or anything else) is already at ``loc``, so that creating a store there
+        on the fly (``ckpt import`` with no store) would be a surprise. Default: False."""
+        return False
+
+    def instance(self, loc: Location) -> Hashable | None:
+        """A token that changes when the store at ``loc`` is deleted or replaced (cached handles are dropped
+        when it changes); None when there is nothing to compare."""
+        return None
+
+    def discover(self) -> Location:
+        """The store to open when no location is given at all; only the default (SQLite) backend looks for
+        one (the nearest ``.ckpt`` walking up).
+
+        Raises:
+            StoreNotFound: none found.
+        """
+        raise StoreNotFound(f"no store location given; pass one or set {ENV_VAR}")
+
+    def always_new(self, loc: Location) -> bool:
+        """True when opening ``loc`` means creating a fresh store (anonymous ``memory:``)."""
+        return False
+
+
+# scheme -> (module defining OPENER, human name, extra to install or None)
+_KNOWN: dict[str, tuple[str, str, str | None]] = {
+    "sqlite": ("crewckpt.backends.sqlite", "SQLite", None),
+    "memory": ("crewckpt.backends.memory", "in-memory", None),
+    "postgresql": ("crewckpt.backends.postgres", "PostgreSQL", "postgres"),
+    "postgres": ("crewckpt.backends.postgres", "PostgreSQL", "postgres"),
+    "s3": ("crewckpt.backends.s3", "S3", "s3"),
+}
+_PREFIXES = ("sqlite:", "memory:")  # the only schemes written without "//"
+_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+)://")  # two characters at least: "C://x" is a drive path
+_WORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):")
+_MEMORY_NAME = re.compile(r"[A-Za-z0-9._-]*")
+
+_openers: dict[str, Opener] = {}
+_lock = threading.Lock()
+
+
+def register(scheme: str, opener: Opener, *, replace: bool = False) -> None:
+    """Make ``scheme://...`` locations open with ``opener`` (call it for each scheme a backend serves).
+
+    Raises:
+        ValueError: ``scheme`` is not a URL scheme word, or already registered to another opener and not
+        ``replace``.
+    """
+    key = scheme.lower()
+    if not re.fullmatch(r"[a-z][a-z0-9+.-]+", key):
+        raise ValueError(f"not a location scheme: {scheme!r} (letters, digits, '+', '.', '-'; two or more)")
+    with _lock:
+        old = _openers.get(key)
+        if old is not None and old is not opener and not replace:
+            raise ValueError(f"scheme {key!r} is already registered ({type(old).__name__}); pass replace=True")
+        _openers[key] = opener
+
+
+def schemes() -> list[str]:
+    """Every scheme a location may use, as written (``sqlite:``, ``memory:``, ``postgresql://``...)."""
+    names = dict.fromkeys([*_KNOWN, *sorted(_openers)])
+    return [f"{n}:" if f"{n}:" in _PREFIXES else f"{n}://" for n in names]
+
+
+def parse(location: str | os.PathLike[str]) -> Location:
+    """Parse a location (see the module docstring). An ``os.PathLike`` is always a path. No I/O.
+
+    Raises:
+        BadLocation: empty, an unknown ``scheme://``, a bad ``memory:`` name, or a remote scheme without ``//``.
+    """
+    if isinstance(location, os.PathLike):
+        path = os.fspath(location)
+        return Location("sqlite", str(path), str(path))
+    text = str(location)
+    if not text.strip():
+        raise BadLocation("the store location is empty; give a folder such as ./.ckpt, or a URL such as "
+                          "postgresql://host/db")
+    if text.startswith("sqlite:"):
+        path = text[len("sqlite:"):]
+        path = path[2:] if path.startswith("//") else path  # sqlite:///abs/path, URL style
+        if not path:
+            raise BadLocation(f"{text!r}: sqlite: needs a folder, e.g. sqlite:./.ckpt")
+        return Location("sqlite", path, text)
+    if text.startswith("memory:"):
+        name = text[len("memory:"):]
+        if not _MEMORY_NAME.fullmatch(name):
+            raise BadLocation(f"{text!r}: a memory store name is letters, digits, '.', '_' and '-' "
+                              f"(memory:NAME), or nothing (memory: a new anonymous store)")
+        return Location("memory", name, text)
+    m = _URL.match(text)
+    if m:
+        scheme = m.group(1).lower()
+        if scheme not in _KNOWN and scheme not in _openers and not _entry_point(scheme):
+            raise BadLocation(f"{text}: unknown store scheme {m.group(1)!r}; locations are a folder path or "
+                              f"{', '.join(schemes())}")
+        return Location(scheme, scheme + text[len(m.group(1)):], text)
+    w = _WORD.match(text)
+    scheme = w.group(1).lower() if w else ""
+    if scheme and f"{scheme}:" not in _PREFIXES and (scheme in _openers or scheme in _KNOWN):
+        raise BadLocation(f"{text}: a {scheme} location is written {scheme}://...; for a local folder of that "
+                          f"name write ./{text}")
+    return Location("sqlite", text, text)
+
+
+def opener(scheme: str, text: str = "") -> Opener:
+    """The opener registered for ``scheme``, importing an in-tree backend or an entry point on first use.
+
+    Raises:
+        BackendMissing: a known scheme whose backend (or its driver) is not installed.
+        BadLocation: no backend serves ``scheme``.
+    """
+    got = _openers.get(scheme)
+    if got is not None:
+        return got
+    known = _KNOWN.get(scheme)
+    where = text or f"{scheme}://"
+    if known is not None:
+        module, label, extra = known
+        try:
+            mod = importlib.import_module(module)
+        except ImportError as e:
+            if extra is None:
+                raise
+            why = "" if getattr(e, "name", None) in (module, None) else f" ({e})"  # the driver's name helps
+            raise BackendMissing(f"{where}: the {label} backend is not installed{why}; install it with "
+                                 f"pip install 'crewckpt[{extra}]'") from None
+        found = getattr(mod, "OPENER", None)
+        if not isinstance(found, Opener):
+            raise BackendMissing(f"{where}: the {label} backend is not available in this crewckpt "
+                                 f"({module} has no OPENER); upgrade crewckpt"
+                                 + (f" with pip install -U 'crewckpt[{extra}]'" if extra else ""))
+        with _lock:
+            return _openers.setdefault(scheme, found)
+    ep = _entry_point(scheme)
+    if ep is not None:
+        try:
+            found = ep.load()
+        except ImportError as e:
+            raise BackendMissing(f"{where}: the backend for {scheme}:// ({ep.value}) cannot be loaded ({e}); "
+                                 f"reinstall the package that provides it") from None
+        found = found() if isinstance(found, type) else found
+        if not isinstance(found, Opener):
+            raise BackendMissing(f"{where}: entry point {ep.value} is not a crewckpt Opener; fix or uninstall "
+                                 f"the package that provides it")
+        with _lock:
+            return _openers.setdefault(scheme, found)
+    raise BadLocation(f"{where}: unknown store scheme {scheme!r}; locations are a folder path or "
+                      f"{', '.join(schemes())}")
+
+
+def _entry_point(scheme: str):  # type: ignore[no-untyped-def]
+    """The installed entry point serving ``scheme``, or None (looked at only for schemes not known here)."""
+    from importlib.metadata import entry_points
+
+    try:
+        found = entry_points(group=ENTRY_POINT_GROUP)
+    except Exception:  # noqa: BLE001 - a broken distribution's metadata must not break opening stores
+        return None
+    return next((ep for ep in found if ep.name.lower() == scheme), None)
+
+
+def _resolve(location: str | os.PathLike[str] | Location) -> tuple[Location, Opener]:
+    loc = location if isinstance(location, Location) else parse(location)
+    return loc, opener(loc.scheme, loc.text)
+
+
+def identity(location: str | os.PathLike[str] | Location, *, strict: bool = True) -> str:
+    """The canonical identity of a location (see the module docstring); no I/O beyond loading its backend.
+
+    ``strict=False``: a known scheme whose backend is not installed gets the generic URL identity (scheme in
+    lower case) instead of BackendMissing, for locations only recorded here (a remote's address).
+
+    Raises:
+        BadLocation: a location no backend could serve. BackendMissing: (``strict``) its backend is not installed.
+    """
+    loc = location if isinstance(location, Location) else parse(location)
+    try:
+        op = opener(loc.scheme, loc.text)
+    except BackendMissing:
+        if strict:
+            raise
+        return Opener().identity(loc)
+    return op.identity(loc)
+
+
+def has_store(location: str | os.PathLike[str] | Location) -> bool:
+    """Whether a store is at ``location`` (cheap; True for a remote location, which only opening can tell).
+
+    Raises:
+        BadLocation, BackendMissing: a location no installed backend serves.
+    """
+    loc, op = _resolve(location)
+    return op.has_store(loc)
+
+
+def occupied(location: str | os.PathLike[str] | Location) -> bool:
+    """Whether something is already at ``location`` (see :meth:`Opener.occupied`)."""
+    loc, op = _resolve(location)
+    return op.occupied(loc)
+
+
+def instance(location: str | os.PathLike[str] | Location) -> Hashable | None:
+    """A token that changes when the store at ``location`` is deleted or replaced (see :meth:`Opener.instance`)."""
+    loc, op = _resolve(location)
+    return op.instance(loc)
+
+
+def local_folder(location: str | os.PathLike[str] | Location) -> str | None:
+    """The folder path of a local (SQLite) location as given, else None. Never raises: a location no backend
+    serves is simply not local."""
+    try:
+        loc = location if isinstance(location, Location) else parse(location)
+    except CkptError:
+        return None
+    return loc.target if loc.scheme == "sqlite" else None
+
+
+def named(location: str | os.PathLike[str] | None) -> str | os.PathLike[str] | None:
+    """The location a user named: ``location``, else ``$CKPT_STORE`` (empty counts as unset), else None."""
+    if location is not None:
+        return location
+    return os.environ.get(ENV_VAR) or None
+
+
+def open_backend(location: str | os.PathLike[str] | None = None, *, create: bool = False,
+                 meta: Mapping[str, str] | None = None, private: bool = True) -> Opened:
+    """Open the store at ``location``; None: ``$CKPT_STORE``, else the nearest ``.ckpt`` walking up.
+
+    ``create``: create it (with ``meta`` rows, ``private`` as in :func:`create_backend`) when no store is there;
+    of several processes creating one store at once, the losers open the winner's.
+
+    Raises:
+        StoreNotFound: no store (and not ``create``). BadLocation, BackendMissing. CkptError subclasses from the
+        backend (damaged store, permissions).
+    """
+    where = named(location)
+    if where is None:
+        sqlite = opener("sqlite")
+        return sqlite.open(sqlite.discover())
+    loc, op = _resolve(where)
+    if op.always_new(loc):
+        return op.create(loc, meta or {}, private=private)
+    try:
+        return op.open(loc)
+    except StoreNotFound:
+        if not create:
+            raise
+    try:
+        return op.create(loc, meta or {}, private=private)
+    except StoreExists:
+        return op.open(loc)  # another process created it meanwhile
+
+
+def create_backend(location: str | os.PathLike[str], meta: Mapping[str, str], *,
+                   private: bool = True) -> Opened:
+    """Create a store at ``location`` with ``meta`` rows and open it.
+
+    ``private``: a store only this user can read (SQLite: folder 0700, files 0600); False honours the umask.
+
+    Raises:
+        StoreExists: a store is already there. BadLocation, BackendMissing. CkptError: cannot create it.
+    """
+    loc, op = _resolve(location)
+    return op.create(loc, meta, private=private)
+
+
+def split_rev(text: str) -> tuple[str, str | None]:
+    """Split ``"<location>#<rev>"`` into ``(location, rev)``; ``(text, None)`` without ``#``.
+
+    A URL location ends at its first ``#`` (a URL's own ``#`` is percent-encoded), so a revision after it may
+    hold ``#`` too; a folder name may hold ``#``, so a path splits at the last one. An empty revision is None.
+    """
+    if _URL.match(text):
+        path, sep, rev = text.partition("#")
+    else:
+        path, sep, rev = text.rpartition("#")
+    if not sep:
+        return text, None
+    return path, rev or None
+
+
+__all__ = [
+    "ENV_VAR", "BackendMissing", "BadLocation", "Location", "Opened", "Opener", "create_backend", "has_store",
+    "identity", "instance", "local_folder", "named", "occupied", "open_backend", "opener", "parse", "register",
+    "schemes", "split_rev",
+]
