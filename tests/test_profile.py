@@ -119,3 +119,21 @@ def test_the_generic_json_diff_knows_no_crewai_shape() -> None:
     assert diff_json([1], [1])["identical"] and diff_json(1, 1.0)["changes"] == [
         {"path": "$", "op": "changed", "old": 1, "new": 1.0}]
     assert diff_json(list(range(10)), [], max_changes=3)["changes_truncated"] == 7
+
+
+def test_a_crewai_summary_is_stored_positionally_and_reads_back_as_the_same_map() -> None:
+    """The CrewAI profile's summary rows take the format-1 5-slot layout (no key names on every row); any other
+    map, or the same keys with other types, stays a map. Both read back equal."""
+    import msgpack
+
+    from crewckpt.history import commits
+
+    crew = {"entities": [["crew", "research"]], "tasks_done": 2, "tasks_total": 3, "event_count": 40,
+            "logical_bytes": 9000}
+    packed = commits.encode_summary(crew)
+    assert msgpack.unpackb(packed) == [[["crew", "research"]], 2, 3, 40, 9000]
+    assert commits._summary(packed) == crew
+    for other in ({"logical_bytes": 5}, {**crew, "extra": 1}, {**crew, "tasks_done": True},
+                  {**crew, "entities": [["crew", 7]]}, dict(reversed(list(crew.items())))):
+        packed = commits.encode_summary(other)
+        assert isinstance(msgpack.unpackb(packed), dict) and commits._summary(packed) == other

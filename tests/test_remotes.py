@@ -441,3 +441,33 @@ def test_prune_keeps_a_remote_tracking_tip_like_a_branch_tip(make: Callable[[str
     assert set(gone) == set(tips[:2]) and [c.id for c in dst.list()] == [tips[-1]]
     dst.gc()
     assert dst.read("origin/main") == src.read("main") and dst.fsck().ok
+
+
+def _pg_registered() -> bool:
+    try:
+        from crewckpt.backends import postgres
+    except ImportError:
+        return False
+    return hasattr(postgres, "OPENER")
+
+
+@pytest.mark.parametrize("kind", ["memory", pytest.param("postgres", marks=[
+    pytest.mark.postgres,
+    pytest.mark.skipif(not _pg_registered(), reason="the PostgreSQL backend has no registry OPENER yet")])])
+def test_clone_fetch_and_push_by_location_strings_of_any_backend(tmp_path: Path, kind: str,
+                                                                  request: pytest.FixtureRequest) -> None:
+    """Locations go through the registry: `memory:NAME` and `postgresql://...` clone to and from SQLite."""
+    src = f"memory:src-{tmp_path.name}" if kind == "memory" else request.getfixturevalue("pg_url")
+    with Store.init(src) as s:
+        tips = commit_chain(s, 2)
+    with Store.clone(src, tmp_path / "local") as c:  # other backend -> SQLite
+        assert c.remotes() == {"origin": remotes.canonical(src)} and c.resolve("origin/main") == tips[-1]
+        mine = c.commit(doc(4), branch="main")
+        c.push()  # to origin, the other backend
+        back = f"memory:back-{tmp_path.name}" if kind == "memory" else src + "b"
+        with Store.clone(str(tmp_path / "local"), back) as b:  # SQLite -> other backend
+            assert b.resolve("main") == mine and ids(b, "main") == ids(c, "main")
+            assert_clean(b)
+    with Store.open(src) as s:
+        assert s.resolve("main") == mine and s.lookup_alias("cp-main-1") == tips[1]
+        assert_clean(s)

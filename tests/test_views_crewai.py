@@ -58,11 +58,17 @@ def test_exported_run_restores_with_crewai_alone(crewai_offline: Path, capsys: p
 
     # The restored crew went on checkpointing into the JSON view with CrewAI's own provider; those files
     # import back onto the same lineage.
+    # CrewAI writes them from its thread pool while the run goes on and can lose one to its own race (pydantic:
+    # "dictionary changed size during iteration"; docs/crewai.md): count what it wrote, and expect every file back.
+    written = len(glob.glob(str(json_view / "**" / "*.json"), recursive=True)) - 3
+    assert 1 <= written <= 2
     report = import_crewai(store, json_view, progress=False)
-    assert report.problems == [] and len(report.imported) == 2
+    assert report.problems == [] and len(report.imported) == written
     assert sorted(c for c, _ in report.present) == sorted(make_checkpoint_id(c.time_ns, c.id) for c in commits)
-    new_root = store.info(report.imported[0][1])
-    assert new_root.parents == (commits[0].id,) and new_root.summary["tasks_done"] == 2
+    new = [store.info(cid) for _, cid in report.imported]
+    assert [c.summary["tasks_done"] for c in new] == [2, 3][-written:]
+    if written == 2:  # both files: the lineage continues from the restored checkpoint
+        assert new[0].parents == (commits[0].id,) and new[1].parents == (new[0].id,)
 
 
 def test_jsonb_checkpoint_crewai_cannot_read_here_restores_after_export(

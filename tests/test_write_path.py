@@ -232,3 +232,15 @@ def test_a_finished_crew_run_leaves_a_compact_store_while_the_process_lives() ->
     assert Path(".ckpt/store.db-wal").stat().st_size == 0
     assert sum(1 for m in store.backend.iter_objects() if m.kind == ob.PACK) == 1
     assert len(store.list()) == 2 + 6 * 2
+
+
+def test_a_joined_object_is_one_body_like_the_plain_dict() -> None:
+    joined = {"t": [Frozen(Parts([F({"a": i}), F({"agent": {"role": "r"}}), F({"z": [i]})], join=True))
+                    for i in range(3)]}
+    plain_doc = bare(joined)
+    got, want = Splitter(), Splitter()
+    assert count_puts(got, joined) == count_puts(want, plain_doc) == 1  # the root only: no chunk lists
+    ids: list[bytes] = []
+    for sp, doc in ((Splitter(), joined), (Splitter(), plain_doc)):
+        ids.append(sp.split(doc, lambda k, b: ob.object_id(k, b)).oid)
+    assert ids[0] == ids[1]  # the very same tree as the plain value

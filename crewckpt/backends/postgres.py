@@ -35,7 +35,7 @@ import re
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -55,6 +55,7 @@ from crewckpt.backends.base import (
     Txn,
     ref_conflict,
 )
+from crewckpt.backends.registry import Location, Opened, Opener
 from crewckpt.errors import (
     CkptError,
     CorruptStore,
@@ -863,3 +864,26 @@ class PgBackend(_PgReader, TransactionalBackend):
         if not self._closed:
             self._closed = True
             self._pool.close()
+
+
+# -- location registry (crewckpt.backends.registry finds OPENER for postgresql:// and postgres://) ----------
+
+class PostgresOpener(Opener):
+    """Opens ``postgresql://`` and ``postgres://`` locations (see the module docstring)."""
+
+    label = "PostgreSQL"
+
+    def identity(self, loc: Location) -> str:
+        return parse_location(loc.target).identity
+
+    def open(self, loc: Location) -> Opened:
+        b = PgBackend.open(loc.target)
+        return Opened(b, b.where)
+
+    def create(self, loc: Location, meta: Mapping[str, str], *, private: bool) -> Opened:
+        """``private`` has no meaning in a database (access is the server's GRANTs): ignored."""
+        b = PgBackend.create(loc.target, dict(meta))
+        return Opened(b, b.where)
+
+
+OPENER = PostgresOpener()

@@ -665,6 +665,10 @@ class SqliteOpener(Opener):
             raise StoreExists(exists)
         if p.exists() and not p.is_dir():
             raise CkptError(f"{p}: exists and is not a folder; choose another path")
+        above = next((a for a in p.parents if a.exists()), None)  # mkdir would say only "File exists"
+        if above is not None and not above.is_dir():
+            raise CkptError(f"{p}: cannot create the store: {above} is a file, not a folder; choose another "
+                            f"location")
         try:
             p.mkdir(parents=True, exist_ok=True, mode=0o700 if private else 0o777)
             # created complete (format version included) and published atomically: see SqliteBackend.create

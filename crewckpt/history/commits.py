@@ -83,8 +83,21 @@ def _summary(packed: bytes) -> dict[str, Any]:
     return ob.V1Summary.decode(v).as_map()
 
 
+_V1_KEYS = ("entities", "tasks_done", "tasks_total", "event_count", "logical_bytes")
+
+
 def encode_summary(summary: dict[str, Any]) -> bytes:
-    """The index row form of a summary map (``IndexRow.summary``)."""
+    """The index row form of a summary map (``IndexRow.summary``): a msgpack map, except that a map with
+    exactly the format-1 keys in their order (what the CrewAI profile writes) is stored in the positional
+    5-slot layout :func:`_summary` already reads back as the same map (~60 bytes less per row than with
+    key names: 0.6 MB on a 10,000-commit store, and faster listing)."""
+    ents = summary.get("entities")
+    if tuple(summary) == _V1_KEYS and isinstance(ents, list) and all(
+            isinstance(e, (list, tuple)) and len(e) == 2 and all(type(p) is str for p in e) for e in ents):
+        try:
+            return ob.packb(ob.V1Summary.decode([summary[k] for k in _V1_KEYS]).encode())
+        except DecodeError:  # not the format-1 types: keep it as a map
+            pass
     return ob.packb(summary)
 
 

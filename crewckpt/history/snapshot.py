@@ -46,6 +46,7 @@ _FORCE_CUT = 8 * CHUNK_ENTRIES
 CACHE_BYTES = 32 * 1024 * 1024  # a Splitter's container cache (+ a quarter for long strings): its memory bound
 
 _PENDING = object()
+_JOINED = 16  # added to a piece's form: a piece of a joined Parts value (forms are below 16)
 _SCALARS = (type(None), bool, float)
 _DEEP_SKIP = 400  # msgpack-python packs at most 511 levels
 
@@ -297,6 +298,12 @@ class Refreezer:
             return b, Frozen(v, b), None
         is_dict = isinstance(v, dict)
         items = list(v.items()) if is_dict else list(enumerate(v))  # type: ignore[union-attr]
+        if len(items) > CHUNK_ENTRIES:  # too many for one body: a plain container of reused entries, which
+            # the splitter cuts at content-defined boundaries as any big container (no leaf per group)
+            pk = prev[2] if prev is not None and isinstance(prev[2], dict) else {}
+            entries = {k: self._node(x, pk.get(k), depth - 1) for k, x in items}
+            out: Any = {k: n[1] for k, n in entries.items()} if is_dict else [n[1] for n in entries.values()]
+            return b, out, entries
         old = prev[2] if prev is not None and isinstance(prev[2], list) else []
         pieces: list[Frozen] = []
         nodes: list[tuple[bytes, Frozen, list[tuple[bytes | None, Any, Any]]]] = []
@@ -442,11 +449,11 @@ class Splitter:
                   ) -> tuple[bytes, int] | object:
             if piece is not None:  # a piece of a Parts value: a dict (list) or a Frozen one, its own tree
                 inner = v.value if isinstance(v, Frozen) else v
-                is_obj = abs(piece) == ob.OBJECT
+                is_obj = piece % _JOINED == ob.OBJECT
                 if not isinstance(inner, dict if is_obj else (list, tuple)):
                     raise TypeError(f"a piece of a Parts {'object' if is_obj else 'array'} must be a "
                                     f"{'dict' if is_obj else 'list'}, got {type(inner).__name__}")
-                if piece < 0:  # joined: the piece's own encoding, inline or not, is spliced in
+                if piece >= _JOINED:  # joined: the piece's own encoding, inline or not, is spliced in
                     piece = None
             if isinstance(v, (*_SCALARS, int)):
                 return self._scalar(v), 0
@@ -513,7 +520,7 @@ class Splitter:
             f = stack[-1]
             if f.i < len(f.vals):
                 r = enter(f.vals[f.i], True, f.is_dict and f.keys[f.i] in separate,
-                          None if f.parts is None else -f.parts if f.join else f.parts)
+                          None if f.parts is None else f.parts + _JOINED if f.join else f.parts)
                 if r is _PENDING:
                     continue
                 f.out.append(r[0])  # type: ignore[index]
