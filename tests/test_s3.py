@@ -122,3 +122,82 @@ def test_a_bad_s3_location_is_one_line() -> None:
     loc = S3Location("s3://b/p/q/?region=eu-west-1&endpoint=http://h:1")
     assert (loc.bucket, loc.prefix, loc.key("refs", "x")) == ("b", "p/q", "p/q/refs/x")
     assert loc.identity == "s3://b/p/q?endpoint=http%3A%2F%2Fh%3A1&region=eu-west-1"
+
+
+def _race_rounds(s3_url: str, rounds: int, writers: int = 16) -> None:
+    import threading
+
+    from crewckpt.backends.s3 import S3Backend
+    from crewckpt.errors import RefConflict
+    backends = [S3Backend(s3_url) for _ in range(writers)]
+    tip: bytes | None = None
+    for rnd in range(rounds):
+        barrier = threading.Barrier(writers)
+        won: list[bytes] = []
+        lost: list[bytes] = []
+
+        def move(i: int, old: bytes | None, new: bytes, barrier: threading.Barrier, won: list[bytes],
+                 lost: list[bytes]) -> None:
+            barrier.wait(timeout=60)
+            try:
+                backends[i].set_ref_if_equals("refs/heads/main", old, new)
+                won.append(new)
+            except RefConflict:
+                lost.append(new)
+        threads = [threading.Thread(target=move, args=(i, tip, bytes([rnd % 256, i]) * 16, barrier, won, lost))
+                   for i in range(writers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert len(won) == 1 and len(lost) == writers - 1, (rnd, len(won), len(lost))
+        assert backends[0].get_ref("refs/heads/main") == won[0]  # the winner's value, not a later overwrite
+        tip = won[0]
+
+
+def test_16_writers_moving_one_ref_have_exactly_one_winner(s3_url: str) -> None:
+    _race_rounds(s3_url, rounds=3)
+
+
+def test_16_writers_moving_one_ref_have_exactly_one_winner_20_times(s3_url: str) -> None:
+    _race_rounds(s3_url, rounds=20)
+
+
+_WRITER = """
+import sys
+from crewckpt.history.store import Store
+st = Store.open(sys.argv[1], create=True)
+i = 0
+while True:
+    i += 1
+    cid = st.commit({"n": i, "text": "payload " * 200 + str(i)}, branch="main")
+    print("ACK", i, cid, flush=True)
+"""
+
+
+def test_kill_9_of_a_writer_mid_checkpoint_keeps_every_acknowledged_checkpoint(s3_url: str, tmp_path: Any) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from crewckpt.history.store import Store
+    acked: dict[str, int] = {}
+    for target in (2, 5, 3):  # acknowledged checkpoints before each kill
+        p = subprocess.Popen([sys.executable, "-c", _WRITER, s3_url], stdout=subprocess.PIPE, text=True,
+                             env=dict(os.environ))
+        try:
+            assert p.stdout is not None
+            for _ in range(target):
+                line = p.stdout.readline()
+                assert line, "writer died early"
+                _, n, cid = line.split()
+                acked[cid] = int(n)
+        finally:
+            os.kill(p.pid, signal.SIGKILL)  # mid-checkpoint: it writes the next one at once
+            p.wait(timeout=60)
+    with Store.open(s3_url) as st:
+        for cid, n in acked.items():
+            assert st.read(cid)["n"] == n
+    r = subprocess.run([sys.executable, "-m", "crewckpt.cli.main", "--store", s3_url, "fsck"],
+                       capture_output=True, text=True, env=dict(os.environ), cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
