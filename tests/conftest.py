@@ -55,6 +55,10 @@ SLOW: tuple[str, ...] = (
     "tests/test_flow_class_opt_in.py::test_on_a_terminal_resume_asks_before_importing",
     "tests/test_lint.py::test_mypy_is_clean",  # ~1 min of type checking
     "tests/test_postgres.py::test_fleet_with_kill_9_of_writers_and_gc_loses_no_acknowledged_checkpoint",
+    "tests/test_s3.py::TestS3Contract::test_store_matches_model_long",
+    "tests/test_s3.py::TestS3Contract::test_processes_commit_to_one_branch_and_lose_nothing_long",
+    "tests/test_s3.py::TestS3Contract::test_threads_moving_one_ref_lose_no_update_long",
+    "tests/test_s3.py::TestS3Contract::test_store_matches_model",
     "tests/test_postgres_locations.py::test_a_crewai_run_is_resumed_by_another_process_through_the_shared_store",
 )
 

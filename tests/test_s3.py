@@ -1,0 +1,124 @@
+"""The S3 backend (crewckpt/backends/s3.py) on a real S3 server (SeaweedFS, tests/s3_server.py): the shipped
+contract suite, the write-time self-test, stores opened by location and the CLI, races and kill -9."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from crewckpt.backends.base import Backend
+from crewckpt.testing.contract import BackendContract, BackendFactory, StoreContract
+
+pytestmark = pytest.mark.s3
+
+_N = itertools.count()
+
+
+class S3Factory(BackendFactory):
+    """Stores under fresh prefixes of the session's bucket (gc grace 0: every writer uses this clock)."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self._urls: dict[int, str] = {}
+
+    def _url_of(self, n: int) -> str:
+        bucket_prefix, _, query = self.base.partition("?")
+        return f"{bucket_prefix}-{n}?{query}"
+
+    def create(self) -> Backend:
+        from crewckpt.backends.s3 import S3Backend
+        url = self._url_of(next(_N))
+        b = S3Backend(url, gc_grace_s=0.0)
+        self._urls[id(b)] = url
+        return b
+
+    def reopen(self, backend: Backend) -> Backend | None:
+        from crewckpt.backends.s3 import S3Backend
+        url = self._urls[id(backend)]
+        b = S3Backend(url, gc_grace_s=0.0)
+        self._urls[id(b)] = url
+        return b
+
+    def process_opener(self, backend: Backend) -> tuple[str, str] | None:
+        return ("crewckpt.backends.s3:S3Backend", self._urls[id(backend)])
+
+
+class TestS3Contract(BackendContract, StoreContract):
+    @pytest.fixture
+    def backend_factory(self, s3_url: str) -> Iterator[BackendFactory]:
+        yield S3Factory(s3_url)
+
+
+class _IgnoresConditions:
+    """A client that drops If-None-Match / If-Match, as some S3-compatible servers silently do."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def put_object(self, **kw: Any) -> Any:
+        kw.pop("IfNoneMatch", None)
+        kw.pop("IfMatch", None)
+        return self._inner.put_object(**kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def test_a_server_that_ignores_conditional_writes_is_refused_for_writing(s3_url: str) -> None:
+    from crewckpt.backends.s3 import S3Backend
+    from crewckpt.errors import StoreWriteError
+    from crewckpt.testing.contract import obj
+    good = S3Backend(s3_url)
+    bad = S3Backend(s3_url, client=_IgnoresConditions(good.s3))
+    with pytest.raises(StoreWriteError, match="ignores conditional writes") as e:
+        bad.put_many([obj(1)], 1)
+    assert "\n" not in str(e.value)
+    with pytest.raises(StoreWriteError, match="ignores conditional writes"):
+        bad.set_ref_if_equals("refs/heads/main", None, obj(1).oid)
+    assert good.has_many([obj(1).oid]) == set() and good.get_ref("refs/heads/main") is None  # nothing written
+    good.put_many([obj(1)], 1)  # the real server passes the self-test
+    assert good.has_many([obj(1).oid]) == {obj(1).oid}
+
+
+def test_init_commit_log_read_by_location_and_cli(s3_url: str, tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    from crewckpt.errors import StoreExists, StoreNotFound
+    from crewckpt.history.store import Store
+    with pytest.raises(StoreNotFound, match="ckpt init"):
+        Store.open(s3_url)
+    r = subprocess.run([sys.executable, "-m", "crewckpt.cli.main", "--store", s3_url, "init"], capture_output=True,
+                       text=True, env=dict(os.environ), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    with pytest.raises(StoreExists):
+        Store.init(s3_url)
+    with Store.open(s3_url) as st:
+        assert st.location is not None and st.location.startswith("s3://crewckpt-tests/")
+        a = st.commit({"step": 1, "text": "x" * 5000}, branch="main")
+        b = st.commit({"step": 2, "text": "x" * 5000}, branch="main")
+        assert st.read(a) == {"step": 1, "text": "x" * 5000}
+    with Store.open(s3_url) as st:
+        assert [c.id for c in st.log("main")] == [b, a]
+        assert st.read("main") == {"step": 2, "text": "x" * 5000}
+    r = subprocess.run([sys.executable, "-m", "crewckpt.cli.main", "--store", s3_url, "log", "--json"],
+                       capture_output=True, text=True, env=dict(os.environ), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert b in r.stdout and a in r.stdout
+    r = subprocess.run([sys.executable, "-m", "crewckpt.cli.main", "--store", s3_url, "fsck"],
+                       capture_output=True, text=True, env=dict(os.environ), cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_bad_s3_location_is_one_line() -> None:
+    from crewckpt.backends.s3 import S3Location
+    from crewckpt.errors import BadLocation
+    with pytest.raises(BadLocation, match="unknown S3 location option"):
+        S3Location("s3://b/p?endpoint=http://x&colour=red")
+    loc = S3Location("s3://b/p/q/?region=eu-west-1&endpoint=http://h:1")
+    assert (loc.bucket, loc.prefix, loc.key("refs", "x")) == ("b", "p/q", "p/q/refs/x")
+    assert loc.identity == "s3://b/p/q?endpoint=http%3A%2F%2Fh%3A1&region=eu-west-1"
