@@ -497,3 +497,27 @@ def test_any_hand_made_commit_graph_gives_answers_or_one_line_errors(edges: list
     assert all(len(hist.path_to(c.hex())) <= len(ids) for c in ids)
     s.fsck()
     s.fsck(full=True)
+
+
+def test_an_object_answered_under_another_id_is_refused() -> None:
+    """A backend answering a request for X with object Y (a valid object, verified on its own id) must not
+    pass Y off as X: every read checks the id it asked for."""
+    import dataclasses
+
+    from crewckpt import Store
+    from crewckpt.errors import IntegrityError
+    from crewckpt.history.objectdb import ObjectDB
+
+    store = Store.memory()
+    a = store.commit({"a": "x" * 9000}, branch="main")
+    b = store.commit({"b": "y" * 9000}, branch="main")
+    backend = store.backend
+    tree_a, tree_b = (backend.index_get(bytes.fromhex(c)).tree for c in (a, b))
+
+    class Swapping:
+        def get_many(self, oids: Any) -> dict[bytes, Any]:
+            real = backend.get_many([tree_b])
+            return {o: dataclasses.replace(real[tree_b]) for o in oids}
+
+    with pytest.raises(IntegrityError, match="answered with object"):
+        ObjectDB(backend).get_many([tree_a], reader=Swapping())  # type: ignore[arg-type]

@@ -91,3 +91,38 @@ def test_pruned_commits_come_back_live_on_the_branch_they_were_written_on(tmp_pa
         # branch is the one whose reflog says it was written there, not the later branch made at it
         assert [(c.id, c.branch) for c in s.list()] == [(i, "main") for i in ids]
         assert s.fsck().ok
+
+
+def test_a_damaged_commit_keeps_its_row_so_gc_never_collects_it(tmp_path):
+    """A flipped bit in a commit object: the rebuild reports it and keeps its row (dropping it made gc delete
+    the commit and its intact snapshot: one bit turned into permanent loss); gc then refuses, nothing goes."""
+    import sqlite3
+
+    from crewckpt.errors import CkptError
+
+    path = tmp_path / "s"
+    store = Store.init(path)
+    first = store.commit({"step": 1, "pad": "a" * 500})
+    middle = store.commit({"step": 2, "pad": "b" * 500})
+    store.commit({"step": 3, "pad": "c" * 500})
+    tree = store.info(middle).tree
+    store.close()
+    db = sqlite3.connect(path / "store.db")
+    (frame,) = db.execute("SELECT frame FROM objects WHERE oid = ?", (bytes.fromhex(middle),)).fetchone()
+    db.execute("UPDATE objects SET frame = ? WHERE oid = ?",
+               (frame[:-1] + bytes([frame[-1] ^ 0x01]), bytes.fromhex(middle)))
+    db.commit()
+    db.close()
+    store = Store.open(path)
+    report = store.rebuild_index()
+    assert report.dropped == 0 and any(middle in p for p in report.problems)
+    assert {c.id for c in store.list()} >= {first, middle}
+    with pytest.raises(CkptError):
+        store.gc()
+    store.close()
+    db = sqlite3.connect(path / "store.db")
+    present = {bytes(r[0]).hex() for r in db.execute("SELECT oid FROM objects")}
+    db.close()
+    assert middle in present and tree in present
+    bad = ckpt(str(path), "fsck")
+    assert bad.exit_code == 1 and middle in bad.stdout

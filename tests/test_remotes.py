@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from crewckpt.backends.base import StoredObject
+from crewckpt.backends.base import StoredObject, writing
 from crewckpt.errors import (
     BadRefName,
     CkptError,
@@ -124,9 +124,29 @@ def test_clone_copies_every_branch_with_tracking_refs_and_a_rerun_finishes_it(ma
         assert c.remotes() == {"origin": remotes.canonical(str(a.path))}
         assert ids(c, "exp") == ids(a, "exp")
         a.commit(doc(9), branch="main")
+        local = c.commit(doc(10), branch="exp")  # work in the clone since
         c.close()
-        c = Store.clone(str(a.path), dest)  # rerun on an existing clone: completes, sends only the new commit
-        assert c.resolve("main") == a.resolve("main")
+        with pytest.raises(CkptError, match="already a clone of") as info:  # git: the destination exists
+            Store.clone(str(a.path), dest)
+        assert "\n" not in str(info.value) and "fetch" in str(info.value)
+        c = Store.open(dest)
+        assert c.resolve("exp") == local
+        with writing(c.backend) as w:  # as if the first clone had been killed before it finished
+            w.meta_set(remotes.CLONE_STATE, "pending")
+        c.close()
+        with pytest.raises(CkptError, match="branch exp has commits the interrupted clone did not write"):
+            Store.clone(str(a.path), dest)
+        c = Store.open(dest)
+        assert c.resolve("exp") == local
+        c.close()
+        dest2 = tmp_path / "clone2"  # an interrupted clone with no local work: a rerun finishes it
+        c = Store.clone(str(a.path), dest2)
+        with writing(c.backend) as w:
+            w.meta_set(remotes.CLONE_STATE, "pending")
+        c.close()
+        a.commit(doc(11), branch="main")
+        c = Store.clone(str(a.path), dest2)
+        assert c.resolve("main") == a.resolve("main") and c.backend.meta_get(remotes.CLONE_STATE) == "done"
         assert_clean(a, c)
     finally:
         c.close()

@@ -146,7 +146,12 @@ class ObjectDB:
         ids = list(oids)
         for attempt in (0, 1):
             try:
-                return {o: (s.kind, self.verify(s, r, budget)) for o, s in r.get_many(ids).items()}
+                got = r.get_many(ids)
+                for o, s in got.items():  # a hostile or broken backend must not answer X with object Y
+                    if s.oid != o:
+                        raise IntegrityError(o.hex(), f"the store answered with object {s.oid.hex()[:12]}.. "
+                                                      "instead; run ckpt fsck")
+                return {o: (s.kind, self.verify(s, r, budget)) for o, s in got.items()}
             except _PackGone as e:
                 if attempt:  # twice: not a concurrent repack; the member's frame is damaged or its pack lost
                     raise IntegrityError(e.member.hex(), f"its frame names pack {e.key.hex()}.., which is not "

@@ -73,6 +73,7 @@ def rebuild_index(parts: StoreParts, *, dry_run: bool = False, progress: Progres
     commits: dict[bytes, ob.Commit] = {}
     problems: list[str] = []
     unreadable: set[bytes] = set()
+    corrupt: set[bytes] = set()  # present but unreadable: their rows are kept (never dropped, so gc spares them)
     todo = list(dict.fromkeys(roots))
     while todo:
         cid = todo.pop()
@@ -85,6 +86,7 @@ def rebuild_index(parts: StoreParts, *, dry_run: bool = False, progress: Progres
             continue
         except CkptError as e:
             unreadable.add(cid)
+            corrupt.add(cid)
             problems.append(f"commit {cid.hex()}: {e}")
             continue
         commits[cid] = c
@@ -111,7 +113,11 @@ def rebuild_index(parts: StoreParts, *, dry_run: bool = False, progress: Progres
             if prev.seq != seq:
                 renumbered += 1
         rows.append(row)
-    dropped = [cid for cid in old if cid not in commits]
+    # a damaged commit keeps its row as it was (renumbered after the rest): dropping it would let gc collect
+    # the commit and the intact snapshot under it, turning one flipped bit into permanent loss
+    for seq, cid in enumerate((c for c in old if c in corrupt and c not in commits), len(rows) + 1):
+        rows.append(dataclasses.replace(old[cid], seq=seq))
+    dropped = [cid for cid in old if cid not in commits and cid not in corrupt]
     aliases = [(c.alias, cid) for cid, c in commits.items() if c.alias]
     changed = added or rewritten or renumbered or dropped
     n_alias = sum(1 for a, cid in aliases if index.alias_get(a) != cid)

@@ -367,22 +367,29 @@ def push_or_raise(rep: SyncReport) -> SyncReport:
     return rep
 
 
+CLONE_STATE = "clone_state"
+"""Meta key of a store made by clone: "pending" until the clone finished, then "done"."""
+
+
 def clone(store_cls: type[Store], src: str | Store, dest: str | os.PathLike[str], *, origin: str = DEFAULT_REMOTE,
           progress: Progress | None = None) -> tuple[Store, SyncReport]:
     """Create a store at ``dest`` holding every branch of ``src`` (as local branches and as
     ``<origin>/<branch>`` remote-tracking refs), with remote ``origin`` naming ``src``. Running it again on
-    a clone that was interrupted (or is complete) finishes it instead of failing.
+    a clone that was interrupted finishes it; on a finished clone it is refused (fetch or pull update it).
 
     ``store_cls``: the Store class (``Store.clone`` passes itself).
 
     Raises:
-        StoreExists: ``dest`` holds another store (not a clone of ``src``). And fetch's errors.
+        StoreExists: ``dest`` holds another store (not a clone of ``src``), a finished clone, or an
+            interrupted clone whose branch moved since. And fetch's errors.
     """
     Store = store_cls  # noqa: N806
     origin = check_remote_name(origin)
     src_loc = canonical(src) if isinstance(src, (str, os.PathLike)) else None
     try:
         d = Store.init(dest)
+        with writing(d.backend) as w:
+            w.meta_set(CLONE_STATE, "pending")  # a rerun may finish this clone, never redo a finished one
         if src_loc is not None:
             add_remote(d, origin, src_loc)
     except StoreExists:
@@ -391,6 +398,10 @@ def clone(store_cls: type[Store], src: str | Store, dest: str | os.PathLike[str]
             d.close()
             raise StoreExists(f"{dest}: a store already exists there and is not a clone of {src}; pick another "
                               f"destination") from None
+        if d.backend.meta_get(CLONE_STATE) != "pending":  # finished: its branches may hold local work now
+            d.close()
+            raise StoreExists(f"{dest}: already a clone of {src}; update it with `ckpt --store {dest} fetch` or "
+                              f"`pull` (a second clone would reset its branches)") from None
     try:
         with connect(d, origin if src_loc is not None else src) as (label, other):
             there, here = side(other, _where(other, label)), side(d, "the clone")
@@ -399,15 +410,20 @@ def clone(store_cls: type[Store], src: str | Store, dest: str | os.PathLike[str]
                 old = d.backend.get_ref(ref)
                 b = ref[len(refnames.HEADS):]
                 status = "new" if old is None else "up-to-date" if old == tip else "forced"
+                tracked = d.backend.get_ref(tracking_prefix(origin) + b)
+                if status == "forced" and old != tracked:  # not what the interrupted clone set: local work
+                    raise StoreExists(f"{dest}: branch {b} has commits the interrupted clone did not write; "
+                                      f"finish with `ckpt --store {dest} fetch` instead")
                 updates.append(RefUpdate(ref, tip, old, b, status, f"clone: from {there.name}"))
             rep = _report("clone", there.name, transfer(there, here, updates, progress=progress))
             rep.refs += move_refs(here, [RefUpdate(tracking_prefix(origin) + u.ref[len(refnames.HEADS):], u.new,
                                                    d.backend.get_ref(tracking_prefix(origin) + u.ref[len(refnames.HEADS):]),
                                                    "", "new", f"clone: from {there.name}") for u in updates])
             src_head = head.head_ref(other.backend)  # the clone starts on the source's current branch
-            if d.backend.get_ref(src_head) is not None:
-                with writing(d.backend) as w:
+            with writing(d.backend) as w:
+                if d.backend.get_ref(src_head) is not None:
                     w.set_symref(head.HEAD, src_head)
+                w.meta_set(CLONE_STATE, "done")
     except BaseException:
         d.close()
         raise
