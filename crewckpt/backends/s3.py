@@ -143,6 +143,7 @@ class S3Backend(Backend):
         self._view: dict[bytes, tuple[str, int, int, int, int, int]] | None = None  # oid -> where + touched
         self._rows: dict[str, tuple[str, IndexRow]] = {}  # index key -> (etag, row)
         self._tested = False
+        self._seen: dict[str, int] = {}  # highest counter values this handle wrote
 
     # -- opening -----------------------------------------------------------------------------------------
 
@@ -554,6 +555,8 @@ class S3Backend(Backend):
 
     def index_add(self, row: IndexRow) -> None:
         self._check_writable()
+        if row.seq > self._seen.get("seq", 0):  # a seq not from our counter_next (a rebuild, a test):
+            self._counter_bump("seq", row.seq)  # keep "seq" above every seq in the index
         try:
             self._put(self.loc.key("index", row.id.hex()), self._row_body(row), if_none_match=True)
         except botocore.exceptions.ClientError as e:
@@ -596,19 +599,25 @@ class S3Backend(Backend):
 
     def counter_next(self, name: str) -> int:
         self._check_writable()
+        return self._counter_bump(name, None)
+
+    def _counter_bump(self, name: str, floor: int | None) -> int:
+        """Advance counter ``name`` by one (``floor`` None) or raise it to at least ``floor``, by a
+        conditional-write loop; returns its new value."""
         key = self.loc.key("counters", _q(name))
-        floor = 0
-        if name == "seq":  # never at or below a seq in the index (after a rebuild)
-            floor = max((r.seq for r in self.index_rows()), default=0)
         for _ in range(200):
             got = self._get(key)
             cur = int(got[0]) if got else 0
-            nxt = max(cur, floor) + 1
+            nxt = cur + 1 if floor is None else max(cur, floor)
+            if nxt == cur:
+                return cur
             try:
                 if got is None:
                     self._put(key, str(nxt).encode(), if_none_match=True)
                 else:
                     self._put(key, str(nxt).encode(), if_match=got[1])
+                with self._lock:
+                    self._seen[name] = max(self._seen.get(name, 0), nxt)
                 return nxt
             except botocore.exceptions.ClientError as e:
                 if not (_is_conflict(e) or _is_missing(e)):
