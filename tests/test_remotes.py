@@ -491,3 +491,43 @@ def test_clone_fetch_and_push_by_location_strings_of_any_backend(tmp_path: Path,
     with Store.open(src) as s:
         assert s.resolve("main") == mine and s.lookup_alias("cp-main-1") == tips[1]
         assert_clean(s)
+
+
+def test_a_remote_branch_name_the_local_rules_refuse_is_never_made_local(make: Callable[[str], Store],
+                                                                         tmp_path: Path) -> None:
+    """A hostile source holding ``refs/heads/../../x`` or a control character: clone and fetch bring every
+    valid branch, report the others as rejected, and create nothing under those names."""
+    a = make("sqlite")
+    tip = commit_chain(a, 2)[-1]
+    for bad in ("../../x", "evil\x1b[2J", "-f"):
+        a.backend.set_ref_if_equals(f"refs/heads/{bad}", None, bytes.fromhex(tip))
+    c, rep = remotes.clone(Store, str(a.path), tmp_path / "c")
+    try:
+        assert c.branches() == {"main": tip}
+        rejected = [r for r in rep.refs if r.status == "rejected"]
+        assert len(rejected) == 3 and all("not a valid branch name" in (r.reason or "") for r in rejected)
+        assert all("\x1b" not in r.ref for r in rejected)
+        again = c.fetch("origin")
+        assert sorted(r.status for r in again.refs) == ["rejected"] * 3 + ["up-to-date"]
+        assert set(c.backend.refs("refs/remotes/")) == {"refs/remotes/origin/main"}
+    finally:
+        c.close()
+
+
+def test_pull_refuses_when_a_local_branch_is_named_like_the_tracking_branch(make: Callable[[str], Store],
+                                                                            tmp_path: Path) -> None:
+    """Fetched checkpoints carry the label ``origin/main``; a local branch of that name shares it, and pull's
+    relabel would take its checkpoints over (then prune and gc of main deleted them). Refused instead."""
+    a = make("sqlite")
+    commit_chain(a, 1)
+    c = Store.clone(str(a.path), tmp_path / "c")
+    try:
+        mine = [c.commit(doc(20 + i), branch="origin/main") for i in range(2)]
+        a.commit(doc(5), branch="main")
+        with pytest.raises(CkptError, match="a local branch is named origin/main") as info:
+            c.pull("origin", "main")
+        assert "\n" not in str(info.value)
+        assert c.backend.get_ref("refs/heads/origin/main") == bytes.fromhex(mine[-1])
+        assert {r.id.hex() for r in c.backend.index_rows("origin/main")} >= set(mine)
+    finally:
+        c.close()

@@ -206,6 +206,22 @@ class SyncReport(TransferReport):
         return {"verb": self.verb, "remote": self.remote, **super().to_json()}
 
 
+def _valid_heads(heads: dict[str, bytes]) -> tuple[dict[str, bytes], list[RefResult]]:
+    """Split a remote's branch refs into those whose names are valid branch names here and the others,
+    reported as rejected (a hostile store may hold ``../../x`` or control characters: never made local)."""
+    good: dict[str, bytes] = {}
+    bad: list[RefResult] = []
+    for ref, tip in heads.items():
+        try:
+            refnames.check_branch(ref[len(refnames.HEADS):])
+        except CkptError as e:
+            bad.append(RefResult(ref.encode("unicode_escape").decode("ascii"), None, tip.hex(), "rejected",
+                                 f"not a valid branch name here ({e}); not fetched"))
+            continue
+        good[ref] = tip
+    return good, bad
+
+
 def _report(verb: str, remote: str, t: TransferReport, extra: Sequence[RefResult] = ()) -> SyncReport:
     return SyncReport(t.commits, t.objects, t.bytes, t.seconds, [*t.refs, *extra], t.dry_run, remote, verb)
 
@@ -223,7 +239,7 @@ def fetch(store: Store, remote: str | Store | None = None, branches: Sequence[st
     """
     with connect(store, remote) as (label, other):
         ns = check_remote_name(name or label or DEFAULT_REMOTE)
-        heads = other.backend.refs(refnames.HEADS)
+        heads, invalid = _valid_heads(other.backend.refs(refnames.HEADS))
         if branches:
             want = {}
             for b in branches:
@@ -242,7 +258,8 @@ def fetch(store: Store, remote: str | Store | None = None, branches: Sequence[st
             status = ("new" if old is None else "up-to-date" if old == tip
                       else "fast-forward" if is_ancestor(there, old, tip) else "forced")
             updates.append(RefUpdate(dst, tip, old, f"{ns}/{b}", status, f"fetch: {status} from {there.name}"))
-        return _report("fetch", there.name, transfer(there, here, updates, dry_run=dry_run, progress=progress))
+        return _report("fetch", there.name, transfer(there, here, updates, dry_run=dry_run, progress=progress),
+                       [] if branches else invalid)
 
 
 def pull(store: Store, remote: str | Store | None = None, branch: str | None = None, *, name: str | None = None,
@@ -281,6 +298,9 @@ def pull(store: Store, remote: str | Store | None = None, branch: str | None = N
     if dry_run:
         rep.refs.append(RefResult(ref, _hex(mine), theirs.hex(), status))
         return rep
+    if store.backend.get_ref(refnames.HEADS + f"{ns}/{b}") is not None:  # its commits share the label
+        raise CkptError(f"a local branch is named {ns}/{b}, like the remote-tracking branch: pull would take "
+                        f"its checkpoints over; rename it first (`ckpt branch -m {ns}/{b} NEW`)")
     res = move_refs(here, [RefUpdate(ref, theirs, mine, b, status, f"pull: {status} from {rep.remote}")])
     if res[0].status != "rejected":
         store.backend.index_rebranch(f"{ns}/{b}", b)  # arrived as origin/main's; now the local branch's own
@@ -406,7 +426,8 @@ def clone(store_cls: type[Store], src: str | Store, dest: str | os.PathLike[str]
         with connect(d, origin if src_loc is not None else src) as (label, other):
             there, here = side(other, _where(other, label)), side(d, "the clone")
             updates = []
-            for ref, tip in other.backend.refs(refnames.HEADS).items():
+            heads, invalid = _valid_heads(other.backend.refs(refnames.HEADS))
+            for ref, tip in heads.items():
                 old = d.backend.get_ref(ref)
                 b = ref[len(refnames.HEADS):]
                 status = "new" if old is None else "up-to-date" if old == tip else "forced"
@@ -415,7 +436,7 @@ def clone(store_cls: type[Store], src: str | Store, dest: str | os.PathLike[str]
                     raise StoreExists(f"{dest}: branch {b} has commits the interrupted clone did not write; "
                                       f"finish with `ckpt --store {dest} fetch` instead")
                 updates.append(RefUpdate(ref, tip, old, b, status, f"clone: from {there.name}"))
-            rep = _report("clone", there.name, transfer(there, here, updates, progress=progress))
+            rep = _report("clone", there.name, transfer(there, here, updates, progress=progress), invalid)
             rep.refs += move_refs(here, [RefUpdate(tracking_prefix(origin) + u.ref[len(refnames.HEADS):], u.new,
                                                    d.backend.get_ref(tracking_prefix(origin) + u.ref[len(refnames.HEADS):]),
                                                    "", "new", f"clone: from {there.name}") for u in updates])
