@@ -48,6 +48,10 @@ class S3Factory(BackendFactory):
 
 
 class TestS3Contract(BackendContract, StoreContract):
+    # every verb is a request (~5-10 ms here): the long model run is sized to finish well inside pytest's
+    # 300 s timeout on 2 busy cores (160 steps instead of the 1,000 local backends run)
+    long_examples = 10
+    long_steps = 16
     @pytest.fixture
     def backend_factory(self, s3_url: str) -> Iterator[BackendFactory]:
         yield S3Factory(s3_url)
