@@ -85,6 +85,11 @@ class UnknownRemote(CkptError, LookupError):
     """No remote of that name is configured in the store (``ckpt remote -v`` lists them)."""
 
 
+class UntrustedRemote(CkptError, PermissionError):
+    """A remote came with the store (its config is data) and this machine's user never added or trusted it:
+    using it would send credentials and checkpoints where someone else chose (crewckpt.history.trust)."""
+
+
 class PushRejected(CkptError):
     """A push would lose commits on the remote (not a fast-forward), or another pusher moved the branch first;
     the message names both tips and what to do. Nothing on the remote branch changed."""

@@ -65,6 +65,19 @@ SLOW: tuple[str, ...] = (
 )
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_config_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Remotes a test adds are trusted in a file of the session's own (crewckpt.history.trust), never in the
+    user's ~/.config; child processes inherit the variable."""
+    saved = os.environ.get("CKPT_CONFIG_HOME")
+    os.environ["CKPT_CONFIG_HOME"] = str(tmp_path_factory.mktemp("config-home"))
+    yield
+    if saved is None:
+        os.environ.pop("CKPT_CONFIG_HOME", None)
+    else:
+        os.environ["CKPT_CONFIG_HOME"] = saved
+
+
 PG_REQUIRED = os.environ.get("CKPT_REQUIRE_POSTGRES") == "1"  # CI: a missing server fails, never skips
 
 

@@ -531,3 +531,36 @@ def test_pull_refuses_when_a_local_branch_is_named_like_the_tracking_branch(make
         assert {r.id.hex() for r in c.backend.index_rows("origin/main")} >= set(mine)
     finally:
         c.close()
+
+
+def test_a_remote_that_came_with_the_store_is_not_used_until_trusted(make: Callable[[str], Store],
+                                                                     tmp_path: Path) -> None:
+    """A received store's remote config is data: fetch/push by name refuse a remote this user never added
+    (it would get the user's credentials and checkpoints) until `ckpt remote trust`; a store the user added
+    remotes to works as before, and so does naming a location directly."""
+    import shutil
+
+    from cli_helpers import ckpt
+
+    from crewckpt.errors import UntrustedRemote
+
+    a, b = make("sqlite"), make("sqlite")
+    commit_chain(a, 2)
+    b.add_remote("origin", str(a.path))
+    assert b.fetch("origin").commits == 2  # added here: trusted
+    copy = tmp_path / "received"
+    shutil.copytree(b.path, copy)  # type: ignore[arg-type]
+    c = Store.open(copy)
+    try:
+        before = c.backend.refs()
+        for verb in (lambda: c.fetch("origin"), lambda: c.push("origin", "main"), lambda: c.pull("origin")):
+            with pytest.raises(UntrustedRemote, match="came with this store") as info:
+                verb()
+            assert "\n" not in str(info.value) and "ckpt remote trust origin" in str(info.value)
+        assert c.backend.refs() == before
+        assert c.fetch(str(a.path)).refs  # a location the user types is the user's choice
+        out = ckpt(str(copy), "remote", "trust", "origin")
+        assert out.exit_code == 0, out.stdout
+        assert c.fetch("origin").refs
+    finally:
+        c.close()

@@ -7,19 +7,23 @@ from typing import TYPE_CHECKING
 import click
 
 from crewckpt.cli.context import UsageProblem, emit_json, json_option, obj
+from crewckpt.history.remotes import trust_remote
 
 if TYPE_CHECKING:
     from crewckpt.history.remotes import SyncReport
 
 
 @click.command()
-@click.argument("action", required=False, type=click.Choice(["add", "remove", "rm"]))
+@click.argument("action", required=False, type=click.Choice(["add", "remove", "rm", "trust"]))
 @click.argument("name", required=False)
 @click.argument("location", required=False)
 @click.option("-v", "--verbose", is_flag=True, help="Show each remote's location.")
 @json_option
 def remote(action: str | None, name: str | None, location: str | None, verbose: bool, as_json: bool) -> None:
-    """List remotes, or add NAME at LOCATION, or remove NAME (and its remote-tracking refs).
+    """List remotes, or add NAME at LOCATION, or remove NAME (and its remote-tracking refs), or trust NAME.
+
+    A remote that came with the store (a copied folder, someone else's store) is used by name only after
+    `ckpt remote trust NAME`: its location is data someone else wrote.
 
     A LOCATION is anything `--store` takes: a store folder, `sqlite:PATH`, `postgresql://...`. It is kept in
     this store's own config.
@@ -29,6 +33,7 @@ def remote(action: str | None, name: str | None, location: str | None, verbose: 
       ckpt remote add origin /shared/team.ckpt
       ckpt remote -v
       ckpt remote remove origin
+      ckpt remote trust origin
     """
     store = obj().store()
     if action == "add":
@@ -40,6 +45,15 @@ def remote(action: str | None, name: str | None, location: str | None, verbose: 
         else:
             click.echo(f"Added remote {name} ({loc}); `{obj().command('fetch', name)}` brings its branches")
         return
+    if action == "trust":
+        if not name or location:
+            raise UsageProblem("usage: ckpt remote trust NAME")
+        loc = trust_remote(store, name)
+        if as_json:
+            emit_json({"trusted": name, "location": loc})
+        else:
+            click.echo(f"Trusted remote {name} ({loc}) for this store on this machine")
+        return
     if action in ("remove", "rm"):
         if not name or location:
             raise UsageProblem("usage: ckpt remote remove NAME")
@@ -50,7 +64,8 @@ def remote(action: str | None, name: str | None, location: str | None, verbose: 
             click.echo(f"Removed remote {name} and {len(refs)} remote-tracking ref(s)")
         return
     if name or location:
-        raise UsageProblem("usage: ckpt remote [-v] | ckpt remote add NAME LOCATION | ckpt remote remove NAME")
+        raise UsageProblem("usage: ckpt remote [-v] | ckpt remote add NAME LOCATION | ckpt remote remove NAME | "
+                           "ckpt remote trust NAME")
     conf = store.remotes()
     if as_json:
         emit_json([{"name": n, "location": loc} for n, loc in conf.items()])

@@ -20,8 +20,8 @@ import orjson
 
 from crewckpt.backends import registry
 from crewckpt.backends.base import Parts, writing
-from crewckpt.errors import CkptError, PullDiverged, PushRejected, StoreExists, UnknownRemote
-from crewckpt.history import head, refnames
+from crewckpt.errors import CkptError, PullDiverged, PushRejected, StoreExists, UnknownRemote, UntrustedRemote
+from crewckpt.history import head, refnames, trust
 from crewckpt.history.sync import (
     Progress,
     RefResult,
@@ -87,7 +87,21 @@ def add_remote(store: Store, name: str, location: str | os.PathLike[str]) -> str
                             f"`ckpt remote remove {name}`")
         cur[name] = loc
         w.meta_set(META_KEY, orjson.dumps(dict(sorted(cur.items()))).decode())
+    trust.record(location_of(store), name, loc)  # this user chose it: usable by name on this machine
     return loc
+
+
+def trust_remote(store: Store, name: str) -> str:
+    """Trust remote ``name`` that came with the store (its location as configured); returns the location.
+
+    Raises:
+        UnknownRemote: no such remote.
+    """
+    conf = remotes(store)
+    if name not in conf:
+        raise UnknownRemote(f"no remote named {name!r}; see `ckpt remote -v`")
+    trust.record(location_of(store), name, conf[name])
+    return conf[name]
 
 
 def remove_remote(store: Store, name: str) -> list[str]:
@@ -106,6 +120,7 @@ def remove_remote(store: Store, name: str) -> list[str]:
         for ref, target in gone.items():
             w.set_ref_if_equals(ref, target, None)
             w.reflog_delete(ref)
+    trust.record(location_of(store), name, None)
     return list(gone)
 
 
@@ -145,6 +160,11 @@ def connect(store: Store, remote: str | Store | None) -> Iterator[tuple[str | No
     conf = remotes(store)
     name = remote if remote is not None else DEFAULT_REMOTE
     if name in conf:
+        if not trust.trusted(location_of(store), name, conf[name]):
+            raise UntrustedRemote(
+                f"remote {name} ({conf[name]}) came with this store and was not added on this machine; it would "
+                f"receive your credentials and checkpoints: check it with `ckpt remote -v`, then `ckpt remote "
+                f"trust {name}` (or remove it)")
         other = Store.open(conf[name])
         label: str | None = name
     elif remote is None:
