@@ -76,6 +76,10 @@ _PG = itertools.count()
 
 @pytest.mark.postgres
 class TestPostgresContract(BackendContract, StoreContract):
+    # each example creates a schema (DDL, ~0.5 s) and each step is several round trips: the long model run is
+    # sized to finish inside pytest's 300 s timeout on 2 busy cores (40 x 25 timed out)
+    long_examples = 12
+    long_steps = 20
     @pytest.fixture
     def backend_factory(self, pg_server: Any) -> Iterator[BackendFactory]:
         f = PgFactory(pg_server.url, f"c{os.getpid()}_{next(_PG)}")
