@@ -189,12 +189,7 @@ class ObjectDB:
     def commit(self, cid: bytes, reader: ObjectStore | None = None) -> ob.Commit:
         """Decoded commit object. Raises MissingObject, IntegrityError."""
         kind, body = self.get(cid, reader)
-        if kind != ob.COMMIT:
-            raise IntegrityError(cid.hex(), f"expected a commit, found kind {kind}")
-        try:
-            return ob.Commit.decode(body)
-        except DecodeError as e:
-            raise IntegrityError(cid.hex(), str(e)) from None
+        return decode_commit(cid, kind, body)
 
     def blobs(self, oids: Iterable[bytes], reader: ObjectStore | None = None,
               budget: ReadBudget | None = None) -> dict[bytes, bytes]:
@@ -223,3 +218,14 @@ class _PackGone(MissingObject):
     def __init__(self, member: bytes, key: bytes) -> None:
         self.member, self.key = member, key
         super().__init__(key.hex())
+
+
+def decode_commit(cid: bytes, kind: int, body: bytes) -> ob.Commit:
+    """The commit in a verified ``(kind, body)`` of object ``cid``. Raises IntegrityError (not a commit, or
+    undecodable)."""
+    if kind != ob.COMMIT:
+        raise IntegrityError(cid.hex(), f"expected a commit, found kind {kind}")
+    try:
+        return ob.Commit.decode(body)
+    except DecodeError as e:
+        raise IntegrityError(cid.hex(), str(e)) from None

@@ -36,7 +36,7 @@ from crewckpt.errors import DecodeError, IntegrityError, MissingObject, RefConfl
 from crewckpt.format import objects as ob
 from crewckpt.history import head, refnames
 from crewckpt.history.commits import from_commit, from_row, to_row
-from crewckpt.history.objectdb import ObjectDB
+from crewckpt.history.objectdb import ObjectDB, decode_commit
 from crewckpt.history.snapshot import links_in
 
 Progress = Callable[[str, int, "int | None"], None]
@@ -243,13 +243,7 @@ def read_verified(side: Side, oids: Sequence[bytes]) -> dict[bytes, tuple[int, b
     return out
 
 
-def _decode_commit(cid: bytes, kind: int, body: bytes) -> ob.Commit:
-    if kind != ob.COMMIT:
-        raise IntegrityError(cid.hex(), f"expected a commit, found kind {kind}")
-    try:
-        return ob.Commit.decode(body)
-    except DecodeError as e:
-        raise IntegrityError(cid.hex(), str(e)) from None
+_decode_commit = decode_commit  # one decoder for every commit read (objectdb)
 
 
 def _missing_objects(sender: Side, receiver: Side, cid: bytes, c: ob.Commit,
