@@ -504,6 +504,11 @@ class SqliteBackend(_SqlReader, TransactionalBackend):
         lines = [str(r[0]) for r in rows]
         return [] if lines == ["ok"] else lines
 
+    def recovery_advice(self) -> str:
+        """SQLite's own salvage: ``.recover`` copies every readable row into a new database file."""
+        return (f"restore {self.path} from a backup, or salvage what SQLite can still read: "
+                f"`sqlite3 {self.path} .recover | sqlite3 recovered.db`, then `ckpt fsck --full` on it")
+
     def close(self) -> None:
         with self._lock:
             self._conn.close()
