@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sqlite3
@@ -609,3 +610,61 @@ def test_a_remote_that_came_with_the_store_is_not_used_until_trusted(make: Calla
         assert c.fetch("origin").refs
     finally:
         c.close()
+
+
+@functools.cache
+def _zeros_frame(n: int) -> bytes:
+    """A ZSTD frame (codec byte included) that decompresses to ``n`` zero bytes, made in 1 MiB steps (the
+    frame is a few KB; nothing of size ``n`` is ever held)."""
+    import zstandard
+
+    c = zstandard.ZstdCompressor().compressobj(size=n)
+    chunk = bytes(1 << 20)
+    parts = [c.compress(chunk) for _ in range(n >> 20)]
+    return b"\x01" + b"".join(parts) + c.compress(bytes(n & ((1 << 20) - 1))) + c.flush()
+
+
+@pytest.mark.parametrize("where", ["pack", "commit"])
+def test_a_remote_object_that_decompresses_to_more_than_the_read_limit_is_refused(
+        make: Callable[[str], Store], tmp_path: Path, where: str) -> None:
+    """A hostile remote serves a small frame that claims (and would decompress to) 600 MiB, over the 512 MiB
+    read limit: fetch and clone refuse it with one line before decompressing, and write nothing."""
+    from crewckpt.errors import DocumentTooLarge
+    from crewckpt.history.limits import MAX_READ_BYTES
+
+    remote, local = make("memory"), make("sqlite")
+    tip = commit_chain(remote, 2)[-1]
+    objs = remote.backend._box.state.objects  # type: ignore[attr-defined]
+    victim = bytes.fromhex(tip) if where == "commit" else next(o for o, (s, _) in objs.items() if s.kind == ob.PACK)
+    n = 600 << 20
+    assert n > MAX_READ_BYTES
+    s, t = objs[victim]
+    objs[victim] = (StoredObject(s.oid, s.kind, n, _zeros_frame(n)), t)
+    assert len(objs[victim][0].frame) < 64 << 10
+    before = (local.backend.object_stats(), local.backend.refs(), local.backend.index_rows())
+    with pytest.raises(DocumentTooLarge, match="too large") as info:
+        local.fetch(remote, name="origin")
+    assert "\n" not in str(info.value) and "CKPT_MAX_READ_BYTES" in str(info.value)
+    assert (local.backend.object_stats(), local.backend.refs(), local.backend.index_rows()) == before
+    with pytest.raises(DocumentTooLarge):
+        local.fetch(remote, name="origin", dry_run=True)
+    with pytest.raises(DocumentTooLarge):
+        remotes.clone(Store, remote, tmp_path / "c2")
+
+
+def test_the_read_limit_bounds_what_one_checkpoint_brings_and_raising_it_lets_it_through(
+        make: Callable[[str], Store], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The budget is per checkpoint: the new objects one commit brings add up against $CKPT_MAX_READ_BYTES
+    (like a read of that checkpoint); a trusted remote goes through once the limit is raised."""
+    from crewckpt.errors import DocumentTooLarge
+
+    remote, local = make("memory"), make("sqlite")
+    big = {"blobs": [f"{k} " + os.urandom(60_000).hex() for k in range(3)]}  # 3 x 120 KB, incompressible
+    tip = remote.commit(big, branch="main")
+    monkeypatch.setenv("CKPT_MAX_READ_BYTES", str(300_000))  # each object fits, the three together do not
+    with pytest.raises(DocumentTooLarge, match=f"checkpoint {tip[:12]}"):
+        local.fetch(remote, name="origin")
+    assert local.backend.refs() == {} and local.backend.object_stats()[0] == 0
+    monkeypatch.setenv("CKPT_MAX_READ_BYTES", str(1 << 20))
+    assert local.fetch(remote, name="origin").commits == 1
+    assert local.read("origin/main") == big

@@ -11,7 +11,10 @@ whole Store, so any two backends can talk (memory, SQLite, PostgreSQL...). Steps
 2. **Read and verify** everything to send *before writing anything*: every object is read through the
    sender's object layer (decoded, re-hashed; the stored id must be the id asked for), commit bodies are
    decoded, and each link's kind must match the object's. A hostile or damaged remote is refused with one
-   line naming the object, and nothing is written to the receiver.
+   line naming the object, and nothing is written to the receiver. Decompression is bounded like a read
+   (:mod:`crewckpt.history.limits`): the new objects one commit brings may decompress to at most
+   ``$CKPT_MAX_READ_BYTES`` together (512 MiB), charged from the declared sizes *before* decompressing, so a
+   small frame claiming gigabytes (a decompression bomb) is refused without being inflated.
 3. **Land** commit by commit, parents first, each in one write scope (one transaction where the backend has
    them): its new objects (small ones in one pack, children before parents), then the commit object. Not yet
    indexed: until a ref reaches them these are unreachable objects, as in git.
@@ -39,6 +42,7 @@ from crewckpt.errors import DecodeError, IntegrityError, MissingObject, RefConfl
 from crewckpt.format import objects as ob
 from crewckpt.history import head, refnames
 from crewckpt.history.commits import from_commit, from_row, to_row
+from crewckpt.history.limits import ReadBudget
 from crewckpt.history.objectdb import ObjectDB, decode_commit
 from crewckpt.history.snapshot import links_in
 
@@ -215,7 +219,7 @@ def missing_commits(sender: Side, receiver: Side, tips: Sequence[bytes],
             level = [c for c in dict.fromkeys(frontier) if c not in found and here.index_get(c) is None]
             if not is_tip:  # a parent the sender pruned is the boundary (its objects may be half collected)
                 level = [c for c in level if sender.backend.index_get(c) is not None]
-            bodies = read_verified(sender, level)
+            bodies = read_verified(sender, level, lambda cid: budget(sender, cid))
             frontier = []
             for cid in level:
                 if cid not in bodies:
@@ -233,19 +237,29 @@ def missing_commits(sender: Side, receiver: Side, tips: Sequence[bytes],
     return [(cid, *found[cid]) for cid in order], branch_of
 
 
-def read_verified(side: Side, oids: Sequence[bytes]) -> dict[bytes, tuple[int, bytes]]:
+def budget(sender: Side, cid: bytes) -> ReadBudget:
+    """The decompression budget of what commit ``cid`` brings from ``sender`` (``$CKPT_MAX_READ_BYTES``)."""
+    return ReadBudget(what=f"{sender.name}: checkpoint {cid.hex()[:12]}", doing="copy (nothing was written)",
+                      kwargs=False)
+
+
+def read_verified(side: Side, oids: Sequence[bytes],
+                  charge: ReadBudget | Callable[[bytes], ReadBudget]) -> dict[bytes, tuple[int, bytes]]:
     """``oid -> (kind, body)`` for those of ``oids`` the side has, each re-hashed through its object layer;
-    an object stored under another id than the one asked for is corrupt too.
+    an object stored under another id than the one asked for is corrupt too. ``charge``: the budget the
+    declared sizes are charged to before decompressing (one for all, or one per object id).
 
     Raises:
-        IntegrityError: naming the object (the frame does not decode or hash to its id)."""
+        IntegrityError: naming the object (the frame does not decode or hash to its id).
+        DocumentTooLarge: the objects would decompress to more than the budget (nothing was decompressed
+            beyond it)."""
     if not oids:
         return {}
     out = {}
     for oid, s in side.backend.get_many(oids).items():
         if s.oid != oid:
             raise IntegrityError(oid.hex(), f"{side.name} returned object {s.oid.hex()[:12]} for it")
-        out[oid] = (s.kind, side.objects.verify(s))
+        out[oid] = (s.kind, side.objects.verify(s, budget=charge if isinstance(charge, ReadBudget) else charge(oid)))
     return out
 
 
@@ -260,11 +274,12 @@ def _missing_objects(sender: Side, receiver: Side, cid: bytes, c: ob.Commit,
     kinds: dict[bytes, int] = {}
     kids: dict[bytes, list[bytes]] = {}
     frontier = [c.tree]
+    spent = budget(sender, cid)  # one budget for everything this commit brings
     while frontier:
         links = list({ln.oid: ln for ln in frontier if ln.oid not in scheduled}.values())
         present = receiver.backend.has_many([ln.oid for ln in links]) if links else set()
         need = [ln for ln in links if ln.oid not in present]
-        got = read_verified(sender, [ln.oid for ln in need])
+        got = read_verified(sender, [ln.oid for ln in need], spent)
         frontier = []
         for ln in need:
             if ln.oid not in got:
@@ -321,7 +336,7 @@ def _frames(objects: ObjectDB, items: list[tuple[bytes, int, bytes]]) -> list[St
 def _items(sender: Side, p: _CommitPlan) -> list[tuple[bytes, int, bytes]]:
     bodies = p.bodies
     if bodies is None:  # over the staging budget: read (and verify) again
-        got = read_verified(sender, [o for o, _ in p.order])
+        got = read_verified(sender, [o for o, _ in p.order], budget(sender, p.cid))
         missing = [o for o, _ in p.order if o not in got]
         if missing:
             raise SyncError(f"{sender.name}: object {missing[0].hex()[:12]} vanished during the transfer (a gc "
