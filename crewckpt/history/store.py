@@ -746,10 +746,12 @@ class Store:
         from crewckpt.history import remotes
         return remotes.remotes(self)
 
-    def add_remote(self, name: str, location: str | os.PathLike[str]) -> str:
-        """Add a remote (``ckpt remote add``); returns the location as stored. Raises BadRefName, CkptError."""
+    def add_remote(self, name: str, location: str | os.PathLike[str], *, check: bool = True) -> str:
+        """Add a remote (``ckpt remote add``); returns the location as stored. ``check``: a local location must
+        hold a store now. Raises BadRefName, StoreNotFound, CkptError (see
+        :func:`crewckpt.history.remotes.add_remote`)."""
         from crewckpt.history import remotes
-        return remotes.add_remote(self, name, location)
+        return remotes.add_remote(self, name, location, check=check)
 
     def remove_remote(self, name: str) -> builtins.list[str]:
         """Remove a remote and its remote-tracking refs; returns those refs. Raises UnknownRemote."""
