@@ -360,14 +360,30 @@ def test_two_racing_pushers_of_different_tips_exactly_one_wins(tmp_path: Path, k
                     p.kill()
         statuses = sorted(o.strip() for o, _ in outs)
         assert statuses == ["fast-forward", "rejected"], outs
-        assert r.resolve("main") in stores  # the winner's tip; the loser's commits are kept, unreferenced
+        assert r.resolve("main") in stores  # the winner's tip
         win = stores.index(r.resolve("main"))
         for i, who in enumerate(("a", "b")):
             with Store.open(tmp_path / who) as s:
                 assert s.resolve("main") == stores[i]  # nobody lost a checkpoint locally
                 if i == win:  # no commit of the winner is missing on the remote
                     assert ids(r, "main") == ids(s, "main")
+        loser = stores[1 - win]
+        # as in git, the loser's objects are unreachable: not listed, collected by gc
+        assert loser not in {c.id for c in r.list()} and r.backend.index_get(bytes.fromhex(loser)) is None
+        assert r.backend.has_many([bytes.fromhex(loser)])
         assert_clean(r)
+        if kind == "s3":  # its gc keeps a 300 s grace (docs/backends.md, S3); the rest is the same code
+            return
+        if kind == "sqlite":
+            g = r
+        else:  # PostgreSQL keeps a grace by default (clock skew between machines); one machine here
+            from crewckpt.backends.postgres import PgBackend
+            g = Store(PgBackend.open(where, gc_grace_s=0))
+        with g:
+            g.gc()
+            assert not g.backend.has_many([bytes.fromhex(loser)])
+            assert g.read("main") == doc(7, ("a", "b")[win])
+            assert_clean(g)
 
 
 @pytest.mark.parametrize("kind", PROC_KINDS)
@@ -390,7 +406,9 @@ def test_kill_9_mid_push_then_rerun_completes_with_same_ids_and_clean_fsck(tmp_p
             p.kill()
     with Store.open(tmp_path / "local") as s, remote as r:
         assert r.branches() == {}  # refs move last
-        assert len(r.list()) == 5
+        assert r.list() == []  # and the commits are indexed (listed) with their ref, not before
+        local = [bytes.fromhex(c) for c in ids(s, "main")]
+        assert len(r.backend.has_many(local)) == 5  # 5 landed whole, unreachable until the rerun
         assert_clean(s, r)
         rep = s.push(r, "main")
         assert rep.commits == 12 - 5  # what had arrived is not sent again
@@ -411,6 +429,33 @@ def test_racing_cas_on_the_remote_ref_rejects_the_second_mover(make: Callable[[s
     rep = sync.transfer(remotes.side(local, "here"), side, [upd])
     assert rep.refs[0].status == "rejected" and remote.resolve("main") == other
     assert "another writer won" in (rep.refs[0].reason or "")
+    # the loser's commit is not indexed (git: a rejected push leaves unreachable objects), so not listed...
+    assert [c.id for c in remote.list()] == [base, other] and remote.backend.has_many([bytes.fromhex(mine)])
+    r = remote.fsck(full=True)
+    assert r.ok, (r.broken, r.problems)
+    remote.gc()  # ...and gc collects it
+    assert not remote.backend.has_many([bytes.fromhex(mine)]) and remote.read("main") == doc(3, "y")
+    # the same push again, now a fast-forward of nothing it knows: rejected, still nothing listed
+    assert local.push(remote, "main", check=False).refs[0].status == "rejected"
+    assert [c.id for c in remote.list()] == [base, other]
+
+
+def test_a_transfer_whose_ref_already_points_at_its_tip_indexes_what_it_sent(make: Callable[[str], Store]) -> None:
+    """Two transfers of the same tip: the second's CAS finds the ref at its own tip (the first won): it counts
+    as up to date, and the commits it reaches are live (indexed), not left as garbage."""
+    src, dst = make("memory"), make("sqlite")
+    tips = commit_chain(src, 2)
+    upd = [sync.RefUpdate("refs/heads/main", bytes.fromhex(tips[-1]), None, "main", "new")]
+    there, here = remotes.side(src, "src"), remotes.side(dst, "dst")
+    plans = sync.plan(there, here, upd)
+    for p in plans:  # landed, as by a transfer killed before its ref moved
+        sync._land(there, here, p, dst.backend.meta_get("gc_epoch"))
+    dst.backend.set_ref_if_equals("refs/heads/main", None, bytes.fromhex(tips[-1]))  # as if its CAS had won
+    assert dst.list() == []
+    rep = sync.transfer(there, here, upd)
+    assert rep.refs[0].status == "up-to-date" and rep.commits == 0
+    assert [c.id for c in dst.list()] == tips and dst.lookup_alias("cp-main-1") == tips[1]
+    assert_clean(dst)
 
 
 def test_sqlite_remote_file_is_untouched_by_a_refused_fetch(tmp_path: Path) -> None:
