@@ -58,6 +58,8 @@ _log = logging.getLogger("crewckpt")
 __all__ = ["DEFAULT_DIR", "ENV_VAR", "Store", "find_store"]
 _EPOCH = "gc_epoch"
 AUTO_PACKS = 32  # per-checkpoint packs a writer merges into one (git's gc.autoPackLimit is 50)
+CHECKPOINT_LEVEL = 1  # zstd level of a checkpoint's own pack: as small as level 3 here, ~3x less CPU cold
+MERGE_LEVEL = 3  # zstd level of a writer's merges: 4x faster than gc's level 9, ~5% more bytes (issue 13)
 LOOSE_MIN = 1 << 20  # bytes: bodies larger than this are stored loose, not packed
 
 
@@ -296,7 +298,7 @@ class Store:
         logs; a running gc postpones it)."""
         from crewckpt.history.gc import merge_packs
         try:
-            if merge_packs(self.parts, self._my_packs):
+            if merge_packs(self.parts, self._my_packs, level=MERGE_LEVEL):
                 self._my_packs = []
         except CkptError as e:
             _log.warning("crewckpt: automatic repack skipped: %s", e)
@@ -308,7 +310,7 @@ class Store:
         self._last_pack = None
         if len(small) < 2:
             return big + [self.objects.frame(k, b) for _, k, b in small]
-        packed = self.objects.pack(small)
+        packed = self.objects.pack(small, level=CHECKPOINT_LEVEL)
         self._last_pack = (packed[0].oid, [o for o, _, _ in small])
         return big + packed
 
