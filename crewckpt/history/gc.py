@@ -178,14 +178,15 @@ def repack_plan(live: set[bytes], metas: dict[bytes, ObjectMeta]) -> list[bytes]
 
 
 def write_packs(parts: StoreParts, oids: list[bytes], progress: Progress | None = None,
-                sizes: dict[bytes, int] | None = None, drop: list[bytes] | None = None) -> int:
-    """Move objects into new packs of up to PACK_MAX body bytes at PACK_LEVEL, ordered by kind and body
-    prefix; returns how many frames changed. Objects gone meanwhile are skipped. Each pack lands with its
-    members' new frames in one transaction, so a crash leaves either frame. ``sizes`` (declared body
-    bytes) bounds each decoding batch to BATCH_BYTES. ``drop``: the packs these objects leave (a writer's
-    merge); they are deleted in the transaction of the last new pack, when no frame names them any more,
-    so no crash or failure leaves their bytes behind (a reader that read an old frame retries on the miss,
-    objectdb.get_many)."""
+                sizes: dict[bytes, int] | None = None, level: int = PACK_LEVEL,
+                drop: list[bytes] | None = None) -> int:
+    """Move objects into new packs of up to PACK_MAX body bytes at zstd ``level`` (default PACK_LEVEL), ordered
+    by kind and body prefix; returns how many frames changed. Objects gone meanwhile are skipped. Each pack
+    lands with its members' new frames in one transaction, so a crash leaves either frame. ``sizes``
+    (declared body bytes) bounds each decoding batch to BATCH_BYTES. ``drop``: the packs these objects leave
+    (a writer's merge); they are deleted in the transaction of the last new pack, when no frame names them
+    any more, so no crash or failure leaves their bytes behind (a reader that read an old frame retries on
+    the miss: objectdb.get_many)."""
     bodies = {}
     for ids in size_batches(oids, sizes):
         bodies.update(parts.objects.get_many(ids))
@@ -198,7 +199,7 @@ def write_packs(parts: StoreParts, oids: list[bytes], progress: Progress | None 
         size += len(it[2])
         last = n == len(items)
         if last or size >= PACK_MAX:
-            objs = parts.objects.pack(batch, level=PACK_LEVEL)
+            objs = parts.objects.pack(batch, level=level)
             with parts.backend.transaction() as txn:  # reframe implies transactions (docs/backends.md)
                 txn.put_many(objs[:1], time.time_ns())
                 moved += txn.reframe((o.oid, o.frame) for o in objs[1:])
@@ -226,7 +227,7 @@ def drop_unreferenced_packs(parts: StoreParts, touched_before_ns: int) -> int:
         return txn.delete_objects(packs, touched_before_ns)
 
 
-def merge_packs(parts: StoreParts, packs: list[tuple[bytes, list[bytes]]]) -> bool:
+def merge_packs(parts: StoreParts, packs: list[tuple[bytes, list[bytes]]], level: int = PACK_LEVEL) -> bool:
     """Merge packs this writer wrote, given as ``(pack id, member ids)``, into bigger packs compressed together
     (git's gc.autoPackLimit idea), deleting them in the same transaction as the last new pack. Needs no
     scan: only the writer's own rows name its packs (a member that already existed kept its older frame).
@@ -237,7 +238,8 @@ def merge_packs(parts: StoreParts, packs: list[tuple[bytes, list[bytes]]]) -> bo
     with b.lock("gc") as got:
         if not got:
             return False
-        write_packs(parts, [o for _, members in packs for o in members], drop=[p for p, _ in packs])
+        write_packs(parts, [o for _, members in packs for o in members], level=level,
+                    drop=[p for p, _ in packs])
     return True
 
 
