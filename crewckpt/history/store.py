@@ -257,7 +257,8 @@ class Store:
                 self._wrote = True
                 if self._last_pack is not None:
                     self._my_packs.append(self._last_pack)
-                    if len(self._my_packs) >= AUTO_PACKS:
+                    if len(self._my_packs) >= min(AUTO_PACKS, getattr(self.backend, "merge_packs_every",
+                                                                        AUTO_PACKS)):
                         self._auto_repack()
                 if not self.backend.capabilities.transactions:
                     self._repair_after_gc(doc, root, splitter)
