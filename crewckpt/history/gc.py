@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from crewckpt.backends.base import HEAD_BYTES, ObjectMeta, writing
@@ -178,13 +178,19 @@ def repack_plan(live: set[bytes], metas: dict[bytes, ObjectMeta]) -> list[bytes]
 
 
 def write_packs(parts: StoreParts, oids: list[bytes], progress: Progress | None = None,
-                sizes: dict[bytes, int] | None = None, level: int = PACK_LEVEL) -> int:
+                sizes: dict[bytes, int] | None = None, level: int = PACK_LEVEL,
+                known: Mapping[bytes, tuple[int, bytes]] | None = None) -> int:
     """Move objects into new packs of up to PACK_MAX body bytes at zstd ``level`` (default PACK_LEVEL), ordered
     by kind and body prefix; returns how many frames changed. Objects gone meanwhile are skipped. Each pack
     lands with its members' new frames in one transaction, so a crash leaves either frame. ``sizes``
-    (declared body bytes) bounds each decoding batch to BATCH_BYTES."""
-    bodies = {}
-    for ids in size_batches(oids, sizes):
+    (declared body bytes) bounds each decoding batch to BATCH_BYTES. ``known``: ``oid -> (kind, body)`` the
+    caller made itself and hashed to those ids (a writer merging its own packs): used instead of reading them
+    back, for the ones still stored."""
+    bodies: dict[bytes, tuple[int, bytes]] = {}
+    if known:
+        mine = [o for o in oids if o in known]
+        bodies = {o: known[o] for o in parts.objects.backend.has_many(mine)}
+    for ids in size_batches([o for o in oids if o not in bodies], sizes):
         bodies.update(parts.objects.get_many(ids))
     items = sorted(((o, k, b) for o, (k, b) in bodies.items()), key=lambda x: (x[1], x[2][:48], x[0]))
     moved = 0
@@ -218,7 +224,8 @@ def drop_unreferenced_packs(parts: StoreParts, touched_before_ns: int) -> int:
         return txn.delete_objects(packs, touched_before_ns)
 
 
-def merge_packs(parts: StoreParts, packs: list[tuple[bytes, list[bytes]]], level: int = PACK_LEVEL) -> bool:
+def merge_packs(parts: StoreParts, packs: list[tuple[bytes, list[bytes]]], level: int = PACK_LEVEL,
+                bodies: Mapping[bytes, tuple[int, bytes]] | None = None) -> bool:
     """Merge packs this writer wrote, given as ``(pack id, member ids)``, into bigger packs compressed together
     (git's gc.autoPackLimit idea), then delete them. Needs no scan: only the writer's own rows name its packs
     (a member that already existed kept its older frame). Skipped, returning False, while a gc holds the
@@ -229,7 +236,7 @@ def merge_packs(parts: StoreParts, packs: list[tuple[bytes, list[bytes]]], level
     with b.lock("gc") as got:
         if not got:
             return False
-        write_packs(parts, [o for _, members in packs for o in members], level=level)
+        write_packs(parts, [o for _, members in packs for o in members], level=level, known=bodies)
         b.delete_objects([p for p, _ in packs], time.time_ns() + 1)
     return True
 
