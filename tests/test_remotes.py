@@ -668,3 +668,72 @@ def test_the_read_limit_bounds_what_one_checkpoint_brings_and_raising_it_lets_it
     monkeypatch.setenv("CKPT_MAX_READ_BYTES", str(1 << 20))
     assert local.fetch(remote, name="origin").commits == 1
     assert local.read("origin/main") == big
+
+
+def _corrupt_source(s: Store) -> None:
+    """Damage one tree of memory store ``s`` so that a transfer fails after the destination was created."""
+    objs = s.backend._box.state.objects  # type: ignore[attr-defined]
+    tree = s.objects.commit(bytes.fromhex(s.resolve("main"))).tree.oid
+    st, t = objs[tree]
+    objs[tree] = (StoredObject(st.oid, st.kind, 3, s.objects.codec.encode(b"abc")), t)
+
+
+def test_a_failed_clone_removes_only_what_it_created(tmp_path: Path) -> None:
+    """git removes what a failed clone created: a bad or unreachable source leaves nothing (it is opened
+    before DEST is made); an error midway removes the new store, the folders made for it and a memory:
+    store, but never a folder or file that was there before."""
+    from cli_helpers import ckpt
+
+    (tmp_path / "afile").write_text("x")
+    for src, why in ((tmp_path / "nothere", "no such folder"), (tmp_path / "afile", "a file, not a store folder"),
+                     ("postgresql://u@127.0.0.1:1/db", "cannot connect")):
+        r = ckpt(None, "clone", str(src), str(tmp_path / "new" / "deep" / "dest"))
+        assert r.exit_code != 0 and why in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert not (tmp_path / "new").exists()
+    good = Store.init(f"memory:good-{tmp_path.name}")
+    commit_chain(good, 2)
+    bad = Store.init(f"memory:bad-{tmp_path.name}")
+    commit_chain(bad, 2)
+    _corrupt_source(bad)
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "sibling.txt").write_text("mine")
+    (tmp_path / "empty").mkdir()
+    for dest in (tmp_path / "kept" / "a" / "b", tmp_path / "empty", f"memory:dest-{tmp_path.name}"):
+        with pytest.raises(IntegrityError):
+            remotes.clone(Store, bad, dest)
+        if isinstance(dest, str):
+            with pytest.raises(CkptError, match="no in-memory store"):
+                Store.open(dest)
+    assert sorted(os.listdir(tmp_path / "kept")) == ["sibling.txt"] and os.listdir(tmp_path / "empty") == []
+
+    def interrupt(phase: str, done: int, total: int | None) -> None:
+        if phase == "write":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        remotes.clone(Store, good, tmp_path / "kept" / "c", progress=interrupt)
+    assert sorted(os.listdir(tmp_path / "kept")) == ["sibling.txt"]
+    # it worked into the same places afterwards
+    with Store.clone(good, tmp_path / "empty") as c:
+        assert c.resolve("main") == good.resolve("main")
+
+
+def test_clone_refuses_an_occupied_destination_before_contacting_the_source(tmp_path: Path) -> None:
+    """A DEST holding a store that is not an interrupted clone of SRC, a file or a folder that is not
+    empty is refused up front (the source is not even opened: here it does not exist) and left as it was."""
+    src = str(tmp_path / "nothere")
+    proj = tmp_path / "proj"
+    with Store.init(proj / ".ckpt") as s:
+        tip = s.commit({"mine": 1})
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("keep")
+    (tmp_path / "afile").write_text("keep")
+    for dest, why in ((proj, "not a clone of"), (proj / ".ckpt", "not a clone of"),
+                      (tmp_path / "full", "not empty"), (tmp_path / "afile", "is a file")):
+        with pytest.raises(CkptError, match=why) as info:
+            Store.clone(src, dest)
+        assert "\n" not in str(info.value)
+    assert sorted(os.listdir(proj)) == [".ckpt"] and os.listdir(tmp_path / "full") == ["notes.txt"]
+    assert (tmp_path / "afile").read_text() == "keep"
+    with Store.open(proj) as s:
+        assert s.resolve("main") == tip and s.remotes() == {}

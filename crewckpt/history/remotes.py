@@ -10,15 +10,18 @@ canonical form, so a relative path keeps meaning the same store from any working
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
-from collections.abc import Iterator, Sequence
+import shutil
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import orjson
 
-from crewckpt.backends import registry
+from crewckpt.backends import memory, registry
 from crewckpt.backends.base import Parts, writing
 from crewckpt.errors import (
     CkptError,
@@ -26,6 +29,7 @@ from crewckpt.errors import (
     PushRejected,
     StoreExists,
     StoreNotFound,
+    SyncError,
     UnknownRemote,
     UntrustedRemote,
 )
@@ -515,58 +519,148 @@ def clone(store_cls: type[Store], src: str | Store, dest: str | os.PathLike[str]
     ``<origin>/<branch>`` remote-tracking refs), with remote ``origin`` naming ``src``. Running it again on
     a clone that was interrupted finishes it; on a finished clone it is refused (fetch or pull update it).
 
+    As git does: ``dest`` is checked first (a store that is not an interrupted clone of ``src``, a file or a
+    folder that is not empty is refused before ``src`` is contacted); ``src`` is opened before anything is
+    created (a bad or unreachable source leaves nothing behind); a clone that fails after creating ``dest``
+    removes what it created (a local folder or ``memory:`` store; never what was there before). A clone into
+    a URL that fails midway is left as an interrupted clone, and the error says so.
+
     ``store_cls``: the Store class (``Store.clone`` passes itself).
 
     Raises:
         StoreExists: ``dest`` holds another store (not a clone of ``src``), a finished clone, or an
-            interrupted clone whose branch moved since. And fetch's errors.
+            interrupted clone whose branch moved since. CkptError: ``dest`` is a file or a folder that is not
+            empty; ``src`` holds no store (one line naming why). And fetch's errors.
     """
     Store = store_cls  # noqa: N806
     origin = check_remote_name(origin)
     src_loc = canonical(src) if isinstance(src, (str, os.PathLike)) else None
+    d = _unfinished_clone(Store, src, src_loc, dest, origin)  # refuses an occupied dest up front
+    if src_loc is not None:
+        other = _open_source(Store, str(src), src_loc)
+    else:
+        other = src  # type: ignore[assignment]
+    undo = None
     try:
-        d = Store.init(dest)
-        with writing(d.backend) as w:
-            w.meta_set(CLONE_STATE, "pending")  # a rerun may finish this clone, never redo a finished one
+        fresh = d is None
+        if d is None:
+            d, undo = _create(Store, dest)
+        try:
+            if fresh:
+                with writing(d.backend) as w:
+                    w.meta_set(CLONE_STATE, "pending")  # a rerun may finish this clone, never redo a finished one
+                if src_loc is not None:
+                    add_remote(d, origin, src_loc, check=False)
+            rep = _clone_into(d, other, origin if src_loc is not None else _where(other, None), origin, dest,
+                              progress)
+        except BaseException as e:
+            d.close()
+            if undo is not None:
+                undo()
+            elif isinstance(e, CkptError) and not registry.local_folder(dest):
+                raise SyncError(f"{e}; {dest} is left as an interrupted clone: run the same clone again to finish "
+                                f"it") from e
+            raise
+    finally:
         if src_loc is not None:
-            add_remote(d, origin, src_loc)
-    except StoreExists:
-        d = Store.open(dest)
-        if src_loc is not None and remotes(d).get(origin) != src_loc:
-            d.close()
-            raise StoreExists(f"{dest}: a store already exists there and is not a clone of {src}; pick another "
-                              f"destination") from None
-        if d.backend.meta_get(CLONE_STATE) != "pending":  # finished: its branches may hold local work now
-            d.close()
-            raise StoreExists(f"{dest}: already a clone of {src}; update it with `ckpt --store {dest} fetch` or "
-                              f"`pull` (a second clone would reset its branches)") from None
-    try:
-        with connect(d, origin if src_loc is not None else src) as (label, other):
-            there, here = side(other, _where(other, label)), side(d, "the clone")
-            updates = []
-            heads, invalid = _valid_heads(other.backend.refs(refnames.HEADS))
-            for ref, tip in heads.items():
-                old = d.backend.get_ref(ref)
-                b = ref[len(refnames.HEADS):]
-                status = "new" if old is None else "up-to-date" if old == tip else "forced"
-                tracked = d.backend.get_ref(tracking_prefix(origin) + b)
-                if status == "forced" and old != tracked:  # not what the interrupted clone set: local work
-                    raise StoreExists(f"{dest}: branch {b} has commits the interrupted clone did not write; "
-                                      f"finish with `ckpt --store {dest} fetch` instead")
-                updates.append(RefUpdate(ref, tip, old, b, status, f"clone: from {there.name}"))
-            rep = _report("clone", there.name, transfer(there, here, updates, progress=progress), invalid)
-            rep.refs += move_refs(here, [RefUpdate(tracking_prefix(origin) + u.ref[len(refnames.HEADS):], u.new,
-                                                   d.backend.get_ref(tracking_prefix(origin) + u.ref[len(refnames.HEADS):]),
-                                                   "", "new", f"clone: from {there.name}") for u in updates])
-            src_head = head.head_ref(other.backend)  # the clone starts on the source's current branch
-            with writing(d.backend) as w:
-                if d.backend.get_ref(src_head) is not None:
-                    w.set_symref(head.HEAD, src_head)
-                w.meta_set(CLONE_STATE, "done")
-    except BaseException:
-        d.close()
-        raise
+            other.close()
     return d, rep
+
+
+def _unfinished_clone(store_cls: type[Store], src: str | Store, src_loc: str | None, dest: str | os.PathLike[str],
+                      origin: str) -> Store | None:
+    """The store at ``dest`` when it is an interrupted clone of ``src`` (to finish), None when there is none.
+
+    Raises:
+        StoreExists: another store, or a finished clone. CkptError: ``dest`` is a file or a non-empty folder.
+    """
+    folder = registry.local_folder(dest)
+    if folder is not None and why_not_a_store(folder) is not None:
+        if os.path.lexists(folder) and not os.path.isdir(folder):
+            raise CkptError(f"{dest}: exists and is a file; clone into a new or empty folder")
+        if os.path.isdir(folder) and os.listdir(folder):
+            raise CkptError(f"{dest}: exists and is not empty (and holds no store); clone into a new or empty "
+                            f"folder")
+        return None
+    try:
+        d = store_cls.open(dest)
+    except StoreNotFound:
+        return None
+    if src_loc is not None and remotes(d).get(origin) != src_loc:
+        d.close()
+        raise StoreExists(f"{dest}: a store already exists there and is not a clone of {src}; pick another "
+                          f"destination")
+    if d.backend.meta_get(CLONE_STATE) != "pending":  # finished: its branches may hold local work now
+        d.close()
+        raise StoreExists(f"{dest}: already a clone of {src}; update it with `ckpt --store {dest} fetch` or "
+                          f"`pull` (a second clone would reset its branches)")
+    return d
+
+
+def _open_source(store_cls: type[Store], src: str, src_loc: str) -> Store:
+    """Open the clone's source first: a bad one is refused before anything is created."""
+    try:
+        return store_cls.open(src_loc)
+    except StoreNotFound as e:
+        why = why_not_a_store(src_loc) if local_location(src_loc) else None
+        raise StoreNotFound(f"cannot clone {src}: {why}; check the location (nothing was created)" if why
+                            else f"cannot clone {src}: {e}") from None
+
+
+def _create(store_cls: type[Store], dest: str | os.PathLike[str]) -> tuple[Store, Callable[[], None] | None]:
+    """A new store at ``dest`` and a function that removes what creating it made (None: a URL, left)."""
+    folder = registry.local_folder(dest)
+    if folder is None:
+        d = store_cls.init(dest)
+        loc = registry.parse(dest)
+        if loc.scheme == "memory" and loc.target:
+            return d, lambda: memory.forget(loc.target, d.backend)  # type: ignore[arg-type]
+        return d, None
+    p = Path(folder)
+    made = [a for a in (p, *p.parents) if not os.path.lexists(a)]  # folders mkdir will create, deepest first
+    before = set(os.listdir(p)) if not made else None
+    d = store_cls.init(dest)
+
+    def undo() -> None:
+        if before is None:  # clone made the folder: everything in it is its own
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            for name in set(os.listdir(p)) - before:
+                with contextlib.suppress(OSError):
+                    os.unlink(p / name)
+        for a in made[1:]:  # the parents it made, if empty (never one that holds anything)
+            try:
+                os.rmdir(a)
+            except OSError:
+                break
+
+    return d, undo
+
+
+def _clone_into(d: Store, other: Store, label: str, origin: str, dest: str | os.PathLike[str],
+                progress: Progress | None) -> SyncReport:
+    there, here = side(other, label), side(d, "the clone")
+    updates = []
+    heads, invalid = _valid_heads(other.backend.refs(refnames.HEADS))
+    for ref, tip in heads.items():
+        old = d.backend.get_ref(ref)
+        b = ref[len(refnames.HEADS):]
+        status = "new" if old is None else "up-to-date" if old == tip else "forced"
+        tracked = d.backend.get_ref(tracking_prefix(origin) + b)
+        if status == "forced" and old != tracked:  # not what the interrupted clone set: local work
+            raise StoreExists(f"{dest}: branch {b} has commits the interrupted clone did not write; "
+                              f"finish with `ckpt --store {dest} fetch` instead")
+        updates.append(RefUpdate(ref, tip, old, b, status, f"clone: from {there.name}"))
+    rep = _report("clone", there.name, transfer(there, here, updates, progress=progress), invalid)
+    track = [tracking_prefix(origin) + u.ref[len(refnames.HEADS):] for u in updates]
+    rep.refs += move_refs(here, [RefUpdate(t, u.new, d.backend.get_ref(t), "", "new", f"clone: from {there.name}")
+                                 for t, u in zip(track, updates, strict=True)])
+    src_head = head.head_ref(other.backend)  # the clone starts on the source's current branch
+    with writing(d.backend) as w:
+        if d.backend.get_ref(src_head) is not None:
+            w.set_symref(head.HEAD, src_head)
+        w.meta_set(CLONE_STATE, "done")
+    return rep
 
 
 def _hex(oid: bytes | None) -> str | None:

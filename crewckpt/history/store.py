@@ -271,7 +271,8 @@ class Store:
                         if self._pack_bytes + len(body) <= MERGE_MEMORY:
                             self._pack_bodies[oid] = (kind, body)
                             self._pack_bytes += len(body)
-                    if len(self._my_packs) >= AUTO_PACKS:
+                    if len(self._my_packs) >= min(AUTO_PACKS, getattr(self.backend, "merge_packs_every",
+                                                                        AUTO_PACKS)):
                         self._auto_repack()
                 if not self.backend.capabilities.transactions:
                     self._repair_after_gc(doc, root, splitter)
