@@ -269,8 +269,9 @@ def gc(parts: StoreParts, *, dry_run: bool = False, grace_ns: int = 0, progress:
     lock = b.lock("gc", wait_s=wait_s) if caps.locks else contextlib.nullcontext(True)
     with lock as got:  # a writer's automatic repack holds it for well under a second
         if not got:
-            raise GcBusy(f"another gc is running on this store (its lock stayed taken for {wait_s:.0f} s); wait "
-                         f"for it to finish")
+            holder = b.lock_holder("gc")
+            raise GcBusy(f"another gc is running on this store (its lock stayed taken for {wait_s:.0f} s"
+                         f"{'; ' + holder if holder else ''}); wait for it to finish")
         before = parts.size_bytes()
         # the cutoff is read *before* the epoch bump: a writer that puts objects after the bump either saw the
         # old epoch (its transaction committed before the bump, so mark sees its commit) or stamps them with
