@@ -20,7 +20,15 @@ import orjson
 
 from crewckpt.backends import registry
 from crewckpt.backends.base import Parts, writing
-from crewckpt.errors import CkptError, PullDiverged, PushRejected, StoreExists, UnknownRemote, UntrustedRemote
+from crewckpt.errors import (
+    CkptError,
+    PullDiverged,
+    PushRejected,
+    StoreExists,
+    StoreNotFound,
+    UnknownRemote,
+    UntrustedRemote,
+)
 from crewckpt.history import head, refnames, trust
 from crewckpt.history.sync import (
     Progress,
@@ -70,16 +78,26 @@ def canonical(location: str | os.PathLike[str]) -> str:
     return registry.identity(location, strict=False)
 
 
-def add_remote(store: Store, name: str, location: str | os.PathLike[str]) -> str:
+def add_remote(store: Store, name: str, location: str | os.PathLike[str], *, check: bool = True) -> str:
     """Add remote ``name`` at ``location`` (stored canonical; returns that form).
 
+    ``check`` (default): a local location (a folder path, ``sqlite:PATH``, ``memory:NAME``) must hold a store
+    now, so a typo is caught here rather than at the first fetch; ``check=False`` records it anyway (a store
+    created later). URLs are never contacted here (a server may be down; git accepts unreachable URLs too).
+
     Raises:
-        BadRefName: bad name. CkptError: the name exists already, or the location names this store.
+        BadRefName: bad name. StoreNotFound: (``check``) a local location that holds no store. CkptError: the
+        name exists already, or the location is this store itself (any spelling: ``./x``, ``x/``, a symlink).
     """
     name = check_remote_name(name)
     loc = canonical(location)
-    if loc == location_of(store):
-        raise CkptError(f"{location}: that is this store itself; a remote is another store")
+    if is_this_store(store, location):
+        raise CkptError(f"{location}: that is this store itself; a remote is another store (give its location)")
+    if check and local_location(location):
+        why = why_not_a_store(location)
+        if why is not None:
+            raise StoreNotFound(f"cannot add remote {name}: {location}: {why}; check the location, or add it "
+                                f"anyway with `ckpt remote add --no-check {name} {location}`")
     with writing(store.backend) as w:
         cur = _read(w.meta_get(META_KEY))
         if name in cur:
@@ -89,6 +107,61 @@ def add_remote(store: Store, name: str, location: str | os.PathLike[str]) -> str
         w.meta_set(META_KEY, orjson.dumps(dict(sorted(cur.items()))).decode())
     trust.record(location_of(store), name, loc)  # this user chose it: usable by name on this machine
     return loc
+
+
+def local_location(location: str | os.PathLike[str]) -> bool:
+    """Whether ``location`` is on this machine and cheap to look at (a folder path, ``sqlite:``, ``memory:``).
+    Raises BadLocation (an unknown scheme)."""
+    return registry.parse(location).scheme in ("sqlite", "memory")
+
+
+def why_not_a_store(location: str | os.PathLike[str]) -> str | None:
+    """For a local location: why no store is there, in a few words without a fix ("no such folder", "a file,
+    not a store folder", ...); None when one is (or for a remote URL, which only connecting can tell)."""
+    loc = registry.parse(location)
+    if loc.scheme == "memory":
+        return None if registry.has_store(loc) else "no in-memory store of that name in this process"
+    if loc.scheme != "sqlite":
+        return None
+    try:
+        registry.open_backend(loc.text).backend.close()  # the real test: what fetch will open
+        return None
+    except StoreNotFound:
+        pass
+    except CkptError as e:  # a damaged or newer store, a permission problem: its own words
+        return str(e)
+    p = loc.target
+    if not os.path.lexists(p):
+        return "no such folder"
+    if not os.path.isdir(p):
+        return "a file, not a store folder"
+    return "a folder without a crewckpt store"
+
+
+def is_this_store(store: Store, location: str | os.PathLike[str] | Store) -> bool:
+    """Whether ``location`` (or an open Store) names ``store`` itself, however spelled: the same identity,
+    the same backend object, or (local stores) the same ``store.db`` file, so ``./x``, ``x/``, a symlink to
+    it and a project folder holding it as ``.ckpt`` all count. Never raises for a location no backend serves."""
+    if not isinstance(location, (str, os.PathLike)):
+        if location.backend is store.backend:
+            return True
+        a, b = getattr(store, "path", None), getattr(location, "path", None)
+        if a is not None and b is not None:  # local store folders: the same folder, however reached
+            try:
+                return os.path.samefile(a, b)
+            except OSError:
+                pass
+        return location.location is not None and location.location == location_of(store)
+    try:
+        here = location_of(store)
+        if here is None:
+            return False
+        if canonical(location) == here:
+            return True
+        mine = registry.instance(here)
+        return mine is not None and registry.instance(location) == mine
+    except CkptError:
+        return False
 
 
 def trust_remote(store: Store, name: str) -> str:
@@ -152,8 +225,11 @@ def connect(store: Store, remote: str | Store | None) -> Iterator[tuple[str | No
 
     Raises:
         UnknownRemote: no remote given and no ``origin``; or a name that is neither a remote nor a store.
+        StoreNotFound: a configured remote's location holds no store (the message says how to fix it).
+        CkptError: the remote is this store itself.
     """
     if not isinstance(remote, (str, os.PathLike)) and remote is not None:  # an open Store
+        _refuse_self(store, remote, None, "that store")
         yield None, remote
         return
     Store = type(store)  # noqa: N806 (the class that opens locations; history.store imports this module)
@@ -165,12 +241,15 @@ def connect(store: Store, remote: str | Store | None) -> Iterator[tuple[str | No
                 f"remote {name} ({conf[name]}) came with this store and was not added on this machine; it would "
                 f"receive your credentials and checkpoints: check it with `ckpt remote -v`, then `ckpt remote "
                 f"trust {name}` (or remove it)")
-        other = Store.open(conf[name])
+        other = _open_remote(Store, name, conf[name])
         label: str | None = name
     elif remote is None:
         raise UnknownRemote("no remote named 'origin'; add one with `ckpt remote add origin LOCATION` or name a "
                             "remote")
     else:
+        if is_this_store(store, remote):  # before opening: "x/../.ckpt" names it though "x" does not exist
+            raise CkptError(f"{remote} ({location_of(store)}) is this store itself: fetch, pull and push need "
+                            f"another store; name another store")
         try:
             other = Store.open(remote)
         except CkptError as e:
@@ -178,9 +257,28 @@ def connect(store: Store, remote: str | Store | None) -> Iterator[tuple[str | No
             raise UnknownRemote(f"{remote!r} is neither a remote ({known}) nor a store: {e}") from None
         label = None
     try:
+        _refuse_self(store, other, label, str(remote))
         yield label, other
     finally:
         other.close()
+
+
+def _open_remote(store_cls: type[Store], name: str, location: str) -> Store:
+    """Open configured remote ``name``; a local location without a store is named with the way to fix the
+    config (not `ckpt init` at what may be a typo)."""
+    try:
+        return store_cls.open(location)
+    except StoreNotFound as e:
+        why = why_not_a_store(location) if local_location(location) else None
+        raise StoreNotFound(f"remote {name} ({location}): {why or e}; check the location with `ckpt remote -v`, "
+                            f"fix it with `ckpt remote remove {name}` then `ckpt remote add {name} LOCATION`") from None
+
+
+def _refuse_self(store: Store, other: Store, label: str | None, given: str) -> None:
+    if is_this_store(store, other):
+        fix = f"; remove it with `ckpt remote remove {label}`" if label else "; name another store"
+        raise CkptError(f"{f'remote {label}' if label else given} ({location_of(other) or 'memory store'}) is this "
+                        f"store itself: fetch, pull and push need another store{fix}")
 
 
 def side(store: Store, name: str) -> Side:
