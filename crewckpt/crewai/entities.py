@@ -10,12 +10,17 @@ redacted and cleaned again (the fingerprint is the pydantic dump itself: a chang
 it; object identity is never trusted alone); the rest are the same :class:`~crewckpt.history.snapshot.Frozen`
 objects as last time, which the store reuses in O(1).
 
+The tasks' dump is one text; a task whose text is byte-equal to last checkpoint's at the same position (and
+whose callbacks would be kept or dropped alike) is not parsed at all: the text is parsed from the first task
+that differs (usually the running one, near the end). Each agent's piece is one Frozen object shared by all
+its tasks, so the store walks it once per checkpoint however many tasks embed it.
+
 The first document of each dumper is also dumped whole and compared byte for byte; if the pieces do not
 give exactly CrewAI's dump (another crewai version, a custom serializer), that dumper falls back to whole
 dumps for good. Any error in the pieced path does the same.
 
-Memory: the previous checkpoint's parts only (one dict and two Frozen values per task, one Frozen per
-agent), about twice the JSON size of the crew.
+Memory: the previous checkpoint's parts only (one parsed dict, two Frozen values and the dump text per task,
+one Frozen per agent), about three times the JSON size of the crew.
 """
 
 from __future__ import annotations
@@ -212,7 +217,8 @@ class CrewDumper:
         tasks_text = crew.model_dump_json(include={"tasks"}, exclude={"tasks": {"__all__": {"agent"}}},
                                           warnings=False)
         old = self._tasks
-        dumped, texts = self._task_dumps(tasks_text, tasks, old)
+        verdicts = [_callback_verdict(t) for t in tasks]
+        dumped, texts = self._task_dumps(tasks_text, verdicts, old)
         agents: dict[int, Frozen] = {}  # this checkpoint: agent object -> piece (same object, same moment)
         seen: dict[str, Frozen] = {}
         new: list[_Task] = []
@@ -239,7 +245,6 @@ class CrewDumper:
                 if agent is not None:
                     agents[id(agent)] = piece
             prev = old[j] if j < len(old) else None
-            verdict = _callback_verdict(task)
             if raw is None:  # its text is byte-equal to last checkpoint's, and so are its callbacks' fates
                 assert prev is not None
                 raw, prefix, suffix = prev.raw, prev.prefix, prev.suffix
@@ -258,15 +263,17 @@ class CrewDumper:
                 value_f = prev.value
             else:
                 value_f = Frozen(Parts([prefix, piece, suffix], join=True), size=_joined_size((prefix, piece, suffix)))
-            new.append(_Task(raw, prefix, piece, suffix, value_f, texts[j], verdict))
+            new.append(_Task(raw, prefix, piece, suffix, value_f, texts[j], verdicts[j]))
             values.append(value_f)
         self._tasks = new
         self._agents = seen
         return _insert_before(top, _after(type(crew), "tasks"), "tasks", values)
 
-    def _task_dumps(self, text: str, tasks: list[Any], old: list[_Task]) -> tuple[list[Any], list[str | None]]:
+    def _task_dumps(self, text: str, verdicts: list[tuple[bool, ...] | None], old: list[_Task]
+                    ) -> tuple[list[Any], list[str | None]]:
         """Each task's dump (without its agent) from ``text`` (``{"tasks":[...]}`` as pydantic wrote it), and
-        its text for the next checkpoint's comparison (None when not found).
+        its text for the next checkpoint's comparison (None when not found). ``verdicts``: each task's
+        :func:`_callback_verdict` now.
 
         A task whose text is byte-equal to last checkpoint's at the same position (a JSON object is
         prefix-free: equal bytes there are the whole, equal object) and whose callbacks would be kept or
@@ -280,16 +287,16 @@ class CrewDumper:
         pos = len(head)
         out: list[Any] = []
         texts: list[str | None] = []
-        for j, task in enumerate(tasks):
+        for j, verdict in enumerate(verdicts):
             prev = old[j] if j < len(old) else None
-            if (prev is None or prev.text is None or not text.startswith(prev.text, pos)
-                    or prev.verdict != _callback_verdict(task) or prev.verdict is None):
+            if (prev is None or prev.text is None or verdict is None or prev.verdict != verdict
+                    or not text.startswith(prev.text, pos)):
                 break
             out.append(None)
             texts.append(prev.text)
             pos += len(prev.text) + 1
-        rest = orjson.loads("[" + text[pos:-1]) if len(out) < len(tasks) else []
-        if len(out) + len(rest) != len(tasks):
+        rest = orjson.loads("[" + text[pos:-1]) if len(out) < len(verdicts) else []
+        if len(out) + len(rest) != len(verdicts):
             raise ValueError("task count changed while dumping")
         found = True
         for raw in rest:

@@ -5,7 +5,10 @@ The document has exactly the keys CrewAI's listener writes, in its order: ``crew
 and ``trigger``. Entities are dumped on every checkpoint (they change all the time); the event record is
 append-mostly, so each event is dumped once and each node is rebuilt only when an event added after it
 wired a new edge to it (``EventRecord.add`` touches at most the parent, triggering, previous and started
-nodes). The cost of one checkpoint therefore does not grow with the number of events recorded so far.
+nodes; each new node names them, so events recorded without passing through crewckpt's hook, such as
+CrewAI's checkpoint events, are covered too). The cost of one checkpoint therefore does not grow with the number of events recorded
+so far. Memory: each node is kept as its compact JSON bytes only (:class:`crewckpt.crewai.entities.Encoded`),
+never as parsed dicts: about the event record's JSON size once, plus ~150 bytes of bookkeeping per event.
 
 Difference from CrewAI, on purpose: an event embeds live objects (a ``task_started`` event holds the Task);
 CrewAI re-dumps them on every checkpoint, so an old event shows later task output. Here an event is dumped
@@ -142,12 +145,19 @@ class SnapshotBuilder:
         if new:
             fresh = list(itertools.islice(reversed(nodes), new))
             for event_id in reversed(fresh):
-                log.set(event_id, self._node(event_id, nodes[event_id]))
+                node = nodes[event_id]
+                log.set(event_id, self._node(event_id, node))
+                if not self._full:  # the nodes it wired edges to: also for events the hook does not mark
+                    ev = node.event  # (checkpoint events are recorded without passing through it)
+                    for ref in (ev.parent_event_id, ev.triggered_by_event_id, ev.previous_event_id,
+                                getattr(ev, "started_event_id", None)):
+                        if ref:
+                            self._dirty.add(ref)
         if not self._full:
             for event_id in self._dirty:
-                node = nodes.get(event_id)
-                if node is not None and event_id in log:
-                    log.set(event_id, self._node(event_id, node))
+                dirty = nodes.get(event_id)
+                if dirty is not None and event_id in log:
+                    log.set(event_id, self._node(event_id, dirty))
         self._dirty = set()
         self._full = False
         return log.parts()
