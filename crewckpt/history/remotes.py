@@ -10,15 +10,18 @@ canonical form, so a relative path keeps meaning the same store from any working
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
-from collections.abc import Iterator, Sequence
+import shutil
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import orjson
 
-from crewckpt.backends import registry
+from crewckpt.backends import memory, registry
 from crewckpt.backends.base import Parts, writing
 from crewckpt.errors import (
     CkptError,
@@ -26,9 +29,11 @@ from crewckpt.errors import (
     PushRejected,
     StoreExists,
     StoreNotFound,
+    SyncError,
     UnknownRemote,
     UntrustedRemote,
 )
+from crewckpt.format import objects as ob
 from crewckpt.history import head, refnames, trust
 from crewckpt.history.sync import (
     Progress,
@@ -190,11 +195,61 @@ def remove_remote(store: Store, name: str) -> list[str]:
         del cur[name]
         w.meta_set(META_KEY, orjson.dumps(cur).decode())
         gone = w.refs(tracking_prefix(name))
-        for ref, target in gone.items():
-            w.set_ref_if_equals(ref, target, None)
-            w.reflog_delete(ref)
+        _delete_tracking(w, gone)
     trust.record(location_of(store), name, None)
     return list(gone)
+
+
+def _delete_tracking(w: Parts, gone: dict[str, bytes]) -> None:
+    """Delete remote-tracking refs (``ref -> tip``) and their reflogs, and un-index the commits fetched for
+    them that no other ref reaches any more (as in git, they become unreachable: not listed, gc collects
+    them). Commits a local branch or another ref still reaches stay live."""
+    for ref, target in gone.items():
+        w.set_ref_if_equals(ref, target, None)
+        w.reflog_delete(ref)
+    labels = {ref[len(refnames.REMOTES):] for ref in gone}  # fetched commits carry the label "origin/exp"
+    rows = {r.id: r for r in w.index_rows()}
+    if not labels or not any(r.branch in labels for r in rows.values()):
+        return
+    reach: set[bytes] = set()
+    stack = list(w.refs().values())
+    while stack:
+        cid = stack.pop()
+        if cid in reach:
+            continue
+        reach.add(cid)
+        row = rows.get(cid)
+        if row is not None:
+            stack.extend(row.parents)
+    w.index_remove([cid for cid, r in rows.items() if r.branch in labels and cid not in reach])
+
+
+def prune_remote(store: Store, remote: str | Store | None = None, *, name: str | None = None,
+                 dry_run: bool = False) -> SyncReport:
+    """Delete the remote-tracking refs ``refs/remotes/<name>/*`` whose branch the remote no longer has
+    (``ckpt remote prune``, ``fetch --prune``); nothing is transferred. Each is reported with status
+    "pruned" (with ``dry_run``: would be, nothing changed).
+
+    Raises:
+        UnknownRemote, UntrustedRemote, CkptError: as :func:`fetch`.
+    """
+    with connect(store, remote) as (label, other):
+        ns = check_remote_name(name or label or DEFAULT_REMOTE)
+        rep = SyncReport(dry_run=dry_run, remote=_where(other, label), verb="prune")
+        rep.refs = _prune_stale(store, ns, other.backend.refs(refnames.HEADS), dry_run)
+    return rep
+
+
+def _prune_stale(store: Store, ns: str, heads: dict[str, bytes], dry_run: bool) -> list[RefResult]:
+    """Delete ``refs/remotes/<ns>/B`` for each B that is not among the remote's ``heads`` (every branch ref
+    it holds, valid here or not: a branch that exists but was not fetched is not stale)."""
+    have = {ref[len(refnames.HEADS):] for ref in heads}
+    prefix = tracking_prefix(ns)
+    stale = {ref: tip for ref, tip in store.backend.refs(prefix).items() if ref[len(prefix):] not in have}
+    if stale and not dry_run:
+        with writing(store.backend) as w:
+            _delete_tracking(w, stale)
+    return [RefResult(ref, tip.hex(), None, "pruned") for ref, tip in sorted(stale.items())]
 
 
 def _read(raw: str | None) -> dict[str, str]:
@@ -340,16 +395,56 @@ def _valid_heads(heads: dict[str, bytes]) -> tuple[dict[str, bytes], list[RefRes
     return good, bad
 
 
+def tip_problem(backend: Parts, tip: bytes, where: str) -> str | None:
+    """Why branch tip ``tip`` of the store ``where`` cannot be fetched (it is not there, or not a commit), in
+    one line with what to do; None when it is a commit object (its bytes are verified when read)."""
+    got = backend.get_many([tip]).get(tip)
+    if got is None:
+        return f"points at {tip.hex()[:12]}, which {where} does not have (a damaged store: run `ckpt fsck` there)"
+    if got.kind != ob.COMMIT:
+        kind = ob.KIND_NAMES.get(got.kind, b"unknown object").decode()
+        return (f"points at {tip.hex()[:12]}, a {kind}, not a checkpoint (a damaged or hostile store: run "
+                f"`ckpt fsck` there)")
+    return None
+
+
+def _sound_heads(backend: Parts, heads: dict[str, bytes], where: str) -> tuple[dict[str, bytes], list[RefResult]]:
+    """Split branch refs into those whose tip is a commit object and the others, reported as rejected."""
+    good: dict[str, bytes] = {}
+    bad: list[RefResult] = []
+    kinds = backend.get_many(list(set(heads.values()))) if heads else {}
+    for ref, tip in heads.items():
+        got = kinds.get(tip)
+        why = tip_problem(backend, tip, where) if got is None or got.kind != ob.COMMIT else None
+        if why is not None:
+            bad.append(RefResult(ref, None, tip.hex(), "rejected", f"{why}; not fetched"))
+            continue
+        good[ref] = tip
+    return good, bad
+
+
+def _remote_heads(other: Store, where: str) -> tuple[dict[str, bytes], list[RefResult]]:
+    """The remote's branch refs that can be fetched, and the others as rejected results (a name not valid
+    here, a tip that is missing or not a commit)."""
+    heads, invalid = _valid_heads(other.backend.refs(refnames.HEADS))
+    heads, broken = _sound_heads(other.backend, heads, where)
+    return heads, invalid + broken
+
+
 def _report(verb: str, remote: str, t: TransferReport, extra: Sequence[RefResult] = ()) -> SyncReport:
     return SyncReport(t.commits, t.objects, t.bytes, t.seconds, [*t.refs, *extra], t.dry_run, remote, verb)
 
 
 def fetch(store: Store, remote: str | Store | None = None, branches: Sequence[str] | None = None, *,
-          name: str | None = None, dry_run: bool = False, progress: Progress | None = None) -> SyncReport:
+          name: str | None = None, dry_run: bool = False, progress: Progress | None = None,
+          prune: bool = False) -> SyncReport:
     """Bring the remote's branches (all, or ``branches``) and what they need; move ``refs/remotes/<name>/*``
     to the remote's tips (forced, as git's default refspec ``+refs/heads/*:refs/remotes/origin/*``).
 
     ``name``: the tracking namespace when ``remote`` is a location or a Store (default: the remote's name).
+    ``prune``: also delete the tracking refs of branches the remote no longer has (git's ``fetch --prune``;
+    reported as "pruned"). With ``branches`` there is nothing to prune (a named branch the remote lacks is an
+    error), as git prunes only what its refspec names.
 
     Raises:
         UnknownRemote; CkptError: a branch the remote does not have; SyncError / IntegrityError: the remote
@@ -357,11 +452,15 @@ def fetch(store: Store, remote: str | Store | None = None, branches: Sequence[st
     """
     with connect(store, remote) as (label, other):
         ns = check_remote_name(name or label or DEFAULT_REMOTE)
-        heads, invalid = _valid_heads(other.backend.refs(refnames.HEADS))
+        heads, invalid = _remote_heads(other, _where(other, label))
         if branches:
             want = {}
             for b in branches:
                 ref = refnames.branch_ref(b)
+                bad = next((r for r in invalid if r.ref == ref), None)
+                if bad is not None:
+                    why = (bad.reason or "").removesuffix("; not fetched")
+                    raise SyncError(f"branch {b} of {_where(other, label)} {why}; nothing was fetched")
                 if ref not in heads:
                     raise CkptError(f"{_where(other, label)} has no branch {b!r}; its branches: "
                                     f"{', '.join(k[len(refnames.HEADS):] for k in heads) or 'none'}")
@@ -376,8 +475,11 @@ def fetch(store: Store, remote: str | Store | None = None, branches: Sequence[st
             status = ("new" if old is None else "up-to-date" if old == tip
                       else "fast-forward" if is_ancestor(there, old, tip) else "forced")
             updates.append(RefUpdate(dst, tip, old, f"{ns}/{b}", status, f"fetch: {status} from {there.name}"))
-        return _report("fetch", there.name, transfer(there, here, updates, dry_run=dry_run, progress=progress),
-                       [] if branches else invalid)
+        rep = _report("fetch", there.name, transfer(there, here, updates, dry_run=dry_run, progress=progress),
+                      [] if branches else invalid)
+        if prune and not branches:  # after the transfer: a kill in between leaves stale refs, never a lost one
+            rep.refs += _prune_stale(store, ns, other.backend.refs(refnames.HEADS), dry_run)
+        return rep
 
 
 def pull(store: Store, remote: str | Store | None = None, branch: str | None = None, *, name: str | None = None,
@@ -470,7 +572,12 @@ def push(store: Store, remote: str | Store | None = None, branch: str | None = N
                 status = "new"
             elif theirs == mine:
                 status = "up-to-date"
-            elif _known(store.backend, theirs) and is_ancestor(here, theirs, mine):
+            elif (broken := tip_problem(other.backend, theirs, there.name)) is not None and not force:
+                rejected.append(RefResult(ref, theirs.hex(), mine.hex(), "rejected",
+                                          f"{there.name}'s {b} {broken}; `ckpt push --force {label or there.name} "
+                                          f"{b}` replaces it"))
+                continue
+            elif broken is None and _known(store.backend, theirs) and is_ancestor(here, theirs, mine):
                 status = "fast-forward"
             elif force:
                 status = "forced"
@@ -515,58 +622,148 @@ def clone(store_cls: type[Store], src: str | Store, dest: str | os.PathLike[str]
     ``<origin>/<branch>`` remote-tracking refs), with remote ``origin`` naming ``src``. Running it again on
     a clone that was interrupted finishes it; on a finished clone it is refused (fetch or pull update it).
 
+    As git does: ``dest`` is checked first (a store that is not an interrupted clone of ``src``, a file or a
+    folder that is not empty is refused before ``src`` is contacted); ``src`` is opened before anything is
+    created (a bad or unreachable source leaves nothing behind); a clone that fails after creating ``dest``
+    removes what it created (a local folder or ``memory:`` store; never what was there before). A clone into
+    a URL that fails midway is left as an interrupted clone, and the error says so.
+
     ``store_cls``: the Store class (``Store.clone`` passes itself).
 
     Raises:
         StoreExists: ``dest`` holds another store (not a clone of ``src``), a finished clone, or an
-            interrupted clone whose branch moved since. And fetch's errors.
+            interrupted clone whose branch moved since. CkptError: ``dest`` is a file or a folder that is not
+            empty; ``src`` holds no store (one line naming why). And fetch's errors.
     """
     Store = store_cls  # noqa: N806
     origin = check_remote_name(origin)
     src_loc = canonical(src) if isinstance(src, (str, os.PathLike)) else None
+    d = _unfinished_clone(Store, src, src_loc, dest, origin)  # refuses an occupied dest up front
+    if src_loc is not None:
+        other = _open_source(Store, str(src), src_loc)
+    else:
+        other = src  # type: ignore[assignment]
+    undo = None
     try:
-        d = Store.init(dest)
-        with writing(d.backend) as w:
-            w.meta_set(CLONE_STATE, "pending")  # a rerun may finish this clone, never redo a finished one
+        fresh = d is None
+        if d is None:
+            d, undo = _create(Store, dest)
+        try:
+            if fresh:
+                with writing(d.backend) as w:
+                    w.meta_set(CLONE_STATE, "pending")  # a rerun may finish this clone, never redo a finished one
+                if src_loc is not None:
+                    add_remote(d, origin, src_loc, check=False)
+            rep = _clone_into(d, other, origin if src_loc is not None else _where(other, None), origin, dest,
+                              progress)
+        except BaseException as e:
+            d.close()
+            if undo is not None:
+                undo()
+            elif isinstance(e, CkptError) and not registry.local_folder(dest):
+                raise SyncError(f"{e}; {dest} is left as an interrupted clone: run the same clone again to finish "
+                                f"it") from e
+            raise
+    finally:
         if src_loc is not None:
-            add_remote(d, origin, src_loc)
-    except StoreExists:
-        d = Store.open(dest)
-        if src_loc is not None and remotes(d).get(origin) != src_loc:
-            d.close()
-            raise StoreExists(f"{dest}: a store already exists there and is not a clone of {src}; pick another "
-                              f"destination") from None
-        if d.backend.meta_get(CLONE_STATE) != "pending":  # finished: its branches may hold local work now
-            d.close()
-            raise StoreExists(f"{dest}: already a clone of {src}; update it with `ckpt --store {dest} fetch` or "
-                              f"`pull` (a second clone would reset its branches)") from None
-    try:
-        with connect(d, origin if src_loc is not None else src) as (label, other):
-            there, here = side(other, _where(other, label)), side(d, "the clone")
-            updates = []
-            heads, invalid = _valid_heads(other.backend.refs(refnames.HEADS))
-            for ref, tip in heads.items():
-                old = d.backend.get_ref(ref)
-                b = ref[len(refnames.HEADS):]
-                status = "new" if old is None else "up-to-date" if old == tip else "forced"
-                tracked = d.backend.get_ref(tracking_prefix(origin) + b)
-                if status == "forced" and old != tracked:  # not what the interrupted clone set: local work
-                    raise StoreExists(f"{dest}: branch {b} has commits the interrupted clone did not write; "
-                                      f"finish with `ckpt --store {dest} fetch` instead")
-                updates.append(RefUpdate(ref, tip, old, b, status, f"clone: from {there.name}"))
-            rep = _report("clone", there.name, transfer(there, here, updates, progress=progress), invalid)
-            rep.refs += move_refs(here, [RefUpdate(tracking_prefix(origin) + u.ref[len(refnames.HEADS):], u.new,
-                                                   d.backend.get_ref(tracking_prefix(origin) + u.ref[len(refnames.HEADS):]),
-                                                   "", "new", f"clone: from {there.name}") for u in updates])
-            src_head = head.head_ref(other.backend)  # the clone starts on the source's current branch
-            with writing(d.backend) as w:
-                if d.backend.get_ref(src_head) is not None:
-                    w.set_symref(head.HEAD, src_head)
-                w.meta_set(CLONE_STATE, "done")
-    except BaseException:
-        d.close()
-        raise
+            other.close()
     return d, rep
+
+
+def _unfinished_clone(store_cls: type[Store], src: str | Store, src_loc: str | None, dest: str | os.PathLike[str],
+                      origin: str) -> Store | None:
+    """The store at ``dest`` when it is an interrupted clone of ``src`` (to finish), None when there is none.
+
+    Raises:
+        StoreExists: another store, or a finished clone. CkptError: ``dest`` is a file or a non-empty folder.
+    """
+    folder = registry.local_folder(dest)
+    if folder is not None and why_not_a_store(folder) is not None:
+        if os.path.lexists(folder) and not os.path.isdir(folder):
+            raise CkptError(f"{dest}: exists and is a file; clone into a new or empty folder")
+        if os.path.isdir(folder) and os.listdir(folder):
+            raise CkptError(f"{dest}: exists and is not empty (and holds no store); clone into a new or empty "
+                            f"folder")
+        return None
+    try:
+        d = store_cls.open(dest)
+    except StoreNotFound:
+        return None
+    if src_loc is not None and remotes(d).get(origin) != src_loc:
+        d.close()
+        raise StoreExists(f"{dest}: a store already exists there and is not a clone of {src}; pick another "
+                          f"destination")
+    if d.backend.meta_get(CLONE_STATE) != "pending":  # finished: its branches may hold local work now
+        d.close()
+        raise StoreExists(f"{dest}: already a clone of {src}; update it with `ckpt --store {dest} fetch` or "
+                          f"`pull` (a second clone would reset its branches)")
+    return d
+
+
+def _open_source(store_cls: type[Store], src: str, src_loc: str) -> Store:
+    """Open the clone's source first: a bad one is refused before anything is created."""
+    try:
+        return store_cls.open(src_loc)
+    except StoreNotFound as e:
+        why = why_not_a_store(src_loc) if local_location(src_loc) else None
+        raise StoreNotFound(f"cannot clone {src}: {why}; check the location (nothing was created)" if why
+                            else f"cannot clone {src}: {e}") from None
+
+
+def _create(store_cls: type[Store], dest: str | os.PathLike[str]) -> tuple[Store, Callable[[], None] | None]:
+    """A new store at ``dest`` and a function that removes what creating it made (None: a URL, left)."""
+    folder = registry.local_folder(dest)
+    if folder is None:
+        d = store_cls.init(dest)
+        loc = registry.parse(dest)
+        if loc.scheme == "memory" and loc.target:
+            return d, lambda: memory.forget(loc.target, d.backend)  # type: ignore[arg-type]
+        return d, None
+    p = Path(folder)
+    made = [a for a in (p, *p.parents) if not os.path.lexists(a)]  # folders mkdir will create, deepest first
+    before = set(os.listdir(p)) if not made else None
+    d = store_cls.init(dest)
+
+    def undo() -> None:
+        if before is None:  # clone made the folder: everything in it is its own
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            for name in set(os.listdir(p)) - before:
+                with contextlib.suppress(OSError):
+                    os.unlink(p / name)
+        for a in made[1:]:  # the parents it made, if empty (never one that holds anything)
+            try:
+                os.rmdir(a)
+            except OSError:
+                break
+
+    return d, undo
+
+
+def _clone_into(d: Store, other: Store, label: str, origin: str, dest: str | os.PathLike[str],
+                progress: Progress | None) -> SyncReport:
+    there, here = side(other, label), side(d, "the clone")
+    updates = []
+    heads, invalid = _remote_heads(other, there.name)
+    for ref, tip in heads.items():
+        old = d.backend.get_ref(ref)
+        b = ref[len(refnames.HEADS):]
+        status = "new" if old is None else "up-to-date" if old == tip else "forced"
+        tracked = d.backend.get_ref(tracking_prefix(origin) + b)
+        if status == "forced" and old != tracked:  # not what the interrupted clone set: local work
+            raise StoreExists(f"{dest}: branch {b} has commits the interrupted clone did not write; "
+                              f"finish with `ckpt --store {dest} fetch` instead")
+        updates.append(RefUpdate(ref, tip, old, b, status, f"clone: from {there.name}"))
+    rep = _report("clone", there.name, transfer(there, here, updates, progress=progress), invalid)
+    track = [tracking_prefix(origin) + u.ref[len(refnames.HEADS):] for u in updates]
+    rep.refs += move_refs(here, [RefUpdate(t, u.new, d.backend.get_ref(t), "", "new", f"clone: from {there.name}")
+                                 for t, u in zip(track, updates, strict=True)])
+    src_head = head.head_ref(other.backend)  # the clone starts on the source's current branch
+    with writing(d.backend) as w:
+        if d.backend.get_ref(src_head) is not None:
+            w.set_symref(head.HEAD, src_head)
+        w.meta_set(CLONE_STATE, "done")
+    return rep
 
 
 def _hex(oid: bytes | None) -> str | None:
