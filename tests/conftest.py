@@ -62,6 +62,8 @@ SLOW: tuple[str, ...] = (
     "tests/test_s3.py::test_16_writers_moving_one_ref_have_exactly_one_winner_20_times",
     "tests/test_s3_crewai.py::test_a_crewai_run_into_s3_is_resumed_by_another_process",  # 2 crew processes
     "tests/test_postgres_locations.py::test_a_crewai_run_is_resumed_by_another_process_through_the_shared_store",
+    "tests/test_crewai_push.py::test_two_workers_publishing_to_one_shared_store_at_once_lose_nothing",  # 2 crews
+    "tests/test_crewai_push.py::test_an_unreachable_remote_never_stops_the_runs_and_is_reported_once_at_exit",
 )
 
 
