@@ -329,6 +329,12 @@ class Backend(Parts, abc.ABC):
         """The maintenance hook gc calls after a sweep: give freed space back (SQLite: incremental vacuum and
         WAL checkpoint; ``compact``: rewrite densely). Default: nothing to do."""
 
+    def recovery_advice(self) -> str:
+        """One clause telling a user whose store is damaged below crewckpt's rows how to get it back (fsck
+        appends it to such a problem). Default: restore from a backup; backends with their own salvage tool
+        name it."""
+        return "restore the store from a backup"
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release files and connections; the backend is unusable afterwards."""

@@ -178,11 +178,11 @@ def repack_plan(live: set[bytes], metas: dict[bytes, ObjectMeta]) -> list[bytes]
 
 
 def write_packs(parts: StoreParts, oids: list[bytes], progress: Progress | None = None,
-                sizes: dict[bytes, int] | None = None) -> int:
-    """Move objects into new packs of up to PACK_MAX body bytes at PACK_LEVEL, ordered by kind and body
-    prefix; returns how many frames changed. Objects gone meanwhile are skipped. Each pack lands with its
-    members' new frames in one transaction, so a crash leaves either frame. ``sizes`` (declared body
-    bytes) bounds each decoding batch to BATCH_BYTES."""
+                sizes: dict[bytes, int] | None = None, level: int = PACK_LEVEL) -> int:
+    """Move objects into new packs of up to PACK_MAX body bytes at zstd ``level`` (default PACK_LEVEL), ordered
+    by kind and body prefix; returns how many frames changed. Objects gone meanwhile are skipped. Each pack
+    lands with its members' new frames in one transaction, so a crash leaves either frame. ``sizes``
+    (declared body bytes) bounds each decoding batch to BATCH_BYTES."""
     bodies = {}
     for ids in size_batches(oids, sizes):
         bodies.update(parts.objects.get_many(ids))
@@ -195,7 +195,7 @@ def write_packs(parts: StoreParts, oids: list[bytes], progress: Progress | None 
             batch.append(it)
             size += len(it[2])
         if batch and (it is None or size >= PACK_MAX):
-            objs = parts.objects.pack(batch, level=PACK_LEVEL)
+            objs = parts.objects.pack(batch, level=level)
             with parts.backend.transaction() as txn:  # reframe implies transactions (docs/backends.md)
                 txn.put_many(objs[:1], time.time_ns())
                 moved += txn.reframe((o.oid, o.frame) for o in objs[1:])
@@ -218,7 +218,7 @@ def drop_unreferenced_packs(parts: StoreParts, touched_before_ns: int) -> int:
         return txn.delete_objects(packs, touched_before_ns)
 
 
-def merge_packs(parts: StoreParts, packs: list[tuple[bytes, list[bytes]]]) -> bool:
+def merge_packs(parts: StoreParts, packs: list[tuple[bytes, list[bytes]]], level: int = PACK_LEVEL) -> bool:
     """Merge packs this writer wrote, given as ``(pack id, member ids)``, into bigger packs compressed together
     (git's gc.autoPackLimit idea), then delete them. Needs no scan: only the writer's own rows name its packs
     (a member that already existed kept its older frame). Skipped, returning False, while a gc holds the
@@ -229,7 +229,7 @@ def merge_packs(parts: StoreParts, packs: list[tuple[bytes, list[bytes]]]) -> bo
     with b.lock("gc") as got:
         if not got:
             return False
-        write_packs(parts, [o for _, members in packs for o in members])
+        write_packs(parts, [o for _, members in packs for o in members], level=level)
         b.delete_objects([p for p, _ in packs], time.time_ns() + 1)
     return True
 
