@@ -294,6 +294,14 @@ class Txn(Parts, abc.ABC):
         """See :meth:`Backend.reframe`."""
         raise NotImplementedError(f"{type(self).__name__} cannot reframe objects")
 
+    def drop_packs(self, oids: Iterable[bytes], touched_before_ns: int) -> int:
+        """Delete packs that no frame names any more (a writer's merge drops the packs it replaced, in the
+        transaction that reframes their last members): :meth:`delete_objects` by default. A backend may
+        skip here what guards objects a concurrent writer reuses (PostgreSQL: gc's exclusive lock), because
+        no writer ever writes a frame naming an existing pack, only the new one it puts in the same
+        transaction. Returns how many went."""
+        return self.delete_objects(oids, touched_before_ns)
+
 
 Reader = Parts
 """Former name of the read side (kept for callers typing a ``reader`` argument)."""
@@ -315,6 +323,10 @@ class Backend(Parts, abc.ABC):
         """A named exclusive lock (``capabilities.locks``) held for the ``with`` block; waits up to ``wait_s``
         seconds, then yields False when another holder still has it. Dies with its holder."""
         raise NotImplementedError(f"{type(self).__name__} has no locks")
+
+    def lock_holder(self, name: str = "gc") -> str | None:
+        """Who holds lock ``name`` (one phrase for error messages), when the backend knows; default None."""
+        return None
 
     def gc_lock(self, wait_s: float = 0.0) -> contextlib.AbstractContextManager[bool]:
         """``lock("gc", wait_s)``: held for a whole gc or repack."""

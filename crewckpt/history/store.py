@@ -257,7 +257,8 @@ class Store:
                 self._wrote = True
                 if self._last_pack is not None:
                     self._my_packs.append(self._last_pack)
-                    if len(self._my_packs) >= AUTO_PACKS:
+                    if len(self._my_packs) >= min(AUTO_PACKS, getattr(self.backend, "merge_packs_every",
+                                                                        AUTO_PACKS)):
                         self._auto_repack()
                 if not self.backend.capabilities.transactions:
                     self._repair_after_gc(doc, root, splitter)
@@ -759,12 +760,13 @@ class Store:
         return remotes.remove_remote(self, name)
 
     def fetch(self, remote: str | Store | None = None, branches: Sequence[str] | None = None, *,
-              name: str | None = None, dry_run: bool = False, progress: Progress | None = None) -> SyncReport:
+              name: str | None = None, dry_run: bool = False, progress: Progress | None = None,
+              prune: bool = False) -> SyncReport:
         """Fetch a remote's branches into ``refs/remotes/<remote>/`` (see :func:`crewckpt.history.remotes.fetch`).
         ``remote``: a remote name (default ``origin``), a location or an open Store (then ``name`` names the
-        tracking namespace)."""
+        tracking namespace). ``prune``: also delete tracking refs of branches the remote deleted."""
         from crewckpt.history import remotes
-        return remotes.fetch(self, remote, branches, name=name, dry_run=dry_run, progress=progress)
+        return remotes.fetch(self, remote, branches, name=name, dry_run=dry_run, progress=progress, prune=prune)
 
     def pull(self, remote: str | Store | None = None, branch: str | None = None, *, name: str | None = None,
              dry_run: bool = False, progress: Progress | None = None) -> SyncReport:
