@@ -69,6 +69,7 @@ SLOW: tuple[str, ...] = (
     "tests/test_remote_matrix.py::test_clone_fetch_pull_push_between_backends[s3-s3]",
     "tests/test_remote_matrix.py::test_clone_fetch_pull_push_between_backends[memory-s3]",
     "tests/test_remote_matrix.py::test_clone_fetch_pull_push_between_backends[s3-memory]",
+    "tests/test_remote_matrix.py::test_ckpt_clone_push_pull_with_a_shared_remote_on_the_command_line[s3]",
 )
 
 
