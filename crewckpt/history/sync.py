@@ -15,7 +15,8 @@ whole Store, so any two backends can talk (memory, SQLite, PostgreSQL...). Steps
 3. **Land** commit by commit, parents first, each in one write scope (one transaction where the backend has
    them): its new objects (small ones in one pack, children before parents), the commit object, then its
    commit-index row with the receiver's own arrival ``seq`` (the summary is copied from the sender's row, or
-   taken from the commit object) and its alias (the CrewAI checkpoint id).
+   taken from the commit object) and its alias (the CrewAI checkpoint id). A commit the receiver pruned under
+   children that stayed live comes back below them (:mod:`crewckpt.history.localorder`).
 4. **Move refs** by compare-and-swap against the value read when the transfer was planned, with a reflog
    record; a ref that moved meanwhile is reported as rejected (another writer won), never overwritten.
 
@@ -36,6 +37,7 @@ from crewckpt.errors import DecodeError, IntegrityError, MissingObject, RefConfl
 from crewckpt.format import objects as ob
 from crewckpt.history import head, refnames
 from crewckpt.history.commits import from_commit, from_row, to_row
+from crewckpt.history.localorder import index_commit
 from crewckpt.history.objectdb import ObjectDB, decode_commit
 from crewckpt.history.snapshot import links_in
 
@@ -147,9 +149,12 @@ def transfer(sender: Side, receiver: Side, updates: Sequence[RefUpdate], *, dry_
         if plans:  # pin HEAD first: a store that never stored it reads it from the last commit written
             with writing(receiver.backend) as w:
                 head.head_ref_stored(w)
+        # commits the receiver pruned but still has live children of come back under them (localorder)
+        ids = {p.cid for p in plans}
+        revive = {x for r in receiver.backend.index_children(ids) for x in r.parents if x in ids} if ids else set()
         try:
             for i, p in enumerate(plans):
-                n, size = _land(sender, receiver, p, epoch)
+                n, size = _land(sender, receiver, p, epoch, revive)
                 report.objects += n
                 report.bytes += size
                 if progress:
@@ -329,8 +334,10 @@ def _frame_cost(objects: ObjectDB, p: _CommitPlan, sender: Side) -> tuple[int, i
     return len(p.order) + 1, sum(len(f.frame) for f in frames)
 
 
-def _land(sender: Side, receiver: Side, p: _CommitPlan, epoch: str | None) -> tuple[int, int]:
-    """One commit: objects, commit object, index row, alias, in one write scope. Returns (objects, bytes)."""
+def _land(sender: Side, receiver: Side, p: _CommitPlan, epoch: str | None,
+          revive: set[bytes]) -> tuple[int, int]:
+    """One commit: objects, commit object, index row, alias, in one write scope. Returns (objects, bytes).
+    ``revive``: commits that live rows of the receiver name as a parent (their seq goes below those rows')."""
     frames = _frames(receiver.objects, _items(sender, p))
     cobj = receiver.objects.frame(ob.COMMIT, p.body)
     with writing(receiver.backend) as w:
@@ -343,7 +350,8 @@ def _land(sender: Side, receiver: Side, p: _CommitPlan, epoch: str | None) -> tu
         w.put_many([cobj], now)
         if p.commit.version > int(w.meta_get("format_version") or "1"):
             w.meta_set("format_version", str(p.commit.version))
-        w.index_add(to_row(p.cid, p.commit, p.branch, w.counter_next("seq"), _summary(p)))
+        index_commit(w, p.cid, lambda seq: to_row(p.cid, p.commit, p.branch, seq, _summary(p)),
+                     may_revive=p.cid in revive)
         if p.commit.alias:
             w.alias_set(p.commit.alias, p.cid)
     return len(p.order) + 1, sum(len(f.frame) for f in frames) + len(cobj.frame)
