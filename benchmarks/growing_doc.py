@@ -7,7 +7,8 @@ its output when it finishes), an agent's counter. Compared per commit (thread CP
 
 * crewckpt, the document as the CrewAI writer gives it: the event nodes are an
   :class:`~crewckpt.history.snapshot.AppendMap` of :class:`crewckpt.Frozen` nodes (a node whose edges changed
-  is a new Frozen), the rest plain JSON;
+  is a new Frozen), each task a :class:`crewckpt.Frozen` (a task that changed is a new one, as
+  ``crewckpt.crewai.entities.CrewDumper`` gives them), the rest plain JSON;
 * crewckpt, the same document as plain JSON (no hints);
 * orjson: the whole document dumped and written to one file (overwritten every step);
 * the floor: only the step's delta serialized (orjson) and hashed (blake3); bytes: one zstd stream (level 3)
@@ -63,12 +64,19 @@ class Growing:
                       for k in range(n_tasks)]
         self.agents = [{"role": r, "goal": f"Do the {r}'s part well", "iterations": 0}
                        for r in ("Researcher", "Writer", "Reviewer")]
+        self.ftasks = [self._freeze(t) for t in self.tasks]  # the tasks as the CrewAI writer gives them
         self.doc = {"crewai_version": "1.15.30", "parent_id": None, "branch": "main",
-                    "entities": [{"entity_type": "crew", "name": "crew", "tasks": self.tasks,
+                    "entities": [{"entity_type": "crew", "name": "crew",
+                                  "tasks": self.ftasks if frozen else self.tasks,
                                   "agents": self.agents}],
                     "event_record": {"nodes": self.nodes}, "trigger": None}
         self.open_parent: str | None = None
         self.log = AppendMap()
+
+    @staticmethod
+    def _freeze(value: Any) -> Frozen:
+        data = orjson.dumps(value)
+        return Frozen(orjson.loads(data), data)  # a copy: the live task goes on changing
 
     def _set_node(self, eid: str, node: dict[str, Any]) -> None:
         self.nodes[eid] = node
@@ -112,6 +120,8 @@ class Growing:
         if i % TASK_EVERY == TASK_EVERY - 1:
             t["output"] = {"raw": f"Result of step {task}: " + " ".join(random.Random(-task).choices(_WORDS, k=80)), "agent": t["agent"]["role"]}
             delta.append([f"tasks.{task}.output", t["output"]])
+        if self.frozen:
+            self.ftasks[task % len(self.tasks)] = self._freeze(t)
         self.agents[task % 3]["iterations"] += 1
         self.doc["trigger"] = ev["type"]
         self.doc["parent_id"] = f"c{i}"

@@ -62,6 +62,10 @@ SLOW: tuple[str, ...] = (
     "tests/test_s3.py::test_16_writers_moving_one_ref_have_exactly_one_winner_20_times",
     "tests/test_s3_crewai.py::test_a_crewai_run_into_s3_is_resumed_by_another_process",  # 2 crew processes
     "tests/test_postgres_locations.py::test_a_crewai_run_is_resumed_by_another_process_through_the_shared_store",
+    # the rest of the remote matrix with S3 on one side (the default run keeps sqlite<->s3, s3<->postgres)
+    "tests/test_remote_matrix.py::test_clone_fetch_pull_push_between_backends[s3-s3]",
+    "tests/test_remote_matrix.py::test_clone_fetch_pull_push_between_backends[memory-s3]",
+    "tests/test_remote_matrix.py::test_clone_fetch_pull_push_between_backends[s3-memory]",
 )
 
 

@@ -19,10 +19,10 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import psycopg
+import server_process
 
 START_TIMEOUT_S = 60.0  # initdb and the first start on 2 busy cores take a few seconds; this is a deadline
 # tests: WAL is still written before a commit returns (so a killed server keeps every acknowledged
@@ -53,6 +53,16 @@ def find_bindir() -> Path | None:
         if found := ok(d):
             return found
     return None
+
+
+def _answers(url: str, **kw: object) -> bool:
+    """True when a server at ``url`` runs a query now."""
+    try:
+        with psycopg.connect(url, connect_timeout=2, autocommit=True, **kw) as c:  # type: ignore[arg-type]
+            c.execute("SELECT 1")
+        return True
+    except psycopg.OperationalError:
+        return False
 
 
 def _free_port() -> int:
@@ -140,22 +150,8 @@ class PgServer:
                                          env={**os.environ, "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"})
         finally:
             logf.close()
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                if "already in use" in self._log_tail() or "could not bind" in self._log_tail():
-                    self.proc = None
-                    return False
-                raise RuntimeError(f"PostgreSQL exited with {self.proc.returncode}; log:\n{self._log_tail()}")
-            try:
-                with psycopg.connect(self.url, connect_timeout=2, autocommit=True) as c:
-                    c.execute("SELECT 1")
-                return True
-            except psycopg.OperationalError:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self.proc.wait(timeout=0.05)  # poll again soon; returns at once if it died
-        raise RuntimeError(f"PostgreSQL accepted no connection within {START_TIMEOUT_S:.0f} s; log:\n"
-                           f"{self._log_tail()}")
+        return server_process.wait_ready(self.proc, lambda: _answers(self.url), self.log, "PostgreSQL",
+                                         START_TIMEOUT_S, ("already in use", "could not bind"))
 
     def restart(self) -> None:
         """Immediate shutdown (as a crash would) and start again on the same port and data."""
@@ -164,22 +160,11 @@ class PgServer:
             raise RuntimeError(f"PostgreSQL could not restart on port {self.port}; log:\n{self._log_tail()}")
 
     def _log_tail(self) -> str:
-        try:
-            return self.log.read_text(errors="replace")[-3000:]
-        except OSError:
-            return "(no log)"
+        return server_process.log_tail(self.log)
 
     def _kill(self) -> None:
         p, self.proc = self.proc, None
-        if p is None or p.poll() is not None:
-            return
-        p.send_signal(signal.SIGQUIT)  # postgres: immediate shutdown (children exit too)
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait(timeout=30)
+        server_process.stop(p, signal.SIGQUIT, group=True)  # postgres: immediate shutdown
 
     def stop(self) -> None:
         """Immediate shutdown and delete the folder (idempotent)."""
@@ -234,10 +219,7 @@ class PgBouncer:
             raise
 
     def _log(self) -> str:
-        try:
-            return (self.root / "pgbouncer.log").read_text(errors="replace")[-3000:]
-        except OSError:
-            return "(no log)"
+        return server_process.log_tail(self.root / "pgbouncer.log")
 
     def _launch(self) -> bool:
         ini = self.root / "pgbouncer.ini"
@@ -260,30 +242,12 @@ ignore_startup_parameters = extra_float_digits,options
         self.proc = subprocess.Popen([str(self.binary), str(ini)], **self.server._as_user(),  # type: ignore[call-overload]
                                      stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      cwd=self.root, start_new_session=True)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                if "already in use" in self._log() or "bind" in self._log():
-                    self.proc = None
-                    return False
-                raise RuntimeError(f"PgBouncer exited with {self.proc.returncode}; log:\n{self._log()}")
-            try:
-                with psycopg.connect(self.url, connect_timeout=2, autocommit=True, prepare_threshold=None) as c:
-                    c.execute("SELECT 1")
-                return True
-            except psycopg.OperationalError:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self.proc.wait(timeout=0.05)
-        raise RuntimeError(f"PgBouncer accepted no connection within {START_TIMEOUT_S:.0f} s; log:\n{self._log()}")
+        return server_process.wait_ready(self.proc, lambda: _answers(self.url, prepare_threshold=None),
+                                         self.root / "pgbouncer.log", "PgBouncer", START_TIMEOUT_S,
+                                         ("already in use", "bind"))
 
     def stop(self) -> None:
         """Stop it by its pid and delete its folder (idempotent)."""
         p, self.proc = self.proc, None
-        if p is not None and p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=30)
+        server_process.stop(p)
         shutil.rmtree(self.root, ignore_errors=True)

@@ -11,17 +11,16 @@ volume server has joined, and a put then fails).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
+
+import server_process
 
 START_TIMEOUT_S = 90.0  # a deadline, not a wait: on 2 busy cores the volume server joins after a few seconds
 ACCESS_KEY = "crewckpt-test"  # any key works when the server has no identities configured
@@ -107,40 +106,25 @@ class S3Server:
         finally:
             logf.close()
         probe = client(self.endpoint)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                if "address already in use" in self._log_tail():
-                    self.proc = None
-                    return False
-                raise RuntimeError(f"SeaweedFS exited with {self.proc.returncode}; log:\n{self._log_tail()}")
+
+        def ready() -> bool:
             try:
                 probe.create_bucket(Bucket="crewckpt-ready")
                 probe.put_object(Bucket="crewckpt-ready", Key="probe", Body=b"ok")
                 return True
             except Exception:  # noqa: BLE001 - not up yet (connection refused, 5xx while volumes join)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self.proc.wait(timeout=0.1)  # poll again soon; returns at once if it died
-        raise RuntimeError(f"SeaweedFS was not ready within {START_TIMEOUT_S:.0f} s; log:\n{self._log_tail()}")
+                return False
+
+        return server_process.wait_ready(self.proc, ready, self.log, "SeaweedFS", START_TIMEOUT_S,
+                                         ("address already in use",))
 
     def _log_tail(self) -> str:
-        try:
-            return self.log.read_text(errors="replace")[-3000:]
-        except OSError:
-            return "(no log)"
+        return server_process.log_tail(self.log)
 
     def stop(self) -> None:
         """Kill the server's process group by its pid and delete the folder (idempotent)."""
         p, self.proc = self.proc, None
-        if p is not None and p.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGTERM)
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                p.wait(timeout=30)
+        server_process.stop(p, group=True)
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> S3Server:

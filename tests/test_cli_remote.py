@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from cli_helpers import build_demo_store, ckpt, ndjson, ok
 
+from crewckpt.errors import CkptError
 from crewckpt.history.store import Store
 
 
@@ -55,3 +57,69 @@ def test_push_rejected_then_pull_refused_then_forced(tmp_path: Path) -> None:
     assert {r["status"] for r in out["refs"]} == {"forced", "up-to-date"}
     r = ok(ckpt(a, "push", "--all", "--dry-run"), 1)  # a's main is behind the forced one: not a fast-forward
     assert "= [up to date]" in r.stdout and "! [rejected]  refs/heads/main  (not a fast-forward" in r.stdout
+
+
+def _one_line(r: object, *needles: str) -> str:
+    """The error of a failed command: exactly one line (after `ckpt: error:`) holding every needle."""
+    assert r.exit_code != 0, r.stdout  # type: ignore[attr-defined]
+    lines = r.stderr.strip().splitlines()  # type: ignore[attr-defined]
+    assert len(lines) == 1, lines
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    return lines[0]
+
+
+def test_remote_add_refuses_a_local_location_without_a_store_unless_no_check(tmp_path: Path) -> None:
+    """A typo at `remote add` is caught there (not at the first fetch, which used to suggest `ckpt init` at
+    the typo); --no-check records it anyway, and a fetch through it then says how to fix the config."""
+    here = str(tmp_path / "here")
+    ok(ckpt(None, "init", here))
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "empty").mkdir()
+    for where, why in ((tmp_path / "nothere", "no such folder"), (tmp_path / "afile", "a file, not a store folder"),
+                       (tmp_path / "empty", "a folder without a crewckpt store"),
+                       ("sqlite:" + str(tmp_path / "nothere"), "no such folder"),
+                       (f"memory:nothere-{tmp_path.name}", "no in-memory store")):
+        line = _one_line(ckpt(here, "remote", "add", "typo", str(where)), why, "--no-check typo")
+        assert "ckpt init" not in line
+    assert ok(ckpt(here, "remote", "-v")).stdout == ""  # nothing was added
+    # a URL is not contacted (the server may be down), as git does
+    ok(ckpt(here, "remote", "add", "pg", "postgresql://u@127.0.0.1:1/db"))
+    r = ok(ckpt(here, "remote", "add", "--no-check", "typo", str(tmp_path / "nothere")))
+    assert "Added remote typo" in r.stdout
+    for what in ("nothere", "afile"):
+        with Store.open(here) as s:
+            s.remove_remote("typo")
+            s.add_remote("typo", str(tmp_path / what), check=False)
+        line = _one_line(ckpt(here, "fetch", "typo"), f"remote typo ({tmp_path / what})", "ckpt remote remove typo")
+        assert "ckpt init" not in line
+    Store.init(tmp_path / "nothere").close()  # created later: the recorded remote works now
+    ok(ckpt(here, "remote", "remove", "typo"))
+    ok(ckpt(here, "remote", "add", "typo", str(tmp_path / "nothere")))
+    ok(ckpt(here, "fetch", "typo"))
+    assert _one_line(ckpt(here, "remote", "--no-check"), "--no-check goes with")
+
+
+def test_a_store_is_never_its_own_remote_however_spelled(tmp_path: Path) -> None:
+    """`remote add`, fetch, pull and push refuse the store itself: trailing '/', './' and '..' spellings, a
+    symlink to its folder, the project folder holding it as .ckpt, with or without --no-check."""
+    proj = tmp_path / "proj"
+    here = str(proj / ".ckpt")
+    ok(ckpt(None, "init", here))
+    with Store.open(here) as s:
+        s.commit({"x": 1}, branch="main")
+    (tmp_path / "link").symlink_to(proj / ".ckpt")
+    spellings = [here + "/", f"{proj}/./.ckpt", f"{proj}/x/../.ckpt", str(tmp_path / "link"), str(proj),
+                 "sqlite:" + here]
+    for loc in spellings:
+        for flags in ((), ("--no-check",)):
+            _one_line(ckpt(here, "remote", "add", *flags, "me", loc), "this store itself")
+        for verb in (("fetch", loc), ("pull", loc, "main"), ("push", loc, "main")):
+            _one_line(ckpt(here, *verb), "is this store itself")
+    with Store.open(here) as s:
+        assert s.remotes() == {} and s.backend.refs("refs/remotes/") == {}
+        with pytest.raises(CkptError, match="is this store itself"):
+            s.fetch(s)
+        with Store.open(str(tmp_path / "link")) as same:
+            with pytest.raises(CkptError, match="is this store itself"):
+                s.push(same, "main")

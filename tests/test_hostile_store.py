@@ -17,7 +17,14 @@ from hypothesis import strategies as st
 from crewckpt import Store
 from crewckpt.backends.base import StoredObject
 from crewckpt.cli.main import cli
-from crewckpt.errors import BadRefName, CkptError, DocumentTooLarge, IntegrityError, UnknownRevision
+from crewckpt.errors import (
+    BadRefName,
+    CkptError,
+    CorruptStore,
+    DocumentTooLarge,
+    IntegrityError,
+    UnknownRevision,
+)
 from crewckpt.format import objects as ob
 from crewckpt.history import snapshot
 from crewckpt.history.commits import to_row
@@ -349,6 +356,21 @@ def test_fsck_runs_sqlites_own_check(tmp_path: Path) -> None:
     with Store.open(tmp_path / "s") as t:
         rep = t.fsck(full=True)
     assert not rep.ok and any(p.startswith("SQLite integrity_check") for p in rep.problems), rep.problems
+    db = str(tmp_path / "s" / "store.db")
+    assert all(f"sqlite3 {db} .recover" in p for p in rep.problems if p.startswith("SQLite")), rep.problems
+
+
+def test_fsck_advice_on_a_damaged_store_fits_its_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = Store.init("memory:fsck-advice")
+    s.commit({"x": 1})
+
+    def damaged() -> Any:
+        raise CorruptStore("memory:fsck-advice: the commit index is unreadable")
+
+    monkeypatch.setattr(s.backend, "index_rows", damaged)
+    rep = s.fsck()
+    assert len(rep.problems) == 1 and "the commit index is unreadable" in rep.problems[0], rep.problems
+    assert "restore the store from a backup" in rep.problems[0] and "store.db" not in rep.problems[0]
 
 
 def _hand_tree(s: Store, payload: Any, form: int = ob.ARRAY) -> bytes:

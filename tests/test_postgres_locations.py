@@ -3,14 +3,12 @@ and a CrewAI run resumed from another process through the shared store; an unrea
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from cli_helpers import ckpt, ok
+from crewai_worker import run_worker
 
 pytest.importorskip("psycopg")
 
@@ -69,37 +67,15 @@ def test_opening_an_unreachable_store_is_one_line_naming_the_host() -> None:
     assert r.exit_code != 0 and f"127.0.0.1:{port}" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
-SCRIPT = """
-import sys
-import crewckpt.testing as t
-from crewckpt.crewai import CheckpointConfig
-
-url = sys.argv[2]
-crew = t.research_crew(3, checkpoint=CheckpointConfig(location=url, on_events=["task_completed"]))
-if sys.argv[1] == "run":
-    crew.kickoff(inputs={"topic": "otters"})
-else:
-    crew.kickoff(from_checkpoint=CheckpointConfig(location=url, restore_from=url + "#" + sys.argv[3]))
-"""
-
-
-def _python(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    cwd.mkdir(exist_ok=True)
-    script = cwd / "crew_script.py"
-    script.write_text(SCRIPT)
-    return subprocess.run([sys.executable, str(script), *args], cwd=cwd, env=dict(os.environ),
-                          capture_output=True, text=True, timeout=300)
-
-
 @pytest.mark.crewai
 def test_a_crewai_run_is_resumed_by_another_process_through_the_shared_store(crewai_offline: Path,  # noqa: F811
                                                                             pg_url: str) -> None:
-    done = _python(crewai_offline / "worker-a", "run", pg_url)
+    done = run_worker(crewai_offline / "worker-a", "run", pg_url)
     assert done.returncode == 0, done.stderr[-2000:]
     with Store.open(pg_url) as s:
         assert len(list(s.log("main"))) == 3
         before = {c.id for c in s.list()}
-    done = _python(crewai_offline / "worker-b", "resume", pg_url, "main~1")
+    done = run_worker(crewai_offline / "worker-b", "resume", pg_url, "main~1")
     assert done.returncode == 0, done.stderr[-2000:]
     with Store.open(pg_url) as s:
         new = [c for c in s.list() if c.id not in before]

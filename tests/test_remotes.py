@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sqlite3
@@ -303,12 +304,7 @@ _PUSHER = textwrap.dedent("""
             if hold == "stall" and done == int(os.environ["STALL_AT"]):
                 while True:  # parked mid-push until the test kills it
                     time.sleep(0.05)
-    def open_remote(loc):
-        if loc.startswith("postgresql://"):  # before the location registry: the backend directly
-            from crewckpt.backends.postgres import PgBackend
-            return Store(PgBackend.open(loc))
-        return Store.open(loc)
-    with Store.open(local) as s, open_remote(remote) as r:
+    with Store.open(local) as s, Store.open(remote) as r:  # any location: a folder, postgresql://, s3://
         rep = s.push(r, "main", progress=progress, check=False)
         print(rep.refs[0].status, flush=True)
 """)
@@ -333,12 +329,11 @@ def _remote_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> 
     """A new remote store another process can open too: (its location, the store)."""
     if kind == "sqlite":
         return str(tmp_path / "remote"), Store.init(tmp_path / "remote")
-    from crewckpt.backends.postgres import PgBackend
-    url = request.getfixturevalue("pg_url")
-    return url, Store(PgBackend.create(url, {"format_version": str(ob.FORMAT_VERSION), "gc_epoch": "0"}))
+    url = request.getfixturevalue("pg_url" if kind == "postgres" else "s3_url")
+    return url, Store.init(url)
 
 
-PROC_KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+PROC_KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres), pytest.param("s3", marks=pytest.mark.s3)]
 
 
 @pytest.mark.parametrize("kind", PROC_KINDS)
@@ -365,8 +360,30 @@ def test_two_racing_pushers_of_different_tips_exactly_one_wins(tmp_path: Path, k
                     p.kill()
         statuses = sorted(o.strip() for o, _ in outs)
         assert statuses == ["fast-forward", "rejected"], outs
-        assert r.resolve("main") in stores  # the winner's tip; the loser's commits are kept, unreferenced
+        assert r.resolve("main") in stores  # the winner's tip
+        win = stores.index(r.resolve("main"))
+        for i, who in enumerate(("a", "b")):
+            with Store.open(tmp_path / who) as s:
+                assert s.resolve("main") == stores[i]  # nobody lost a checkpoint locally
+                if i == win:  # no commit of the winner is missing on the remote
+                    assert ids(r, "main") == ids(s, "main")
+        loser = stores[1 - win]
+        # as in git, the loser's objects are unreachable: not listed, collected by gc
+        assert loser not in {c.id for c in r.list()} and r.backend.index_get(bytes.fromhex(loser)) is None
+        assert r.backend.has_many([bytes.fromhex(loser)])
         assert_clean(r)
+        if kind == "s3":  # its gc keeps a 300 s grace (docs/backends.md, S3); the rest is the same code
+            return
+        if kind == "sqlite":
+            g = r
+        else:  # PostgreSQL keeps a grace by default (clock skew between machines); one machine here
+            from crewckpt.backends.postgres import PgBackend
+            g = Store(PgBackend.open(where, gc_grace_s=0))
+        with g:
+            g.gc()
+            assert not g.backend.has_many([bytes.fromhex(loser)])
+            assert g.read("main") == doc(7, ("a", "b")[win])
+            assert_clean(g)
 
 
 @pytest.mark.parametrize("kind", PROC_KINDS)
@@ -389,7 +406,9 @@ def test_kill_9_mid_push_then_rerun_completes_with_same_ids_and_clean_fsck(tmp_p
             p.kill()
     with Store.open(tmp_path / "local") as s, remote as r:
         assert r.branches() == {}  # refs move last
-        assert len(r.list()) == 5
+        assert r.list() == []  # and the commits are indexed (listed) with their ref, not before
+        local = [bytes.fromhex(c) for c in ids(s, "main")]
+        assert len(r.backend.has_many(local)) == 5  # 5 landed whole, unreachable until the rerun
         assert_clean(s, r)
         rep = s.push(r, "main")
         assert rep.commits == 12 - 5  # what had arrived is not sent again
@@ -410,6 +429,33 @@ def test_racing_cas_on_the_remote_ref_rejects_the_second_mover(make: Callable[[s
     rep = sync.transfer(remotes.side(local, "here"), side, [upd])
     assert rep.refs[0].status == "rejected" and remote.resolve("main") == other
     assert "another writer won" in (rep.refs[0].reason or "")
+    # the loser's commit is not indexed (git: a rejected push leaves unreachable objects), so not listed...
+    assert [c.id for c in remote.list()] == [base, other] and remote.backend.has_many([bytes.fromhex(mine)])
+    r = remote.fsck(full=True)
+    assert r.ok, (r.broken, r.problems)
+    remote.gc()  # ...and gc collects it
+    assert not remote.backend.has_many([bytes.fromhex(mine)]) and remote.read("main") == doc(3, "y")
+    # the same push again, now a fast-forward of nothing it knows: rejected, still nothing listed
+    assert local.push(remote, "main", check=False).refs[0].status == "rejected"
+    assert [c.id for c in remote.list()] == [base, other]
+
+
+def test_a_transfer_whose_ref_already_points_at_its_tip_indexes_what_it_sent(make: Callable[[str], Store]) -> None:
+    """Two transfers of the same tip: the second's CAS finds the ref at its own tip (the first won): it counts
+    as up to date, and the commits it reaches are live (indexed), not left as garbage."""
+    src, dst = make("memory"), make("sqlite")
+    tips = commit_chain(src, 2)
+    upd = [sync.RefUpdate("refs/heads/main", bytes.fromhex(tips[-1]), None, "main", "new")]
+    there, here = remotes.side(src, "src"), remotes.side(dst, "dst")
+    plans = sync.plan(there, here, upd)
+    for p in plans:  # landed, as by a transfer killed before its ref moved
+        sync._land(there, here, p, dst.backend.meta_get("gc_epoch"))
+    dst.backend.set_ref_if_equals("refs/heads/main", None, bytes.fromhex(tips[-1]))  # as if its CAS had won
+    assert dst.list() == []
+    rep = sync.transfer(there, here, upd)
+    assert rep.refs[0].status == "up-to-date" and rep.commits == 0
+    assert [c.id for c in dst.list()] == tips and dst.lookup_alias("cp-main-1") == tips[1]
+    assert_clean(dst)
 
 
 def test_sqlite_remote_file_is_untouched_by_a_refused_fetch(tmp_path: Path) -> None:
@@ -564,3 +610,130 @@ def test_a_remote_that_came_with_the_store_is_not_used_until_trusted(make: Calla
         assert c.fetch("origin").refs
     finally:
         c.close()
+
+
+@functools.cache
+def _zeros_frame(n: int) -> bytes:
+    """A ZSTD frame (codec byte included) that decompresses to ``n`` zero bytes, made in 1 MiB steps (the
+    frame is a few KB; nothing of size ``n`` is ever held)."""
+    import zstandard
+
+    c = zstandard.ZstdCompressor().compressobj(size=n)
+    chunk = bytes(1 << 20)
+    parts = [c.compress(chunk) for _ in range(n >> 20)]
+    return b"\x01" + b"".join(parts) + c.compress(bytes(n & ((1 << 20) - 1))) + c.flush()
+
+
+@pytest.mark.parametrize("where", ["pack", "commit"])
+def test_a_remote_object_that_decompresses_to_more_than_the_read_limit_is_refused(
+        make: Callable[[str], Store], tmp_path: Path, where: str) -> None:
+    """A hostile remote serves a small frame that claims (and would decompress to) 600 MiB, over the 512 MiB
+    read limit: fetch and clone refuse it with one line before decompressing, and write nothing."""
+    from crewckpt.errors import DocumentTooLarge
+    from crewckpt.history.limits import MAX_READ_BYTES
+
+    remote, local = make("memory"), make("sqlite")
+    tip = commit_chain(remote, 2)[-1]
+    objs = remote.backend._box.state.objects  # type: ignore[attr-defined]
+    victim = bytes.fromhex(tip) if where == "commit" else next(o for o, (s, _) in objs.items() if s.kind == ob.PACK)
+    n = 600 << 20
+    assert n > MAX_READ_BYTES
+    s, t = objs[victim]
+    objs[victim] = (StoredObject(s.oid, s.kind, n, _zeros_frame(n)), t)
+    assert len(objs[victim][0].frame) < 64 << 10
+    before = (local.backend.object_stats(), local.backend.refs(), local.backend.index_rows())
+    with pytest.raises(DocumentTooLarge, match="too large") as info:
+        local.fetch(remote, name="origin")
+    assert "\n" not in str(info.value) and "CKPT_MAX_READ_BYTES" in str(info.value)
+    assert (local.backend.object_stats(), local.backend.refs(), local.backend.index_rows()) == before
+    with pytest.raises(DocumentTooLarge):
+        local.fetch(remote, name="origin", dry_run=True)
+    with pytest.raises(DocumentTooLarge):
+        remotes.clone(Store, remote, tmp_path / "c2")
+
+
+def test_the_read_limit_bounds_what_one_checkpoint_brings_and_raising_it_lets_it_through(
+        make: Callable[[str], Store], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The budget is per checkpoint: the new objects one commit brings add up against $CKPT_MAX_READ_BYTES
+    (like a read of that checkpoint); a trusted remote goes through once the limit is raised."""
+    from crewckpt.errors import DocumentTooLarge
+
+    remote, local = make("memory"), make("sqlite")
+    big = {"blobs": [f"{k} " + os.urandom(60_000).hex() for k in range(3)]}  # 3 x 120 KB, incompressible
+    tip = remote.commit(big, branch="main")
+    monkeypatch.setenv("CKPT_MAX_READ_BYTES", str(300_000))  # each object fits, the three together do not
+    with pytest.raises(DocumentTooLarge, match=f"checkpoint {tip[:12]}"):
+        local.fetch(remote, name="origin")
+    assert local.backend.refs() == {} and local.backend.object_stats()[0] == 0
+    monkeypatch.setenv("CKPT_MAX_READ_BYTES", str(1 << 20))
+    assert local.fetch(remote, name="origin").commits == 1
+    assert local.read("origin/main") == big
+
+
+def _corrupt_source(s: Store) -> None:
+    """Damage one tree of memory store ``s`` so that a transfer fails after the destination was created."""
+    objs = s.backend._box.state.objects  # type: ignore[attr-defined]
+    tree = s.objects.commit(bytes.fromhex(s.resolve("main"))).tree.oid
+    st, t = objs[tree]
+    objs[tree] = (StoredObject(st.oid, st.kind, 3, s.objects.codec.encode(b"abc")), t)
+
+
+def test_a_failed_clone_removes_only_what_it_created(tmp_path: Path) -> None:
+    """git removes what a failed clone created: a bad or unreachable source leaves nothing (it is opened
+    before DEST is made); an error midway removes the new store, the folders made for it and a memory:
+    store, but never a folder or file that was there before."""
+    from cli_helpers import ckpt
+
+    (tmp_path / "afile").write_text("x")
+    for src, why in ((tmp_path / "nothere", "no such folder"), (tmp_path / "afile", "a file, not a store folder"),
+                     ("postgresql://u@127.0.0.1:1/db", "cannot connect")):
+        r = ckpt(None, "clone", str(src), str(tmp_path / "new" / "deep" / "dest"))
+        assert r.exit_code != 0 and why in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert not (tmp_path / "new").exists()
+    good = Store.init(f"memory:good-{tmp_path.name}")
+    commit_chain(good, 2)
+    bad = Store.init(f"memory:bad-{tmp_path.name}")
+    commit_chain(bad, 2)
+    _corrupt_source(bad)
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "sibling.txt").write_text("mine")
+    (tmp_path / "empty").mkdir()
+    for dest in (tmp_path / "kept" / "a" / "b", tmp_path / "empty", f"memory:dest-{tmp_path.name}"):
+        with pytest.raises(IntegrityError):
+            remotes.clone(Store, bad, dest)
+        if isinstance(dest, str):
+            with pytest.raises(CkptError, match="no in-memory store"):
+                Store.open(dest)
+    assert sorted(os.listdir(tmp_path / "kept")) == ["sibling.txt"] and os.listdir(tmp_path / "empty") == []
+
+    def interrupt(phase: str, done: int, total: int | None) -> None:
+        if phase == "write":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        remotes.clone(Store, good, tmp_path / "kept" / "c", progress=interrupt)
+    assert sorted(os.listdir(tmp_path / "kept")) == ["sibling.txt"]
+    # it worked into the same places afterwards
+    with Store.clone(good, tmp_path / "empty") as c:
+        assert c.resolve("main") == good.resolve("main")
+
+
+def test_clone_refuses_an_occupied_destination_before_contacting_the_source(tmp_path: Path) -> None:
+    """A DEST holding a store that is not an interrupted clone of SRC, a file or a folder that is not
+    empty is refused up front (the source is not even opened: here it does not exist) and left as it was."""
+    src = str(tmp_path / "nothere")
+    proj = tmp_path / "proj"
+    with Store.init(proj / ".ckpt") as s:
+        tip = s.commit({"mine": 1})
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("keep")
+    (tmp_path / "afile").write_text("keep")
+    for dest, why in ((proj, "not a clone of"), (proj / ".ckpt", "not a clone of"),
+                      (tmp_path / "full", "not empty"), (tmp_path / "afile", "is a file")):
+        with pytest.raises(CkptError, match=why) as info:
+            Store.clone(src, dest)
+        assert "\n" not in str(info.value)
+    assert sorted(os.listdir(proj)) == [".ckpt"] and os.listdir(tmp_path / "full") == ["notes.txt"]
+    assert (tmp_path / "afile").read_text() == "keep"
+    with Store.open(proj) as s:
+        assert s.resolve("main") == tip and s.remotes() == {}

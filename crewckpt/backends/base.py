@@ -319,6 +319,14 @@ class Txn(Parts, abc.ABC):
         """See :meth:`Backend.reframe`."""
         raise NotImplementedError(f"{type(self).__name__} cannot reframe objects")
 
+    def drop_packs(self, oids: Iterable[bytes], touched_before_ns: int) -> int:
+        """Delete packs that no frame names any more (a writer's merge drops the packs it replaced, in the
+        transaction that reframes their last members): :meth:`delete_objects` by default. A backend may
+        skip here what guards objects a concurrent writer reuses (PostgreSQL: gc's exclusive lock), because
+        no writer ever writes a frame naming an existing pack, only the new one it puts in the same
+        transaction. Returns how many went."""
+        return self.delete_objects(oids, touched_before_ns)
+
 
 Reader = Parts
 """Former name of the read side (kept for callers typing a ``reader`` argument)."""
@@ -353,6 +361,12 @@ class Backend(Parts, abc.ABC):
     def maintain(self, compact: bool = False) -> None:
         """The maintenance hook gc calls after a sweep: give freed space back (SQLite: incremental vacuum and
         WAL checkpoint; ``compact``: rewrite densely). Default: nothing to do."""
+
+    def recovery_advice(self) -> str:
+        """One clause telling a user whose store is damaged below crewckpt's rows how to get it back (fsck
+        appends it to such a problem). Default: restore from a backup; backends with their own salvage tool
+        name it."""
+        return "restore the store from a backup"
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -242,6 +242,14 @@ _named: dict[str, MemoryBackend] = {}
 _named_lock = threading.Lock()
 
 
+def forget(name: str, backend: MemoryBackend | None = None) -> None:
+    """Drop the in-memory store ``memory:NAME`` from this process (only if it is ``backend``, when given):
+    what a failed ``clone`` into it created goes away."""
+    with _named_lock:
+        if name in _named and (backend is None or _named[name] is backend):
+            del _named[name]
+
+
 class MemoryOpener(Opener):
     """``memory:NAME``: one in-memory store per name per process, kept until the process ends (every open
     shares it); ``memory:``: a new anonymous store at each open, which cannot be reopened."""

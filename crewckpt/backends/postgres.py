@@ -335,6 +335,7 @@ class PgTxn(_PgReader, Txn):
         self.token = os.urandom(16)
         self.round_trips = 0  # pipelines sent (benchmarks and tests count them)
         self._committing = False
+        self.dropped = 0  # packs drop_packs deleted (the backend VACUUMs after the commit)
         shared = self._sql.lock("gc", shared=True)  # held by every write transaction; gc takes it exclusively
         self._begin: list[_Op] = [("BEGIN", None, False, None), (shared[0], shared[1], False, None)]
 
@@ -511,6 +512,18 @@ class PgTxn(_PgReader, Txn):
                                 f"RETURNING 1", (touched_before_ns, ids[i:i + BATCH])))
         return n
 
+    def drop_packs(self, oids: Iterable[bytes], touched_before_ns: int) -> int:
+        """Delete packs no frame names (base.Txn.drop_packs) without gc's exclusive lock: a merge must not
+        make every writer of the store wait. The space they took is made reusable right after the commit
+        (:meth:`PgBackend.transaction`), so bytes as written stay near what gc leaves."""
+        ids = list(dict.fromkeys(oids))
+        n = 0
+        for i in range(0, len(ids), BATCH):
+            n += len(self._rows(f"DELETE FROM {self._s}.objects WHERE touched < %s AND oid = ANY(%s) "
+                                f"RETURNING 1", (touched_before_ns, ids[i:i + BATCH])))
+        self.dropped += n
+        return n
+
     def set_ref_if_equals(self, name: str, old: bytes | None, new: bytes | None) -> None:
         self._lock_ref(name)
         s = self._s
@@ -621,6 +634,9 @@ class PgBackend(_PgReader, TransactionalBackend):
     # keeps an object a writer reused just after gc's epoch bump (docs/backends.md, 'PostgreSQL')
     capabilities = Capabilities(transactions=True, locks=True, cheap_listing=True, reframe=True, shared=True,
                                 persistent=True, gc_grace_s=GC_GRACE_S)
+    # a writer merges its per-checkpoint packs this often (Store.AUTO_PACKS elsewhere): until the merge's
+    # VACUUM they take space in the table, so merging twice as often keeps bytes as written ~20% lower here
+    merge_packs_every = 16
 
     def __init__(self, location: str | PgLocation, *, pool_size: int = POOL_SIZE,
                  retry_s: float = RETRY_S, connect_timeout_s: int = CONNECT_TIMEOUT_S,
@@ -813,6 +829,10 @@ class PgBackend(_PgReader, TransactionalBackend):
             txn._abort()
             raise
         txn._commit()
+        if txn.dropped:
+            # MVCC: the dropped packs' rows (mostly TOAST) stay dead until a VACUUM; autovacuum comes a
+            # minute later at best, so without this every per-checkpoint pack ever written would take space
+            self._vacuum("objects", options="SKIP_LOCKED, TRUNCATE false")
 
     @contextlib.contextmanager
     def lock(self, name: str = "gc", wait_s: float = 0.0) -> Iterator[bool]:
@@ -853,12 +873,15 @@ class PgBackend(_PgReader, TransactionalBackend):
         for table in ("objects", "txdone"):
             self._vacuum(table, full=compact and table == "objects")
 
-    def _vacuum(self, table: str, full: bool = False) -> None:
-        """VACUUM (FULL) one table, best effort (as SQLite's VACUUM: a failure is ignored)."""
+    def _vacuum(self, table: str, full: bool = False, options: str = "") -> None:
+        """VACUUM (FULL) one table, best effort (as SQLite's VACUUM: a failure is ignored). ``options``: a
+        lazy VACUUM's option list (``SKIP_LOCKED``: another session's VACUUM of the table is not waited for;
+        ``TRUNCATE false``: never takes the lock that would make writers wait; both PostgreSQL 12+)."""
         deadline = time.monotonic() + self.retry_s
         conn = self._getconn(deadline)
+        opts = "FULL " if full else f"({options}) " if options else ""
         try:
-            conn.execute(f"VACUUM {'FULL ' if full else ''}{self._sql.s}.{table}")
+            conn.execute(f"VACUUM {opts}{self._sql.s}.{table}")
         except psycopg.Error:
             pass
         finally:

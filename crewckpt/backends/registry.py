@@ -5,7 +5,9 @@ A location is what a user gives wherever a store is named (``Store.open/init``, 
 
 * a plain path, or ``sqlite:PATH`` (``sqlite:///abs/path`` also works): the SQLite store in that folder
   (the default). With no location at all, ``$CKPT_STORE``, else the nearest ``.ckpt`` folder walking up from
-  the working folder, like git;
+  the working folder, like git. A leading ``~`` or ``~user`` is expanded as a shell would (a location often
+  reaches us unexpanded: ``--store=~/x``, a quoted ``$CKPT_STORE``, a config file); an ``os.PathLike`` is
+  taken as it is. A path longer than the system allows is refused with one line;
 * ``memory:NAME``: an in-memory store shared by every open of that name in this process (tests, scratch
   work); ``memory:`` alone is a new anonymous store at each open;
 * ``scheme://...``: a backend registered for ``scheme``. Known: ``postgresql://`` and ``postgres://`` (extra
@@ -34,6 +36,7 @@ A backend plugs in with an :class:`Opener`::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import os
 import re
@@ -58,7 +61,7 @@ class Location:
     """A parsed location.
 
     scheme: registry key (``"sqlite"``, ``"memory"``, ``"postgresql"``, ``"s3"``...), lower case.
-    target: sqlite: the folder path as given; memory: the name (``""`` anonymous); URL schemes: the whole URL
+    target: sqlite: the folder path as given (a leading ``~`` expanded); memory: the name (``""`` anonymous); URL schemes: the whole URL
     with its scheme in lower case. text: the string as the user gave it (for messages).
     """
 
@@ -184,8 +187,8 @@ def parse(location: str | os.PathLike[str]) -> Location:
         BadLocation: empty, an unknown ``scheme://``, a bad ``memory:`` name, or a remote scheme without ``//``.
     """
     if isinstance(location, os.PathLike):
-        path = os.fspath(location)
-        return Location("sqlite", str(path), str(path))
+        path = str(os.fspath(location))
+        return Location("sqlite", _checked_path(path, path), path)
     text = str(location)
     if not text.strip():
         raise BadLocation("the store location is empty; give a folder such as ./.ckpt, or a URL such as "
@@ -195,7 +198,7 @@ def parse(location: str | os.PathLike[str]) -> Location:
         path = path[2:] if path.startswith("//") else path  # sqlite:///abs/path, URL style
         if not path:
             raise BadLocation(f"{text!r}: sqlite: needs a folder, e.g. sqlite:./.ckpt")
-        return Location("sqlite", path, text)
+        return Location("sqlite", _checked_path(os.path.expanduser(path), text), text)
     if text.startswith("memory:"):
         name = text[len("memory:"):]
         if not _MEMORY_NAME.fullmatch(name):
@@ -214,7 +217,43 @@ def parse(location: str | os.PathLike[str]) -> Location:
     if scheme and f"{scheme}:" not in _PREFIXES and (scheme in _openers or scheme in _KNOWN):
         raise BadLocation(f"{text}: a {scheme} location is written {scheme}://...; for a local folder of that "
                           f"name write ./{text}")
-    return Location("sqlite", text, text)
+    return Location("sqlite", _checked_path(os.path.expanduser(text), text), text)
+
+
+@functools.cache
+def _path_limits() -> tuple[int, int]:
+    """``(longest folder name, longest path)`` in bytes this system opens (POSIX NAME_MAX, PATH_MAX - 1)."""
+    try:
+        return os.pathconf("/", "PC_NAME_MAX"), os.pathconf("/", "PC_PATH_MAX") - 1
+    except (AttributeError, OSError, ValueError):  # no pathconf (Windows): the common limits
+        return 255, 4095
+
+
+def clip(text: str, keep: int = 60) -> str:
+    """``text`` for a one-line message: at most about ``keep`` characters (the middle of a longer one elided)."""
+    return text if len(text) <= keep else f"{text[:keep * 2 // 3]}...{text[-(keep // 3):]}"
+
+
+_ROOM = 32  # bytes the store's own files add below its folder ("/.ckpt/store.db-journal")
+
+
+def _checked_path(path: str, text: str) -> str:
+    """``path``, or BadLocation when it is longer than the system opens (the OS would say only 'File name
+    too long', raised from wherever the path is first used)."""
+    longest_name, longest_path = _path_limits()
+    full = os.fsencode(os.path.abspath(path)) if path else b""
+    for sep in (os.sep, os.altsep):
+        if sep and sep != "/":  # Windows: both separators
+            full = full.replace(os.fsencode(sep), b"/")
+    name = max(full.split(b"/"), key=len, default=b"")
+    if len(name) > longest_name:
+        why = f"a folder name in it is {len(name)} bytes long, more than the {longest_name} this system allows"
+    elif len(full) + _ROOM > longest_path:
+        why = (f"it is {len(full)} bytes long, and a store folder's path may have {longest_path - _ROOM} at most here "
+               f"(the system allows {longest_path}, the files in it need the rest)")
+    else:
+        return path
+    raise BadLocation(f"{clip(text)}: cannot use that path as a store location: {why}; choose a shorter one")
 
 
 def opener(scheme: str, text: str = "") -> Opener:
@@ -395,7 +434,7 @@ def split_rev(text: str) -> tuple[str, str | None]:
 
 
 __all__ = [
-    "ENV_VAR", "BackendMissing", "BadLocation", "Location", "Opened", "Opener", "create_backend", "has_store",
+    "ENV_VAR", "BackendMissing", "BadLocation", "Location", "Opened", "Opener", "clip", "create_backend", "has_store",
     "identity", "instance", "local_folder", "named", "occupied", "open_backend", "opener", "parse", "register",
     "schemes", "split_rev",
 ]

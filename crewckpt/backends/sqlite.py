@@ -211,20 +211,21 @@ class SqliteTxn(_SqlReader, Txn):
         return self._b._conn.execute(sql, args).fetchall()
 
     def put_many(self, objs: Iterable[StoredObject], now_ns: int) -> int:
+        # two statements for any number of objects (a checkpoint's are nearly all new: the UPDATE runs only
+        # when some were present, and skips rows already stamped now)
+        rows = [(o.oid, o.kind, o.size, now_ns, o.frame) for o in objs]
+        if not rows:
+            return 0
         c = self._b._conn
-        new = 0
-        for o in objs:
-            cur = c.execute("INSERT OR IGNORE INTO objects(oid, kind, size, touched, frame) VALUES (?,?,?,?,?)",
-                            (o.oid, o.kind, o.size, now_ns, o.frame))
-            if cur.rowcount:
-                new += 1
-            else:
-                c.execute("UPDATE objects SET touched=? WHERE oid=? AND touched<?", (now_ns, o.oid, now_ns))
+        new: int = c.executemany("INSERT OR IGNORE INTO objects(oid, kind, size, touched, frame) VALUES (?,?,?,?,?)",
+                                 rows).rowcount
+        if new < len(rows):
+            c.executemany("UPDATE objects SET touched=?1 WHERE oid=?2 AND touched<?1", [(now_ns, r[0]) for r in rows])
         return new
 
     def reframe(self, frames: Iterable[tuple[bytes, bytes]]) -> int:
-        c = self._b._conn
-        return sum(c.execute("UPDATE objects SET frame=? WHERE oid=?", (f, o)).rowcount for o, f in frames)
+        rows = [(f, o) for o, f in frames]
+        return int(self._b._conn.executemany("UPDATE objects SET frame=? WHERE oid=?", rows).rowcount) if rows else 0
 
     def delete_objects(self, oids: Iterable[bytes], touched_before_ns: int) -> int:
         ids = list(oids)
@@ -236,24 +237,36 @@ class SqliteTxn(_SqlReader, Txn):
         return n
 
     def set_ref_if_equals(self, name: str, old: bytes | None, new: bytes | None) -> None:
-        cur = self.get_ref(name)
+        c = self._b._conn
+        # one statement when the ref holds what the caller expects (the usual case)
+        if old is not None and new is not None:
+            done = c.execute("UPDATE refs SET target=? WHERE name=? AND target=?", (new, name, old)).rowcount
+        elif old is None and new is not None:
+            done = c.execute("INSERT OR IGNORE INTO refs(name, target) VALUES (?,?)", (name, new)).rowcount
+        elif old is not None:
+            done = c.execute("DELETE FROM refs WHERE name=? AND target=?", (name, old)).rowcount
+        else:
+            done = 0
+        if done:
+            return
+        cur = self.get_ref(name)  # a conflict, or a row SQL does not compare equal (a TEXT target, an old=new=None)
         if cur != old:
             raise ref_conflict(name, old, cur)
         if new is None:
-            self._b._conn.execute("DELETE FROM refs WHERE name=?", (name,))
+            c.execute("DELETE FROM refs WHERE name=?", (name,))
         else:
-            self._b._conn.execute("INSERT OR REPLACE INTO refs(name, target) VALUES (?,?)", (name, new))
+            c.execute("INSERT OR REPLACE INTO refs(name, target) VALUES (?,?)", (name, new))
 
     def set_symref(self, name: str, target: str) -> None:
         self._b._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?,?)", (_SYMREF + name, target))
 
     def reflog_append(self, entry: ReflogEntry) -> None:
-        c = self._b._conn
-        last = c.execute("SELECT new FROM reflog WHERE ref=? ORDER BY n DESC LIMIT 1", (entry.ref,)).fetchone()
-        # a record whose old id is the previous record's new (the usual case) stores x'' instead of 32 bytes
-        old = b"" if entry.old is not None and last is not None and last[0] == entry.old else entry.old
-        c.execute("INSERT INTO reflog(ref, old, new, time_ns, message) VALUES (?,?,?,?,?)",
-                  (entry.ref, old, entry.new, entry.time_ns, entry.message))
+        # a record whose old id is the previous record's new (the usual case) stores x'' instead of 32 bytes;
+        # decided in the INSERT itself (one statement)
+        self._b._conn.execute(
+            "INSERT INTO reflog(ref, old, new, time_ns, message) VALUES (:ref, CASE WHEN :old IS NOT NULL AND :old "
+            "= (SELECT new FROM reflog WHERE ref=:ref ORDER BY n DESC LIMIT 1) THEN x'' ELSE :old END, :new, :t, :m)",
+            {"ref": entry.ref, "old": entry.old, "new": entry.new, "t": entry.time_ns, "m": entry.message})
 
     def reflog_delete(self, ref: str) -> None:
         self._b._conn.execute("DELETE FROM reflog WHERE ref=?", (ref,))
@@ -293,10 +306,10 @@ class SqliteTxn(_SqlReader, Txn):
         # never below the highest seq written (a damaged counter row must not hand out old numbers: parents
         # are older than their children, and graph walks rely on it to detect cycles)
         floor = "coalesce((SELECT max(seq) FROM commits), 0)" if name == "seq" else "0"
-        c.execute(f"INSERT INTO meta(key, value) VALUES (?, CAST({floor} + 1 AS TEXT)) "
-                  f"ON CONFLICT(key) DO UPDATE SET value = CAST(max(CAST(value AS INTEGER), {floor}) + 1 AS TEXT)",
-                  (key,))
-        return int(c.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()[0])
+        cur = c.execute(f"INSERT INTO meta(key, value) VALUES (?, CAST({floor} + 1 AS TEXT)) "
+                  f"ON CONFLICT(key) DO UPDATE SET value = CAST(max(CAST(value AS INTEGER), {floor}) + 1 AS TEXT) "
+                  f"RETURNING value", (key,))
+        return int(cur.fetchall()[0][0])
 
     def meta_set(self, key: str, value: str) -> None:
         self._b._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?,?)", (key, value))
@@ -523,6 +536,11 @@ class SqliteBackend(_SqlReader, TransactionalBackend):
         rows = self._q(f"PRAGMA {pragma}")
         lines = [str(r[0]) for r in rows]
         return [] if lines == ["ok"] else lines
+
+    def recovery_advice(self) -> str:
+        """SQLite's own salvage: ``.recover`` copies every readable row into a new database file."""
+        return (f"restore {self.path} from a backup, or salvage what SQLite can still read: "
+                f"`sqlite3 {self.path} .recover | sqlite3 recovered.db`, then `ckpt fsck --full` on it")
 
     def close(self) -> None:
         with self._lock:

@@ -18,9 +18,15 @@ if TYPE_CHECKING:
 @click.argument("name", required=False)
 @click.argument("location", required=False)
 @click.option("-v", "--verbose", is_flag=True, help="Show each remote's location.")
+@click.option("--no-check", is_flag=True,
+              help="add: record a local LOCATION even though no store is there (yet).")
 @json_option
-def remote(action: str | None, name: str | None, location: str | None, verbose: bool, as_json: bool) -> None:
+def remote(action: str | None, name: str | None, location: str | None, verbose: bool, no_check: bool,
+           as_json: bool) -> None:
     """List remotes, or add NAME at LOCATION, or remove NAME (and its remote-tracking refs), or trust NAME.
+
+    `add` checks that a local LOCATION (a folder, `sqlite:PATH`) holds a store, so a typo is caught at once;
+    `--no-check` records it anyway (a store you create later). URLs are not contacted.
 
     A remote that came with the store (a copied folder, someone else's store) is used by name only after
     `ckpt remote trust NAME`: its location is data someone else wrote.
@@ -31,15 +37,18 @@ def remote(action: str | None, name: str | None, location: str | None, verbose: 
     \b
     Examples:
       ckpt remote add origin /shared/team.ckpt
+      ckpt remote add --no-check backup /mnt/usb/team.ckpt
       ckpt remote -v
       ckpt remote remove origin
       ckpt remote trust origin
     """
+    if no_check and action != "add":
+        raise UsageProblem("--no-check goes with `ckpt remote add NAME LOCATION`")
     store = obj().store()
     if action == "add":
         if not name or not location:
             raise UsageProblem("usage: ckpt remote add NAME LOCATION")
-        loc = store.add_remote(name, location)
+        loc = store.add_remote(name, location, check=not no_check)
         if as_json:
             emit_json({"added": name, "location": loc})
         else:

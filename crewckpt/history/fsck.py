@@ -54,9 +54,7 @@ def fsck(parts: StoreParts, *, full: bool = False, progress: Progress | None = N
                  + (_shape_problems(parts, report.broken) if full else []))
         return dataclasses.replace(report, problems=report.problems + extra) if extra else report
     except CorruptStore as e:
-        return FsckReport({}, {}, 0, [
-            f"the database file itself is damaged ({e}); restore store.db from a backup, or salvage what SQLite "
-            f"can still read: `sqlite3 store.db .recover | sqlite3 recovered.db`, then `ckpt fsck --full` on it"])
+        return FsckReport({}, {}, 0, [f"the store itself is damaged ({e}); {parts.backend.recovery_advice()}"])
 
 
 def _fsck(parts: StoreParts, full: bool, progress: Progress | None) -> FsckReport:
@@ -166,8 +164,8 @@ def _database_problems(parts: StoreParts, full: bool) -> list[str]:
     check = getattr(parts.backend, "database_check", None)
     if check is None:
         return []
-    return [f"SQLite {'integrity_check' if full else 'quick_check'}: {line}; restore store.db from a backup, or "
-            f"rebuild it with `sqlite3 store.db .recover | sqlite3 recovered.db`" for line in check(full)]
+    advice = parts.backend.recovery_advice()
+    return [f"SQLite {'integrity_check' if full else 'quick_check'}: {line}; {advice}" for line in check(full)]
 
 
 def _graph_problems(parts: StoreParts) -> list[str]:

@@ -178,11 +178,15 @@ def repack_plan(live: set[bytes], metas: dict[bytes, ObjectMeta]) -> list[bytes]
 
 
 def write_packs(parts: StoreParts, oids: list[bytes], progress: Progress | None = None,
-                sizes: dict[bytes, int] | None = None) -> int:
-    """Move objects into new packs of up to PACK_MAX body bytes at PACK_LEVEL, ordered by kind and body
-    prefix; returns how many frames changed. Objects gone meanwhile are skipped. Each pack lands with its
-    members' new frames in one transaction, so a crash leaves either frame. ``sizes`` (declared body
-    bytes) bounds each decoding batch to BATCH_BYTES."""
+                sizes: dict[bytes, int] | None = None, level: int = PACK_LEVEL,
+                drop: list[bytes] | None = None) -> int:
+    """Move objects into new packs of up to PACK_MAX body bytes at zstd ``level`` (default PACK_LEVEL), ordered
+    by kind and body prefix; returns how many frames changed. Objects gone meanwhile are skipped. Each pack
+    lands with its members' new frames in one transaction, so a crash leaves either frame. ``sizes``
+    (declared body bytes) bounds each decoding batch to BATCH_BYTES. ``drop``: the packs these objects leave
+    (a writer's merge); they are deleted in the transaction of the last new pack, when no frame names them
+    any more, so no crash or failure leaves their bytes behind (a reader that read an old frame retries on
+    the miss: objectdb.get_many)."""
     bodies = {}
     for ids in size_batches(oids, sizes):
         bodies.update(parts.objects.get_many(ids))
@@ -190,18 +194,23 @@ def write_packs(parts: StoreParts, oids: list[bytes], progress: Progress | None 
     moved = 0
     batch: list[tuple[bytes, int, bytes]] = []
     size = 0
-    for it in items + [None]:  # type: ignore[list-item]
-        if it is not None:
-            batch.append(it)
-            size += len(it[2])
-        if batch and (it is None or size >= PACK_MAX):
-            objs = parts.objects.pack(batch, level=PACK_LEVEL)
+    for n, it in enumerate(items, 1):
+        batch.append(it)
+        size += len(it[2])
+        last = n == len(items)
+        if last or size >= PACK_MAX:
+            objs = parts.objects.pack(batch, level=level)
             with parts.backend.transaction() as txn:  # reframe implies transactions (docs/backends.md)
                 txn.put_many(objs[:1], time.time_ns())
                 moved += txn.reframe((o.oid, o.frame) for o in objs[1:])
+                if last and drop:
+                    txn.drop_packs(drop, time.time_ns() + 1)
             batch, size = [], 0
             if progress:
                 progress("repack", moved, len(items))
+    if drop and not items:  # every member went meanwhile: nothing names the packs
+        with parts.backend.transaction() as txn:
+            txn.drop_packs(drop, time.time_ns() + 1)
     return moved
 
 
@@ -218,19 +227,19 @@ def drop_unreferenced_packs(parts: StoreParts, touched_before_ns: int) -> int:
         return txn.delete_objects(packs, touched_before_ns)
 
 
-def merge_packs(parts: StoreParts, packs: list[tuple[bytes, list[bytes]]]) -> bool:
+def merge_packs(parts: StoreParts, packs: list[tuple[bytes, list[bytes]]], level: int = PACK_LEVEL) -> bool:
     """Merge packs this writer wrote, given as ``(pack id, member ids)``, into bigger packs compressed together
-    (git's gc.autoPackLimit idea), then delete them. Needs no scan: only the writer's own rows name its packs
-    (a member that already existed kept its older frame). Skipped, returning False, while a gc holds the
-    lock; the caller keeps its list and tries again later."""
+    (git's gc.autoPackLimit idea), deleting them in the same transaction as the last new pack. Needs no
+    scan: only the writer's own rows name its packs (a member that already existed kept its older frame).
+    Skipped, returning False, while a gc holds the lock; the caller keeps its list and tries again later."""
     b = parts.backend
     if not (b.capabilities.reframe and b.capabilities.locks):
         return True  # nothing to merge on a backend that cannot reframe: per-checkpoint packs stay
     with b.lock("gc") as got:
         if not got:
             return False
-        write_packs(parts, [o for _, members in packs for o in members])
-        b.delete_objects([p for p, _ in packs], time.time_ns() + 1)
+        write_packs(parts, [o for _, members in packs for o in members], level=level,
+                    drop=[p for p, _ in packs])
     return True
 
 

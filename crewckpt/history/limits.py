@@ -45,13 +45,17 @@ class ReadBudget:
             MAX_READ_BYTES.
         max_nodes: JSON values in the expanded document; None: ``$CKPT_MAX_READ_NODES`` or MAX_READ_NODES.
         what: how errors name the document (``checkpoint 1a2b3c4d5e6f``).
+        doing: what the refused operation is, for errors ("read", "fetch": "... is too large to fetch").
+        kwargs: whether the caller takes ``max_bytes=``/``max_nodes=`` (errors offer them beside the variables).
     """
 
     def __init__(self, max_bytes: int | None = None, max_nodes: int | None = None,
-                 what: str = "the document") -> None:
+                 what: str = "the document", *, doing: str = "read", kwargs: bool = True) -> None:
         self.max_bytes = _env_int(ENV_BYTES, MAX_READ_BYTES) if max_bytes is None else max_bytes
         self.max_nodes = _env_int(ENV_NODES, MAX_READ_NODES) if max_nodes is None else max_nodes
         self.what = what
+        self.doing = doing
+        self.kwargs = kwargs
         self.used_bytes = 0
 
     def charge_bytes(self, n: int) -> None:
@@ -73,5 +77,7 @@ class ReadBudget:
                                  ENV_BYTES, "max_bytes")
 
     def too_large(self, why: str, env: str, kwarg: str) -> DocumentTooLarge:
-        return DocumentTooLarge(f"{self.what} is too large to read: {why}; if you trust this store, raise the "
-                                f"limit with ${env} (or Store.read(..., {kwarg}=N))")
+        """The one-line error naming the limit passed (``why``) and how to raise it."""
+        alt = f" (or Store.read(..., {kwarg}=N))" if self.kwargs else ""
+        return DocumentTooLarge(f"{self.what} is too large to {self.doing}: {why}; if you trust this store, raise "
+                                f"the limit with ${env}{alt}")

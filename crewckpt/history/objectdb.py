@@ -19,6 +19,7 @@ from crewckpt.history.limits import ReadBudget
 
 TREE_CACHE_ITEMS = 20_000
 PACK_CACHE_BYTES = 64 * 1024 * 1024
+PACK_GONE_RETRIES = 8  # reads of one batch while concurrent repacks keep moving a member (each move is progress)
 
 
 class ObjectDB:
@@ -140,11 +141,14 @@ class ObjectDB:
                  budget: ReadBudget | None = None) -> dict[bytes, tuple[int, bytes]]:
         """Verified ``oid -> (kind, body)`` for the ids found; missing ids are absent from the result.
 
-        A pack that vanished between reading a frame and reading the pack means gc repacked concurrently:
-        the frames are read once more."""
+        A pack that vanished between reading a frame and reading the pack means a merge or gc repacked
+        concurrently (it reframed the member, then dropped the pack): the frames are read again, as long as
+        the member's frame changed since the previous read (backends.md, 'Reading while packs merge')."""
         r = reader or self.backend
         ids = list(oids)
-        for attempt in (0, 1):
+        seen: dict[bytes, bytes] = {}  # member -> the frame whose pack was missing
+        err = _PackGone(b"", b"")
+        for _ in range(PACK_GONE_RETRIES):
             try:
                 got = r.get_many(ids)
                 for o, s in got.items():  # a hostile or broken backend must not answer X with object Y
@@ -153,10 +157,13 @@ class ObjectDB:
                                                       "instead; run ckpt fsck")
                 return {o: (s.kind, self.verify(s, r, budget)) for o, s in got.items()}
             except _PackGone as e:
-                if attempt:  # twice: not a concurrent repack; the member's frame is damaged or its pack lost
-                    raise IntegrityError(e.member.hex(), f"its frame names pack {e.key.hex()}.., which is not "
-                                                         f"in the store") from None
-        raise AssertionError("unreachable")
+                frame = got[e.member].frame if e.member in got else b""
+                if seen.get(e.member) == frame:  # the same frame twice: no repack moved it; damaged or lost
+                    break
+                seen[e.member] = frame
+                err = e
+        raise IntegrityError(err.member.hex(), f"its frame names pack {err.key.hex()}.., which is not in the "
+                                               f"store") from None
 
     def trees(self, oids: Iterable[bytes], reader: ObjectStore | None = None,
               budget: ReadBudget | None = None) -> dict[bytes, tuple[int, Any]]:

@@ -10,17 +10,29 @@ canonical form, so a relative path keeps meaning the same store from any working
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
-from collections.abc import Iterator, Sequence
+import shutil
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import orjson
 
-from crewckpt.backends import registry
+from crewckpt.backends import memory, registry
 from crewckpt.backends.base import Parts, writing
-from crewckpt.errors import CkptError, PullDiverged, PushRejected, StoreExists, UnknownRemote, UntrustedRemote
+from crewckpt.errors import (
+    CkptError,
+    PullDiverged,
+    PushRejected,
+    StoreExists,
+    StoreNotFound,
+    SyncError,
+    UnknownRemote,
+    UntrustedRemote,
+)
 from crewckpt.history import head, refnames, trust
 from crewckpt.history.sync import (
     Progress,
@@ -70,16 +82,26 @@ def canonical(location: str | os.PathLike[str]) -> str:
     return registry.identity(location, strict=False)
 
 
-def add_remote(store: Store, name: str, location: str | os.PathLike[str]) -> str:
+def add_remote(store: Store, name: str, location: str | os.PathLike[str], *, check: bool = True) -> str:
     """Add remote ``name`` at ``location`` (stored canonical; returns that form).
 
+    ``check`` (default): a local location (a folder path, ``sqlite:PATH``, ``memory:NAME``) must hold a store
+    now, so a typo is caught here rather than at the first fetch; ``check=False`` records it anyway (a store
+    created later). URLs are never contacted here (a server may be down; git accepts unreachable URLs too).
+
     Raises:
-        BadRefName: bad name. CkptError: the name exists already, or the location names this store.
+        BadRefName: bad name. StoreNotFound: (``check``) a local location that holds no store. CkptError: the
+        name exists already, or the location is this store itself (any spelling: ``./x``, ``x/``, a symlink).
     """
     name = check_remote_name(name)
     loc = canonical(location)
-    if loc == location_of(store):
-        raise CkptError(f"{location}: that is this store itself; a remote is another store")
+    if is_this_store(store, location):
+        raise CkptError(f"{location}: that is this store itself; a remote is another store (give its location)")
+    if check and local_location(location):
+        why = why_not_a_store(location)
+        if why is not None:
+            raise StoreNotFound(f"cannot add remote {name}: {location}: {why}; check the location, or add it "
+                                f"anyway with `ckpt remote add --no-check {name} {location}`")
     with writing(store.backend) as w:
         cur = _read(w.meta_get(META_KEY))
         if name in cur:
@@ -89,6 +111,61 @@ def add_remote(store: Store, name: str, location: str | os.PathLike[str]) -> str
         w.meta_set(META_KEY, orjson.dumps(dict(sorted(cur.items()))).decode())
     trust.record(location_of(store), name, loc)  # this user chose it: usable by name on this machine
     return loc
+
+
+def local_location(location: str | os.PathLike[str]) -> bool:
+    """Whether ``location`` is on this machine and cheap to look at (a folder path, ``sqlite:``, ``memory:``).
+    Raises BadLocation (an unknown scheme)."""
+    return registry.parse(location).scheme in ("sqlite", "memory")
+
+
+def why_not_a_store(location: str | os.PathLike[str]) -> str | None:
+    """For a local location: why no store is there, in a few words without a fix ("no such folder", "a file,
+    not a store folder", ...); None when one is (or for a remote URL, which only connecting can tell)."""
+    loc = registry.parse(location)
+    if loc.scheme == "memory":
+        return None if registry.has_store(loc) else "no in-memory store of that name in this process"
+    if loc.scheme != "sqlite":
+        return None
+    try:
+        registry.open_backend(loc.text).backend.close()  # the real test: what fetch will open
+        return None
+    except StoreNotFound:
+        pass
+    except CkptError as e:  # a damaged or newer store, a permission problem: its own words
+        return str(e)
+    p = loc.target
+    if not os.path.lexists(p):
+        return "no such folder"
+    if not os.path.isdir(p):
+        return "a file, not a store folder"
+    return "a folder without a crewckpt store"
+
+
+def is_this_store(store: Store, location: str | os.PathLike[str] | Store) -> bool:
+    """Whether ``location`` (or an open Store) names ``store`` itself, however spelled: the same identity,
+    the same backend object, or (local stores) the same ``store.db`` file, so ``./x``, ``x/``, a symlink to
+    it and a project folder holding it as ``.ckpt`` all count. Never raises for a location no backend serves."""
+    if not isinstance(location, (str, os.PathLike)):
+        if location.backend is store.backend:
+            return True
+        a, b = getattr(store, "path", None), getattr(location, "path", None)
+        if a is not None and b is not None:  # local store folders: the same folder, however reached
+            try:
+                return os.path.samefile(a, b)
+            except OSError:
+                pass
+        return location.location is not None and location.location == location_of(store)
+    try:
+        here = location_of(store)
+        if here is None:
+            return False
+        if canonical(location) == here:
+            return True
+        mine = registry.instance(here)
+        return mine is not None and registry.instance(location) == mine
+    except CkptError:
+        return False
 
 
 def trust_remote(store: Store, name: str) -> str:
@@ -152,8 +229,11 @@ def connect(store: Store, remote: str | Store | None) -> Iterator[tuple[str | No
 
     Raises:
         UnknownRemote: no remote given and no ``origin``; or a name that is neither a remote nor a store.
+        StoreNotFound: a configured remote's location holds no store (the message says how to fix it).
+        CkptError: the remote is this store itself.
     """
     if not isinstance(remote, (str, os.PathLike)) and remote is not None:  # an open Store
+        _refuse_self(store, remote, None, "that store")
         yield None, remote
         return
     Store = type(store)  # noqa: N806 (the class that opens locations; history.store imports this module)
@@ -165,12 +245,15 @@ def connect(store: Store, remote: str | Store | None) -> Iterator[tuple[str | No
                 f"remote {name} ({conf[name]}) came with this store and was not added on this machine; it would "
                 f"receive your credentials and checkpoints: check it with `ckpt remote -v`, then `ckpt remote "
                 f"trust {name}` (or remove it)")
-        other = Store.open(conf[name])
+        other = _open_remote(Store, name, conf[name])
         label: str | None = name
     elif remote is None:
         raise UnknownRemote("no remote named 'origin'; add one with `ckpt remote add origin LOCATION` or name a "
                             "remote")
     else:
+        if is_this_store(store, remote):  # before opening: "x/../.ckpt" names it though "x" does not exist
+            raise CkptError(f"{remote} ({location_of(store)}) is this store itself: fetch, pull and push need "
+                            f"another store; name another store")
         try:
             other = Store.open(remote)
         except CkptError as e:
@@ -178,9 +261,28 @@ def connect(store: Store, remote: str | Store | None) -> Iterator[tuple[str | No
             raise UnknownRemote(f"{remote!r} is neither a remote ({known}) nor a store: {e}") from None
         label = None
     try:
+        _refuse_self(store, other, label, str(remote))
         yield label, other
     finally:
         other.close()
+
+
+def _open_remote(store_cls: type[Store], name: str, location: str) -> Store:
+    """Open configured remote ``name``; a local location without a store is named with the way to fix the
+    config (not `ckpt init` at what may be a typo)."""
+    try:
+        return store_cls.open(location)
+    except StoreNotFound as e:
+        why = why_not_a_store(location) if local_location(location) else None
+        raise StoreNotFound(f"remote {name} ({location}): {why or e}; check the location with `ckpt remote -v`, "
+                            f"fix it with `ckpt remote remove {name}` then `ckpt remote add {name} LOCATION`") from None
+
+
+def _refuse_self(store: Store, other: Store, label: str | None, given: str) -> None:
+    if is_this_store(store, other):
+        fix = f"; remove it with `ckpt remote remove {label}`" if label else "; name another store"
+        raise CkptError(f"{f'remote {label}' if label else given} ({location_of(other) or 'memory store'}) is this "
+                        f"store itself: fetch, pull and push need another store{fix}")
 
 
 def side(store: Store, name: str) -> Side:
@@ -417,58 +519,148 @@ def clone(store_cls: type[Store], src: str | Store, dest: str | os.PathLike[str]
     ``<origin>/<branch>`` remote-tracking refs), with remote ``origin`` naming ``src``. Running it again on
     a clone that was interrupted finishes it; on a finished clone it is refused (fetch or pull update it).
 
+    As git does: ``dest`` is checked first (a store that is not an interrupted clone of ``src``, a file or a
+    folder that is not empty is refused before ``src`` is contacted); ``src`` is opened before anything is
+    created (a bad or unreachable source leaves nothing behind); a clone that fails after creating ``dest``
+    removes what it created (a local folder or ``memory:`` store; never what was there before). A clone into
+    a URL that fails midway is left as an interrupted clone, and the error says so.
+
     ``store_cls``: the Store class (``Store.clone`` passes itself).
 
     Raises:
         StoreExists: ``dest`` holds another store (not a clone of ``src``), a finished clone, or an
-            interrupted clone whose branch moved since. And fetch's errors.
+            interrupted clone whose branch moved since. CkptError: ``dest`` is a file or a folder that is not
+            empty; ``src`` holds no store (one line naming why). And fetch's errors.
     """
     Store = store_cls  # noqa: N806
     origin = check_remote_name(origin)
     src_loc = canonical(src) if isinstance(src, (str, os.PathLike)) else None
+    d = _unfinished_clone(Store, src, src_loc, dest, origin)  # refuses an occupied dest up front
+    if src_loc is not None:
+        other = _open_source(Store, str(src), src_loc)
+    else:
+        other = src  # type: ignore[assignment]
+    undo = None
     try:
-        d = Store.init(dest)
-        with writing(d.backend) as w:
-            w.meta_set(CLONE_STATE, "pending")  # a rerun may finish this clone, never redo a finished one
+        fresh = d is None
+        if d is None:
+            d, undo = _create(Store, dest)
+        try:
+            if fresh:
+                with writing(d.backend) as w:
+                    w.meta_set(CLONE_STATE, "pending")  # a rerun may finish this clone, never redo a finished one
+                if src_loc is not None:
+                    add_remote(d, origin, src_loc, check=False)
+            rep = _clone_into(d, other, origin if src_loc is not None else _where(other, None), origin, dest,
+                              progress)
+        except BaseException as e:
+            d.close()
+            if undo is not None:
+                undo()
+            elif isinstance(e, CkptError) and not registry.local_folder(dest):
+                raise SyncError(f"{e}; {dest} is left as an interrupted clone: run the same clone again to finish "
+                                f"it") from e
+            raise
+    finally:
         if src_loc is not None:
-            add_remote(d, origin, src_loc)
-    except StoreExists:
-        d = Store.open(dest)
-        if src_loc is not None and remotes(d).get(origin) != src_loc:
-            d.close()
-            raise StoreExists(f"{dest}: a store already exists there and is not a clone of {src}; pick another "
-                              f"destination") from None
-        if d.backend.meta_get(CLONE_STATE) != "pending":  # finished: its branches may hold local work now
-            d.close()
-            raise StoreExists(f"{dest}: already a clone of {src}; update it with `ckpt --store {dest} fetch` or "
-                              f"`pull` (a second clone would reset its branches)") from None
-    try:
-        with connect(d, origin if src_loc is not None else src) as (label, other):
-            there, here = side(other, _where(other, label)), side(d, "the clone")
-            updates = []
-            heads, invalid = _valid_heads(other.backend.refs(refnames.HEADS))
-            for ref, tip in heads.items():
-                old = d.backend.get_ref(ref)
-                b = ref[len(refnames.HEADS):]
-                status = "new" if old is None else "up-to-date" if old == tip else "forced"
-                tracked = d.backend.get_ref(tracking_prefix(origin) + b)
-                if status == "forced" and old != tracked:  # not what the interrupted clone set: local work
-                    raise StoreExists(f"{dest}: branch {b} has commits the interrupted clone did not write; "
-                                      f"finish with `ckpt --store {dest} fetch` instead")
-                updates.append(RefUpdate(ref, tip, old, b, status, f"clone: from {there.name}"))
-            rep = _report("clone", there.name, transfer(there, here, updates, progress=progress), invalid)
-            rep.refs += move_refs(here, [RefUpdate(tracking_prefix(origin) + u.ref[len(refnames.HEADS):], u.new,
-                                                   d.backend.get_ref(tracking_prefix(origin) + u.ref[len(refnames.HEADS):]),
-                                                   "", "new", f"clone: from {there.name}") for u in updates])
-            src_head = head.head_ref(other.backend)  # the clone starts on the source's current branch
-            with writing(d.backend) as w:
-                if d.backend.get_ref(src_head) is not None:
-                    w.set_symref(head.HEAD, src_head)
-                w.meta_set(CLONE_STATE, "done")
-    except BaseException:
-        d.close()
-        raise
+            other.close()
     return d, rep
+
+
+def _unfinished_clone(store_cls: type[Store], src: str | Store, src_loc: str | None, dest: str | os.PathLike[str],
+                      origin: str) -> Store | None:
+    """The store at ``dest`` when it is an interrupted clone of ``src`` (to finish), None when there is none.
+
+    Raises:
+        StoreExists: another store, or a finished clone. CkptError: ``dest`` is a file or a non-empty folder.
+    """
+    folder = registry.local_folder(dest)
+    if folder is not None and why_not_a_store(folder) is not None:
+        if os.path.lexists(folder) and not os.path.isdir(folder):
+            raise CkptError(f"{dest}: exists and is a file; clone into a new or empty folder")
+        if os.path.isdir(folder) and os.listdir(folder):
+            raise CkptError(f"{dest}: exists and is not empty (and holds no store); clone into a new or empty "
+                            f"folder")
+        return None
+    try:
+        d = store_cls.open(dest)
+    except StoreNotFound:
+        return None
+    if src_loc is not None and remotes(d).get(origin) != src_loc:
+        d.close()
+        raise StoreExists(f"{dest}: a store already exists there and is not a clone of {src}; pick another "
+                          f"destination")
+    if d.backend.meta_get(CLONE_STATE) != "pending":  # finished: its branches may hold local work now
+        d.close()
+        raise StoreExists(f"{dest}: already a clone of {src}; update it with `ckpt --store {dest} fetch` or "
+                          f"`pull` (a second clone would reset its branches)")
+    return d
+
+
+def _open_source(store_cls: type[Store], src: str, src_loc: str) -> Store:
+    """Open the clone's source first: a bad one is refused before anything is created."""
+    try:
+        return store_cls.open(src_loc)
+    except StoreNotFound as e:
+        why = why_not_a_store(src_loc) if local_location(src_loc) else None
+        raise StoreNotFound(f"cannot clone {src}: {why}; check the location (nothing was created)" if why
+                            else f"cannot clone {src}: {e}") from None
+
+
+def _create(store_cls: type[Store], dest: str | os.PathLike[str]) -> tuple[Store, Callable[[], None] | None]:
+    """A new store at ``dest`` and a function that removes what creating it made (None: a URL, left)."""
+    folder = registry.local_folder(dest)
+    if folder is None:
+        d = store_cls.init(dest)
+        loc = registry.parse(dest)
+        if loc.scheme == "memory" and loc.target:
+            return d, lambda: memory.forget(loc.target, d.backend)  # type: ignore[arg-type]
+        return d, None
+    p = Path(folder)
+    made = [a for a in (p, *p.parents) if not os.path.lexists(a)]  # folders mkdir will create, deepest first
+    before = set(os.listdir(p)) if not made else None
+    d = store_cls.init(dest)
+
+    def undo() -> None:
+        if before is None:  # clone made the folder: everything in it is its own
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            for name in set(os.listdir(p)) - before:
+                with contextlib.suppress(OSError):
+                    os.unlink(p / name)
+        for a in made[1:]:  # the parents it made, if empty (never one that holds anything)
+            try:
+                os.rmdir(a)
+            except OSError:
+                break
+
+    return d, undo
+
+
+def _clone_into(d: Store, other: Store, label: str, origin: str, dest: str | os.PathLike[str],
+                progress: Progress | None) -> SyncReport:
+    there, here = side(other, label), side(d, "the clone")
+    updates = []
+    heads, invalid = _valid_heads(other.backend.refs(refnames.HEADS))
+    for ref, tip in heads.items():
+        old = d.backend.get_ref(ref)
+        b = ref[len(refnames.HEADS):]
+        status = "new" if old is None else "up-to-date" if old == tip else "forced"
+        tracked = d.backend.get_ref(tracking_prefix(origin) + b)
+        if status == "forced" and old != tracked:  # not what the interrupted clone set: local work
+            raise StoreExists(f"{dest}: branch {b} has commits the interrupted clone did not write; "
+                              f"finish with `ckpt --store {dest} fetch` instead")
+        updates.append(RefUpdate(ref, tip, old, b, status, f"clone: from {there.name}"))
+    rep = _report("clone", there.name, transfer(there, here, updates, progress=progress), invalid)
+    track = [tracking_prefix(origin) + u.ref[len(refnames.HEADS):] for u in updates]
+    rep.refs += move_refs(here, [RefUpdate(t, u.new, d.backend.get_ref(t), "", "new", f"clone: from {there.name}")
+                                 for t, u in zip(track, updates, strict=True)])
+    src_head = head.head_ref(other.backend)  # the clone starts on the source's current branch
+    with writing(d.backend) as w:
+        if d.backend.get_ref(src_head) is not None:
+            w.set_symref(head.HEAD, src_head)
+        w.meta_set(CLONE_STATE, "done")
+    return rep
 
 
 def _hex(oid: bytes | None) -> str | None:

@@ -76,6 +76,11 @@ def _tree_body(form: int, packed_payload: bytes) -> bytes:
     return b"\x92" + bytes([form]) + packed_payload
 
 
+def _is_link(rep: bytes) -> bool:
+    """``rep`` is a packed link (the cheap test of :func:`_as_link`)."""
+    return len(rep) == 35 and rep[:2] == b"\xc7\x20" and rep[2] in (ob.EXT_TREE, ob.EXT_BLOB_STR)
+
+
 def _as_link(rep: bytes) -> ob.Link | None:
     if len(rep) == 35 and rep[:2] == b"\xc7\x20" and rep[2] in (ob.EXT_TREE, ob.EXT_BLOB_STR):
         return ob.Link(rep[3:], ob.TREE if rep[2] == ob.EXT_TREE else ob.BLOB)
@@ -379,6 +384,7 @@ class Splitter:
         self._local: dict[Any, Any] = {}  # this split's finished containers: identical subtrees repeat a lot
         self._put: Callable[[int, bytes], bytes] = lambda k, b: ob.object_id(k, b)
         self._token = object()  # generation tag for Frozen representations
+        self._pack = msgpack.Packer(use_bin_type=True).pack  # reused: msgpack.packb allocates a buffer per call
 
     def reset(self) -> None:
         """Forget every cached representation (after a gc epoch change: objects may be gone)."""
@@ -430,7 +436,7 @@ class Splitter:
     def _scalar(self, v: Any) -> bytes:
         if isinstance(v, float) and not math.isfinite(v):
             raise ValueError(f"{v!r} is not a JSON number (JSON has no NaN or Infinity; CrewAI writes null)")
-        return msgpack.packb(ob.pack_int(v) if isinstance(v, int) and not isinstance(v, bool) else v)
+        return self._pack(ob.pack_int(v) if isinstance(v, int) and not isinstance(v, bool) else v)  # type: ignore[no-any-return]
 
     def _key(self, k: str) -> bytes:
         b = self._keys.get(k)
@@ -496,7 +502,7 @@ class Splitter:
                 skip = max(stack[-1].skip - 1, 0) if stack else 0
                 if keyed and not skip and len(v) <= CHUNK_ENTRIES:
                     try:
-                        key = msgpack.packb(v, use_bin_type=True)
+                        key = self._pack(v)
                     except ValueError:  # nested deeper than msgpack's limit: so are the next levels
                         skip = _DEEP_SKIP
                     except (TypeError, OverflowError, UnicodeEncodeError):
@@ -516,9 +522,26 @@ class Splitter:
         r = enter(root, keyed=False)
         if r is not _PENDING:
             return r  # type: ignore[return-value]
+        token = self._token
         while stack:
             f = stack[-1]
-            if f.i < len(f.vals):
+            vals = f.vals
+            # fast path: a run of Frozen values whose representation is cached (finished tasks, sealed pieces of
+            # an event log) costs one check each, no call (the kind check of a piece is kept)
+            i, n = f.i, len(vals)
+            want: Any = None if f.parts is None else dict if f.parts == ob.OBJECT else (list, tuple)
+            while i < n:
+                v = vals[i]
+                if v.__class__ is not Frozen or v._token is not token or v._rep is None or (
+                        want is not None and not isinstance(v.value, want)):
+                    break
+                rep = v._rep
+                f.out.append(rep[0])
+                if rep[1] > f.height:
+                    f.height = rep[1]
+                i += 1
+            f.i = i
+            if i < n:
                 r = enter(f.vals[f.i], True, f.is_dict and f.keys[f.i] in separate,
                           None if f.parts is None else f.parts + _JOINED if f.join else f.parts)
                 if r is _PENDING:
@@ -545,7 +568,7 @@ class Splitter:
 
     def _str(self, s: str) -> bytes:
         if len(s) < INLINE_MAX // 4:
-            return ob.packb(ob.pack_str(s))
+            return self._pack(ob.pack_str(s))  # type: ignore[no-any-return]
         hit = self._strs.get(s)
         if hit is not None:
             return hit  # type: ignore[no-any-return]
@@ -571,7 +594,7 @@ class Splitter:
             if not n:
                 return (_map_hdr(0) if f.parts == ob.OBJECT else _arr_hdr(0)), 1
             # a piece seen elsewhere first (a cache hit) may come back inline: store it as a leaf now
-            links = [r if _as_link(r) is not None else _ext(ob.EXT_TREE, self._put(ob.TREE, _tree_body(f.parts, r)))
+            links = [r if _is_link(r) else _ext(ob.EXT_TREE, self._put(ob.TREE, _tree_body(f.parts, r)))
                      for r in f.out]
             return self._link_tree(ob.OBJECT_CHUNKS if f.parts == ob.OBJECT else ob.ARRAY_CHUNKS, links), 0
         if f.is_dict:
@@ -597,7 +620,7 @@ class Splitter:
         total = 0
         bodies: list[bytes] = []
         for r in f.out:
-            if _as_link(r) is not None:
+            if _is_link(r):
                 return None
             b0 = r[0]
             if 0x80 <= b0 <= 0x9F:  # fixmap / fixarray

@@ -11,32 +11,40 @@ whole Store, so any two backends can talk (memory, SQLite, PostgreSQL...). Steps
 2. **Read and verify** everything to send *before writing anything*: every object is read through the
    sender's object layer (decoded, re-hashed; the stored id must be the id asked for), commit bodies are
    decoded, and each link's kind must match the object's. A hostile or damaged remote is refused with one
-   line naming the object, and nothing is written to the receiver.
+   line naming the object, and nothing is written to the receiver. Decompression is bounded like a read
+   (:mod:`crewckpt.history.limits`): the new objects one commit brings may decompress to at most
+   ``$CKPT_MAX_READ_BYTES`` together (512 MiB), charged from the declared sizes *before* decompressing, so a
+   small frame claiming gigabytes (a decompression bomb) is refused without being inflated.
 3. **Land** commit by commit, parents first, each in one write scope (one transaction where the backend has
-   them): its new objects (small ones in one pack, children before parents), the commit object, then its
-   commit-index row with the receiver's own arrival ``seq`` (the summary is copied from the sender's row, or
-   taken from the commit object) and its alias (the CrewAI checkpoint id). A commit the receiver pruned under
-   children that stayed live comes back below them (:mod:`crewckpt.history.localorder`).
+   them): its new objects (small ones in one pack, children before parents), then the commit object. Not yet
+   indexed: until a ref reaches them these are unreachable objects, as in git.
 4. **Move refs** by compare-and-swap against the value read when the transfer was planned, with a reflog
-   record; a ref that moved meanwhile is reported as rejected (another writer won), never overwritten.
+   record, and in the same write scope (a transaction where there are) index the commits the ref now
+   reaches: commit-index rows with the receiver's own arrival ``seq`` (the summary copied from the sender's
+   row, or taken from the commit object; a commit the receiver pruned under children that stayed live comes
+   back below them: :mod:`crewckpt.history.localorder`) and their aliases (CrewAI checkpoint ids). A ref that moved
+   meanwhile is reported as rejected (another writer won), never overwritten, and the commits only it would
+   have reached stay unindexed: nothing lists them and gc collects them (docs/backends.md W1-W5 order).
 
-Interrupt safety: a kill at any point leaves complete commits only (objects before commits before index
-rows before refs); running the same transfer again finds what arrived live at the receiver and sends only
-the rest.
+Interrupt safety: a kill at any point leaves complete commits only (objects before commits before refs
+and index rows); running the same transfer again sends only what is missing (objects are checked for
+presence; a commit object that arrived is not counted or sent again).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from crewckpt.backends.base import Backend, ReflogEntry, StoredObject, writing
+from crewckpt.backends.base import Backend, IndexRow, Parts, ReflogEntry, StoredObject, writing
 from crewckpt.errors import DecodeError, IntegrityError, MissingObject, RefConflict, SyncError
 from crewckpt.format import objects as ob
 from crewckpt.history import head, refnames
 from crewckpt.history.commits import from_commit, from_row, to_row
+from crewckpt.history.limits import ReadBudget
 from crewckpt.history.localorder import index_commit
 from crewckpt.history.objectdb import ObjectDB, decode_commit
 from crewckpt.history.snapshot import links_in
@@ -122,6 +130,8 @@ class _CommitPlan:
     summary_row: object  # the sender's IndexRow, or None
     order: list[tuple[bytes, int]]  # new objects, children before parents
     bodies: dict[bytes, bytes] | None  # None: re-read when landing (over STAGE_BYTES)
+    arrived: bool = False  # the receiver holds the commit object already (an earlier, interrupted transfer)
+    revive: bool = False  # live rows of the receiver name it as a parent (pruned there: see localorder)
 
 
 def transfer(sender: Side, receiver: Side, updates: Sequence[RefUpdate], *, dry_run: bool = False,
@@ -137,7 +147,7 @@ def transfer(sender: Side, receiver: Side, updates: Sequence[RefUpdate], *, dry_
         epoch = receiver.backend.meta_get("gc_epoch")
         plans = plan(sender, receiver, updates, progress)
         report = TransferReport(dry_run=dry_run)
-        report.commits = len(plans)
+        report.commits = sum(not p.arrived for p in plans)
         if dry_run:
             for p in plans:
                 n, size = _frame_cost(receiver.objects, p, sender)
@@ -149,21 +159,19 @@ def transfer(sender: Side, receiver: Side, updates: Sequence[RefUpdate], *, dry_
         if plans:  # pin HEAD first: a store that never stored it reads it from the last commit written
             with writing(receiver.backend) as w:
                 head.head_ref_stored(w)
-        # commits the receiver pruned but still has live children of come back under them (localorder)
-        ids = {p.cid for p in plans}
-        revive = {x for r in receiver.backend.index_children(ids) for x in r.parents if x in ids} if ids else set()
+        _mark_revivals(receiver, plans)
         try:
             for i, p in enumerate(plans):
-                n, size = _land(sender, receiver, p, epoch, revive)
+                n, size = _land(sender, receiver, p, epoch)
                 report.objects += n
                 report.bytes += size
                 if progress:
                     progress("write", i + 1, len(plans))
+            report.refs = _move_and_index(sender, receiver, updates, plans, epoch)
         except _EpochChanged:
             if attempt + 1 == _RETRIES:
                 raise SyncError(f"{receiver.name}: a gc keeps running there during the transfer; retry later") from None
             continue
-        report.refs = move_refs(receiver, updates)
         report.seconds = time.perf_counter() - t0
         return report
     raise AssertionError("unreachable")
@@ -183,13 +191,14 @@ def plan(sender: Side, receiver: Side, updates: Sequence[RefUpdate],
     scheduled: set[bytes] = set()
     staged = 0
     out = []
+    arrived = receiver.backend.has_many([cid for cid, _, _ in commits]) if commits else set()
     for i, (cid, body, c) in enumerate(commits):
         order, bodies = _missing_objects(sender, receiver, cid, c, scheduled)
         size = sum(len(b) for b in bodies.values())
         keep = staged + size <= STAGE_BYTES
         staged += size if keep else 0
         out.append(_CommitPlan(cid, body, c, branch_of[cid], sender.backend.index_get(cid), order,
-                               bodies if keep else None))
+                               bodies if keep else None, cid in arrived))
         if progress:
             progress("read", i + 1, len(commits))
     return out
@@ -215,12 +224,13 @@ def missing_commits(sender: Side, receiver: Side, tips: Sequence[bytes],
             level = [c for c in dict.fromkeys(frontier) if c not in found and here.index_get(c) is None]
             if not is_tip:  # a parent the sender pruned is the boundary (its objects may be half collected)
                 level = [c for c in level if sender.backend.index_get(c) is not None]
-            bodies = read_verified(sender, level)
+            bodies = read_verified(sender, level, lambda cid: budget(sender, cid))
             frontier = []
             for cid in level:
                 if cid not in bodies:
                     if is_tip:
-                        raise SyncError(f"{sender.name}: commit {cid.hex()[:12]} is not there; fetch again")
+                        raise SyncError(f"{sender.name}: {branch} points at commit {cid.hex()[:12]}, which is not "
+                                        f"there (a damaged store); run `ckpt fsck` on it (nothing was written)")
                     continue
                 kind, body = bodies[cid]
                 c = _decode_commit(cid, kind, body)
@@ -232,19 +242,29 @@ def missing_commits(sender: Side, receiver: Side, tips: Sequence[bytes],
     return [(cid, *found[cid]) for cid in order], branch_of
 
 
-def read_verified(side: Side, oids: Sequence[bytes]) -> dict[bytes, tuple[int, bytes]]:
+def budget(sender: Side, cid: bytes) -> ReadBudget:
+    """The decompression budget of what commit ``cid`` brings from ``sender`` (``$CKPT_MAX_READ_BYTES``)."""
+    return ReadBudget(what=f"{sender.name}: checkpoint {cid.hex()[:12]}", doing="copy (nothing was written)",
+                      kwargs=False)
+
+
+def read_verified(side: Side, oids: Sequence[bytes],
+                  charge: ReadBudget | Callable[[bytes], ReadBudget]) -> dict[bytes, tuple[int, bytes]]:
     """``oid -> (kind, body)`` for those of ``oids`` the side has, each re-hashed through its object layer;
-    an object stored under another id than the one asked for is corrupt too.
+    an object stored under another id than the one asked for is corrupt too. ``charge``: the budget the
+    declared sizes are charged to before decompressing (one for all, or one per object id).
 
     Raises:
-        IntegrityError: naming the object (the frame does not decode or hash to its id)."""
+        IntegrityError: naming the object (the frame does not decode or hash to its id).
+        DocumentTooLarge: the objects would decompress to more than the budget (nothing was decompressed
+            beyond it)."""
     if not oids:
         return {}
     out = {}
     for oid, s in side.backend.get_many(oids).items():
         if s.oid != oid:
             raise IntegrityError(oid.hex(), f"{side.name} returned object {s.oid.hex()[:12]} for it")
-        out[oid] = (s.kind, side.objects.verify(s))
+        out[oid] = (s.kind, side.objects.verify(s, budget=charge if isinstance(charge, ReadBudget) else charge(oid)))
     return out
 
 
@@ -259,11 +279,12 @@ def _missing_objects(sender: Side, receiver: Side, cid: bytes, c: ob.Commit,
     kinds: dict[bytes, int] = {}
     kids: dict[bytes, list[bytes]] = {}
     frontier = [c.tree]
+    spent = budget(sender, cid)  # one budget for everything this commit brings
     while frontier:
         links = list({ln.oid: ln for ln in frontier if ln.oid not in scheduled}.values())
         present = receiver.backend.has_many([ln.oid for ln in links]) if links else set()
         need = [ln for ln in links if ln.oid not in present]
-        got = read_verified(sender, [ln.oid for ln in need])
+        got = read_verified(sender, [ln.oid for ln in need], spent)
         frontier = []
         for ln in need:
             if ln.oid not in got:
@@ -320,7 +341,7 @@ def _frames(objects: ObjectDB, items: list[tuple[bytes, int, bytes]]) -> list[St
 def _items(sender: Side, p: _CommitPlan) -> list[tuple[bytes, int, bytes]]:
     bodies = p.bodies
     if bodies is None:  # over the staging budget: read (and verify) again
-        got = read_verified(sender, [o for o, _ in p.order])
+        got = read_verified(sender, [o for o, _ in p.order], budget(sender, p.cid))
         missing = [o for o, _ in p.order if o not in got]
         if missing:
             raise SyncError(f"{sender.name}: object {missing[0].hex()[:12]} vanished during the transfer (a gc "
@@ -330,14 +351,13 @@ def _items(sender: Side, p: _CommitPlan) -> list[tuple[bytes, int, bytes]]:
 
 
 def _frame_cost(objects: ObjectDB, p: _CommitPlan, sender: Side) -> tuple[int, int]:
-    frames = _frames(objects, _items(sender, p)) + [objects.frame(ob.COMMIT, p.body)]
-    return len(p.order) + 1, sum(len(f.frame) for f in frames)
+    frames = _frames(objects, _items(sender, p)) + ([] if p.arrived else [objects.frame(ob.COMMIT, p.body)])
+    return len(p.order) + (not p.arrived), sum(len(f.frame) for f in frames)
 
 
-def _land(sender: Side, receiver: Side, p: _CommitPlan, epoch: str | None,
-          revive: set[bytes]) -> tuple[int, int]:
-    """One commit: objects, commit object, index row, alias, in one write scope. Returns (objects, bytes).
-    ``revive``: commits that live rows of the receiver name as a parent (their seq goes below those rows')."""
+def _land(sender: Side, receiver: Side, p: _CommitPlan, epoch: str | None) -> tuple[int, int]:
+    """One commit's new objects, then its commit object, in one write scope; not indexed (see
+    :func:`_move_and_index`). Returns (objects, bytes) sent."""
     frames = _frames(receiver.objects, _items(sender, p))
     cobj = receiver.objects.frame(ob.COMMIT, p.body)
     with writing(receiver.backend) as w:
@@ -347,14 +367,49 @@ def _land(sender: Side, receiver: Side, p: _CommitPlan, epoch: str | None,
             return 0, 0
         now = time.time_ns()
         w.put_many(frames, now)
-        w.put_many([cobj], now)
+        w.put_many([cobj], now)  # also freshens one that arrived before, so gc's grace covers it
         if p.commit.version > int(w.meta_get("format_version") or "1"):
             w.meta_set("format_version", str(p.commit.version))
-        index_commit(w, p.cid, lambda seq: to_row(p.cid, p.commit, p.branch, seq, _summary(p)),
-                     may_revive=p.cid in revive)
+    sent = [] if p.arrived else [cobj]
+    return len(p.order) + len(sent), sum(len(f.frame) for f in [*frames, *sent])
+
+
+def _mark_revivals(receiver: Side, plans: Sequence[_CommitPlan]) -> None:
+    """Mark the planned commits that live rows of the receiver name as a parent (it pruned them and kept
+    their children): indexing them renumbers those children after them (crewckpt.history.localorder). One
+    index query per transfer, so other commits skip the per-commit lookups."""
+    ids = {p.cid for p in plans}
+    named = {x for r in receiver.backend.index_children(ids) for x in r.parents} if ids else set()
+    for p in plans:
+        p.revive = p.cid in named
+
+
+def _reached(plans: Sequence[_CommitPlan], tip: bytes) -> list[_CommitPlan]:
+    """The planned commits ``tip`` reaches by parents, in plan order (parents first)."""
+    by_id = {p.cid: p for p in plans}
+    seen: set[bytes] = set()
+    stack = [tip]
+    while stack:
+        cid = stack.pop()
+        if cid in seen or cid not in by_id:
+            continue
+        seen.add(cid)
+        stack.extend(by_id[cid].commit.parents)
+    return [p for p in plans if p.cid in seen]
+
+
+def _index(w: Parts, plans: Sequence[_CommitPlan], branch: str) -> None:
+    """Index-rows and aliases of ``plans`` not indexed yet, parents first (they are live from now on)."""
+    for p in plans:
+        if w.index_get(p.cid) is not None:
+            continue
+        index_commit(w, p.cid, functools.partial(_row, p, branch), may_revive=p.revive)
         if p.commit.alias:
             w.alias_set(p.commit.alias, p.cid)
-    return len(p.order) + 1, sum(len(f.frame) for f in frames) + len(cobj.frame)
+
+
+def _row(p: _CommitPlan, branch: str, seq: int) -> IndexRow:
+    return to_row(p.cid, p.commit, branch, seq, _summary(p))
 
 
 def _summary(p: _CommitPlan) -> dict[str, Any]:
@@ -371,27 +426,62 @@ def _summary(p: _CommitPlan) -> dict[str, Any]:
 
 def move_refs(receiver: Side, updates: Sequence[RefUpdate]) -> list[RefResult]:
     """Move each ref by compare-and-swap from its ``expected`` value, with a reflog record; a ref that holds
-    something else now is "rejected" (another writer moved it), the others are unaffected."""
+    something else now is "rejected" (another writer moved it), the others are unaffected. The commits must
+    be indexed at the receiver already (a transfer indexes what it sends when its ref moves)."""
+    return _move_and_index(None, receiver, updates, [], None)
+
+
+def _move_and_index(sender: Side | None, receiver: Side, updates: Sequence[RefUpdate], plans: Sequence[_CommitPlan],
+                    epoch: str | None) -> list[RefResult]:
+    """:func:`move_refs`, indexing with each ref that moves (or already points at its new value) the planned
+    commits it reaches, in the same write scope. With transactions the scope re-checks the gc epoch (a gc may
+    have swept the not-yet-indexed objects): _EpochChanged, the transfer plans again. Without, the ref moves
+    first and the index follows (W3-W5); a gc that ran meanwhile gets the objects put again (W6)."""
+    b = receiver.backend
+    atomic = b.capabilities.transactions
     out = []
     for u in updates:
-        if u.expected == u.new:
-            out.append(RefResult(u.ref, _hex(u.expected), u.new.hex(), "up-to-date"))
-            continue
-        try:
-            with writing(receiver.backend) as w:
-                now = time.time_ns()
-                w.set_ref_if_equals(u.ref, u.expected, u.new)
-                w.reflog_append(ReflogEntry(u.ref, u.expected, u.new, now, u.message))
-                if u.ref.startswith(refnames.HEADS):
-                    head.follow(w, u.ref, u.expected, u.new, now, u.message)
-        except RefConflict:
-            found = receiver.backend.get_ref(u.ref)
-            out.append(RefResult(u.ref, _hex(u.expected), u.new.hex(), "rejected",
-                                 f"{receiver.name} moved it to {_hex(found, 12) or 'nothing'} meanwhile "
-                                 f"(another writer won); fetch and try again"))
-            continue
-        out.append(RefResult(u.ref, _hex(u.expected), u.new.hex(), u.status))
+        reached = _reached(plans, u.new) if plans else []
+        status, indexed = "up-to-date", False
+        if u.expected != u.new:
+            try:
+                with writing(b) as w:
+                    if reached and atomic and w.meta_get("gc_epoch") != epoch:
+                        raise _EpochChanged
+                    now = time.time_ns()
+                    w.set_ref_if_equals(u.ref, u.expected, u.new)
+                    w.reflog_append(ReflogEntry(u.ref, u.expected, u.new, now, u.message))
+                    if u.ref.startswith(refnames.HEADS):
+                        head.follow(w, u.ref, u.expected, u.new, now, u.message)
+                    if atomic:
+                        _index(w, reached, u.branch)
+                status, indexed = u.status, atomic
+            except RefConflict:
+                found = b.get_ref(u.ref)
+                if found != u.new:
+                    out.append(RefResult(u.ref, _hex(u.expected), u.new.hex(), "rejected",
+                                         f"{receiver.name} moved it to {_hex(found, 12) or 'nothing'} meanwhile "
+                                         f"(another writer won); fetch and try again"))
+                    continue  # the commits only it reaches stay unindexed: garbage for gc, as in git
+                # another transfer (or an earlier attempt of this one) moved it here: index what it reaches
+        if reached and not indexed:
+            with writing(b) as w:
+                if atomic and w.meta_get("gc_epoch") != epoch:
+                    raise _EpochChanged
+                _index(w, reached, u.branch)
+            if not atomic and sender is not None and b.meta_get("gc_epoch") != epoch:
+                _reput(sender, receiver, reached)
+        out.append(RefResult(u.ref, _hex(u.expected), u.new.hex(), status))
     return out
+
+
+def _reput(sender: Side, receiver: Side, plans: Sequence[_CommitPlan]) -> None:
+    """W6 for a transfer without transactions: a gc ran while the objects were unindexed; put them again
+    (put-if-absent restores what it swept, the fresh stored time keeps the rest from its sweep)."""
+    for p in plans:
+        now = time.time_ns()
+        receiver.backend.put_many(_frames(receiver.objects, _items(sender, p)), now)
+        receiver.backend.put_many([receiver.objects.frame(ob.COMMIT, p.body)], now)
 
 
 def is_ancestor(side: Side, ancestor: bytes, descendant: bytes) -> bool:
