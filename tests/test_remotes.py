@@ -624,18 +624,23 @@ def _zeros_frame(n: int) -> bytes:
     return b"\x01" + b"".join(parts) + c.compress(bytes(n & ((1 << 20) - 1))) + c.flush()
 
 
-@pytest.mark.parametrize("where", ["pack", "commit"])
+@pytest.mark.parametrize("where", ["pack", "commit", "unindexed-commit"])
 def test_a_remote_object_that_decompresses_to_more_than_the_read_limit_is_refused(
         make: Callable[[str], Store], tmp_path: Path, where: str) -> None:
     """A hostile remote serves a small frame that claims (and would decompress to) 600 MiB, over the 512 MiB
-    read limit: fetch and clone refuse it with one line before decompressing, and write nothing."""
+    read limit: fetch and clone refuse it with one line before decompressing, and write nothing. An unindexed
+    commit there is read while deciding whether the fetch is a fast-forward: bounded the same way."""
     from crewckpt.errors import DocumentTooLarge
     from crewckpt.history.limits import MAX_READ_BYTES
 
     remote, local = make("memory"), make("sqlite")
     tip = commit_chain(remote, 2)[-1]
+    if where == "unindexed-commit":  # local knows the first tip: the new one is walked to its parent
+        local.fetch(remote, name="origin")
+        tip = remote.commit(doc(5), branch="main")
+        remote.backend.index_remove([bytes.fromhex(tip)])
     objs = remote.backend._box.state.objects  # type: ignore[attr-defined]
-    victim = bytes.fromhex(tip) if where == "commit" else next(o for o, (s, _) in objs.items() if s.kind == ob.PACK)
+    victim = bytes.fromhex(tip) if "commit" in where else next(o for o, (s, _) in objs.items() if s.kind == ob.PACK)
     n = 600 << 20
     assert n > MAX_READ_BYTES
     s, t = objs[victim]

@@ -349,6 +349,10 @@ class Backend(Parts, abc.ABC):
         seconds, then yields False when another holder still has it. Dies with its holder."""
         raise NotImplementedError(f"{type(self).__name__} has no locks")
 
+    def lock_holder(self, name: str = "gc") -> str | None:
+        """Who holds lock ``name`` (one phrase for error messages), when the backend knows; default None."""
+        return None
+
     def gc_lock(self, wait_s: float = 0.0) -> contextlib.AbstractContextManager[bool]:
         """``lock("gc", wait_s)``: held for a whole gc or repack."""
         return self.lock("gc", wait_s)

@@ -194,11 +194,61 @@ def remove_remote(store: Store, name: str) -> list[str]:
         del cur[name]
         w.meta_set(META_KEY, orjson.dumps(cur).decode())
         gone = w.refs(tracking_prefix(name))
-        for ref, target in gone.items():
-            w.set_ref_if_equals(ref, target, None)
-            w.reflog_delete(ref)
+        _delete_tracking(w, gone)
     trust.record(location_of(store), name, None)
     return list(gone)
+
+
+def _delete_tracking(w: Parts, gone: dict[str, bytes]) -> None:
+    """Delete remote-tracking refs (``ref -> tip``) and their reflogs, and un-index the commits fetched for
+    them that no other ref reaches any more (as in git, they become unreachable: not listed, gc collects
+    them). Commits a local branch or another ref still reaches stay live."""
+    for ref, target in gone.items():
+        w.set_ref_if_equals(ref, target, None)
+        w.reflog_delete(ref)
+    labels = {ref[len(refnames.REMOTES):] for ref in gone}  # fetched commits carry the label "origin/exp"
+    rows = {r.id: r for r in w.index_rows()}
+    if not labels or not any(r.branch in labels for r in rows.values()):
+        return
+    reach: set[bytes] = set()
+    stack = list(w.refs().values())
+    while stack:
+        cid = stack.pop()
+        if cid in reach:
+            continue
+        reach.add(cid)
+        row = rows.get(cid)
+        if row is not None:
+            stack.extend(row.parents)
+    w.index_remove([cid for cid, r in rows.items() if r.branch in labels and cid not in reach])
+
+
+def prune_remote(store: Store, remote: str | Store | None = None, *, name: str | None = None,
+                 dry_run: bool = False) -> SyncReport:
+    """Delete the remote-tracking refs ``refs/remotes/<name>/*`` whose branch the remote no longer has
+    (``ckpt remote prune``, ``fetch --prune``); nothing is transferred. Each is reported with status
+    "pruned" (with ``dry_run``: would be, nothing changed).
+
+    Raises:
+        UnknownRemote, UntrustedRemote, CkptError: as :func:`fetch`.
+    """
+    with connect(store, remote) as (label, other):
+        ns = check_remote_name(name or label or DEFAULT_REMOTE)
+        rep = SyncReport(dry_run=dry_run, remote=_where(other, label), verb="prune")
+        rep.refs = _prune_stale(store, ns, other.backend.refs(refnames.HEADS), dry_run)
+    return rep
+
+
+def _prune_stale(store: Store, ns: str, heads: dict[str, bytes], dry_run: bool) -> list[RefResult]:
+    """Delete ``refs/remotes/<ns>/B`` for each B that is not among the remote's ``heads`` (every branch ref
+    it holds, valid here or not: a branch that exists but was not fetched is not stale)."""
+    have = {ref[len(refnames.HEADS):] for ref in heads}
+    prefix = tracking_prefix(ns)
+    stale = {ref: tip for ref, tip in store.backend.refs(prefix).items() if ref[len(prefix):] not in have}
+    if stale and not dry_run:
+        with writing(store.backend) as w:
+            _delete_tracking(w, stale)
+    return [RefResult(ref, tip.hex(), None, "pruned") for ref, tip in sorted(stale.items())]
 
 
 def _read(raw: str | None) -> dict[str, str]:
@@ -349,11 +399,15 @@ def _report(verb: str, remote: str, t: TransferReport, extra: Sequence[RefResult
 
 
 def fetch(store: Store, remote: str | Store | None = None, branches: Sequence[str] | None = None, *,
-          name: str | None = None, dry_run: bool = False, progress: Progress | None = None) -> SyncReport:
+          name: str | None = None, dry_run: bool = False, progress: Progress | None = None,
+          prune: bool = False) -> SyncReport:
     """Bring the remote's branches (all, or ``branches``) and what they need; move ``refs/remotes/<name>/*``
     to the remote's tips (forced, as git's default refspec ``+refs/heads/*:refs/remotes/origin/*``).
 
     ``name``: the tracking namespace when ``remote`` is a location or a Store (default: the remote's name).
+    ``prune``: also delete the tracking refs of branches the remote no longer has (git's ``fetch --prune``;
+    reported as "pruned"). With ``branches`` there is nothing to prune (a named branch the remote lacks is an
+    error), as git prunes only what its refspec names.
 
     Raises:
         UnknownRemote; CkptError: a branch the remote does not have; SyncError / IntegrityError: the remote
@@ -380,8 +434,11 @@ def fetch(store: Store, remote: str | Store | None = None, branches: Sequence[st
             status = ("new" if old is None else "up-to-date" if old == tip
                       else "fast-forward" if is_ancestor(there, old, tip) else "forced")
             updates.append(RefUpdate(dst, tip, old, f"{ns}/{b}", status, f"fetch: {status} from {there.name}"))
-        return _report("fetch", there.name, transfer(there, here, updates, dry_run=dry_run, progress=progress),
-                       [] if branches else invalid)
+        rep = _report("fetch", there.name, transfer(there, here, updates, dry_run=dry_run, progress=progress),
+                      [] if branches else invalid)
+        if prune and not branches:  # after the transfer: a kill in between leaves stale refs, never a lost one
+            rep.refs += _prune_stale(store, ns, other.backend.refs(refnames.HEADS), dry_run)
+        return rep
 
 
 def pull(store: Store, remote: str | Store | None = None, branch: str | None = None, *, name: str | None = None,

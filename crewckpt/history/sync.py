@@ -486,7 +486,10 @@ def _reput(sender: Side, receiver: Side, plans: Sequence[_CommitPlan]) -> None:
 
 def is_ancestor(side: Side, ancestor: bytes, descendant: bytes) -> bool:
     """Whether ``ancestor`` is ``descendant`` or reachable from it by parents, on ``side`` (index rows first,
-    commit objects for unindexed commits; a walk skips commits older than ``ancestor`` by local seq)."""
+    commit objects for unindexed commits; a walk skips commits older than ``ancestor`` by local seq).
+
+    Raises:
+        IntegrityError: a corrupt commit object on the way. DocumentTooLarge: one over the read budget."""
     if ancestor == descendant:
         return True
     b = side.backend
@@ -501,11 +504,14 @@ def is_ancestor(side: Side, ancestor: bytes, descendant: bytes) -> bool:
             if floor is not None and row.seq <= floor:
                 continue
             parents: Sequence[bytes] = row.parents
-        else:
+        else:  # a commit object of a store that may be hostile: bounded like every read of this module
             try:
-                parents = side.objects.commit(cid).parents
-            except MissingObject:
+                got = read_verified(side, [cid], budget(side, cid))
+            except MissingObject:  # its pack went meanwhile (a gc there)
                 continue
+            if cid not in got:
+                continue
+            parents = _decode_commit(cid, *got[cid]).parents
         for par in parents:
             if par == ancestor:
                 return True
