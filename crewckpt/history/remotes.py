@@ -582,12 +582,8 @@ def push(store: Store, remote: str | Store | None = None, branch: str | None = N
             elif force:
                 status = "forced"
             else:
-                why = ("not a fast-forward: the remote's tip is not an ancestor of yours" if _known(store.backend, theirs)
-                       else "the remote has checkpoints you do not have")
                 rejected.append(RefResult(ref, theirs.hex(), mine.hex(), "rejected",
-                                          f"{why} ({there.name} {b} is {theirs.hex()[:12]}, yours {mine.hex()[:12]}); "
-                                          f"`ckpt pull {label or there.name} {b}` first, or push with --force to "
-                                          f"replace it"))
+                                          _not_ff(here, b, theirs, mine, label or there.name, there.name)))
                 continue
             updates.append(RefUpdate(ref, mine, theirs, b, status, f"push: {status} from {location_of(store) or 'memory'}"))
         rep = _report("push", there.name, transfer(here, there, updates, dry_run=dry_run, progress=progress), rejected)
@@ -601,6 +597,21 @@ def push(store: Store, remote: str | Store | None = None, branch: str | None = N
             tracking.append(RefUpdate(dst, new, store.backend.get_ref(dst), "", "push", f"push to {label}"))
         move_refs(here, tracking)
     return rep
+
+
+def _not_ff(here: Side, b: str, theirs: bytes, mine: bytes, remote: str, where: str) -> str:
+    """Why a push of ``b`` is not a fast-forward, and the way out that works: ``pull`` only when it can
+    fast-forward; for two lineages (a fresh kickoff moved ``b`` to a new root) or a divergence, a new name."""
+    tips = f"({where} {b} is {theirs.hex()[:12]}, yours {mine.hex()[:12]})"
+    force = "or push with --force to replace it (its checkpoints stay there, unnamed by that branch)"
+    if not _known(here.backend, theirs):
+        return (f"the remote has checkpoints you do not have {tips}; `ckpt pull {remote} {b}` first if yours is "
+                f"behind, {force}")
+    if is_ancestor(here, mine, theirs):
+        return f"not a fast-forward: the remote is ahead of yours {tips}; `ckpt pull {remote} {b}` first, {force}"
+    return (f"not a fast-forward: the remote's tip is not an ancestor of yours and pull cannot fast-forward "
+            f"either (diverged, or two lineages: a fresh run moved {b} to a new root) {tips}; publish yours "
+            f"under its own name: `ckpt branch NEW {b}` then `ckpt push {remote} NEW`, {force}")
 
 
 def push_or_raise(rep: SyncReport) -> SyncReport:
