@@ -62,3 +62,57 @@ def test_a_cached_frozen_value_is_still_checked_against_the_kind_of_its_parts_co
     with pytest.raises(TypeError, match="piece of a Parts array must be a list"):
         s.commit(Parts([F([0]), piece], array=True))
     assert s.read(s.commit(Parts([piece, F({"b": 2})]))) == {"a": 1, "b": 2}
+
+
+def test_a_writer_merges_its_own_packs_without_reading_them_back(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from crewckpt.history import store as store_mod
+    s = Store.init(tmp_path / "s")
+    reads: list[str] = []
+    merged: list[bool] = []
+    real_merge = store_mod.Store._auto_repack
+
+    def auto_repack(self: Store) -> None:
+        merged.append(True)
+        real_merge(self)
+
+    monkeypatch.setattr(store_mod.Store, "_auto_repack", auto_repack)
+    docs = [{"step": i, "text": f"{i} " + "w" * 9000, "log": [f"event {k}: " + "w" * 200 for k in range(i + 3)]}
+            for i in range(store_mod.AUTO_PACKS)]  # a tree and a blob each: one pack per checkpoint
+    ids = [s.commit(d) for d in docs[:-1]]
+    for verb in ("get_many", "get_prefix"):
+        real = getattr(s.backend, verb)
+        monkeypatch.setattr(s.backend, verb, lambda *a, _v=verb, _r=real, **k: reads.append(_v) or _r(*a, **k))
+    ids.append(s.commit(docs[-1]))  # the AUTO_PACKS-th checkpoint merges the writer's packs
+    assert merged and not reads  # the bodies came from the writer's memory, not from decompressing its packs
+    monkeypatch.undo()
+    packs = [r for r in s.backend.iter_objects() if r.kind == 5]
+    assert len(packs) == 1  # the per-checkpoint packs were merged into one and deleted
+    s2 = Store.open(tmp_path / "s")
+    assert [s2.read(c) for c in ids] == docs
+    assert s2.fsck(full=True).broken == {}
+    s2.close()
+    s.close()
+
+
+def test_an_unchanged_plain_document_is_recognised_without_a_walk(monkeypatch: pytest.MonkeyPatch) -> None:
+    import uuid
+
+    from crewckpt.history.snapshot import Splitter
+    s = Store.memory()
+    doc = {"nodes": {f"n{i}": {"text": "t" * 300, "i": i, "edges": [i - 1]} for i in range(500)}, "x": None,
+           "id": "12345678-1234-5678-1234-567812345678"}
+    first = s.commit(doc)
+    walks = []
+    real = Splitter._value
+    monkeypatch.setattr(Splitter, "_value", lambda self, *a: walks.append(1) or real(self, *a))
+    again = s.commit(doc)
+    assert walks == [] and s.info(again).tree == s.info(first).tree
+    assert s.read(again) == doc
+    # JSON text alone would call these equal to the last document: each must still be refused as before
+    with pytest.raises(ValueError, match="not a JSON number"):
+        s.commit({**doc, "x": float("nan")})
+    with pytest.raises(TypeError, match="not JSON"):
+        s.commit({**doc, "id": uuid.UUID(doc["id"])})  # type: ignore[dict-item]
+    changed = {**doc, "x": 0}
+    assert s.read(s.commit(changed)) == changed and walks == [1, 1, 1]

@@ -32,6 +32,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import dataclasses
 import datetime
 import json
 import os
@@ -919,6 +920,31 @@ class S3Backend(Backend):
             self._plain_put(self.loc.key("index", r.id.hex()),
                             self._row_body(IndexRow(r.id, new, r.seq, r.time_ns, r.run_id, r.trigger, r.parents,
                                                     r.tree, r.summary, r.alias, r.meta_json)), "rebranch")
+
+    def index_renumber(self, seqs: Mapping[bytes, int]) -> int:
+        self._check_writable()
+        n = 0
+        for cid, seq in seqs.items():  # in the given order (the contract); each row rewritten in place
+            key = self.loc.key("index", cid.hex())
+            for _ in range(50):
+                got = self._get(key)
+                if got is None:
+                    break  # pruned meanwhile: never bring a row back
+                r = self._row(got[0])
+                if r.seq == seq:
+                    break
+                if seq > self._seen.get("seq", 0):
+                    self._counter_bump("seq", seq)
+                try:  # conditional on the row read, so a concurrent prune or rename is not undone
+                    self._put(key, self._row_body(dataclasses.replace(r, seq=seq)), if_match=got[1])
+                    n += 1
+                    break
+                except botocore.exceptions.ClientError as e:
+                    if not _is_conflict(e):
+                        raise self._error("renumber an index row", e) from None
+                except botocore.exceptions.BotoCoreError as e:
+                    raise self._error("renumber an index row", e) from None
+        return n
 
     def alias_get(self, alias: str) -> bytes | None:
         got = self._get(self.loc.key("alias", _q(alias)))
