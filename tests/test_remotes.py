@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -742,3 +743,65 @@ def test_clone_refuses_an_occupied_destination_before_contacting_the_source(tmp_
     assert (tmp_path / "afile").read_text() == "keep"
     with Store.open(proj) as s:
         assert s.resolve("main") == tip and s.remotes() == {}
+
+
+@pytest.mark.parametrize(("broken", "why"), [("missing", "which memory:.* does not have"),
+                                             ("tree", "a tree, not a checkpoint")])
+def test_a_remote_branch_pointing_at_a_missing_or_non_commit_object_is_named_and_skipped(
+        tmp_path: Path, broken: str, why: str) -> None:
+    """A damaged or hostile remote whose branch `bad` names a missing object or a tree: fetch and clone bring
+    the sound branches and report `bad` rejected in one line naming the object and `ckpt fsck`; asking for
+    it by name (fetch, pull) is one error line and writes nothing; push explains and --force replaces it."""
+    loc = f"memory:broken-{broken}-{tmp_path.name}"
+    r = Store.init(loc)
+    tip = commit_chain(r, 2)[-1]
+    target = (b"\x07" * 32 if broken == "missing"
+              else r.objects.commit(bytes.fromhex(tip)).tree.oid)
+    r.backend.set_ref_if_equals("refs/heads/bad", None, target)
+    local = Store.init(tmp_path / "local")
+    rep = local.fetch(loc, name="origin")
+    bad = [x for x in rep.refs if x.status == "rejected"]
+    assert [x.ref for x in bad] == ["refs/heads/bad"]
+    assert re.search(why, bad[0].reason or "") and target.hex()[:12] in (bad[0].reason or "")
+    assert "ckpt fsck" in (bad[0].reason or "") and "\n" not in (bad[0].reason or "")
+    assert set(local.backend.refs("refs/remotes/")) == {"refs/remotes/origin/main"}
+    before = (local.backend.refs(), local.backend.object_stats())
+    for verb in (lambda: local.fetch(loc, ["bad"], name="origin"), lambda: local.pull(loc, "bad", name="origin")):
+        with pytest.raises(sync.SyncError, match=f"branch bad of {loc} points at .*{why}") as info:
+            verb()
+        assert "\n" not in str(info.value)
+    assert (local.backend.refs(), local.backend.object_stats()) == before
+    c, crep = remotes.clone(Store, loc, tmp_path / "c")
+    with c:
+        assert c.branches() == {"main": tip} and [x.ref for x in crep.rejected] == ["refs/heads/bad"]
+    mine = local.commit({"mine": 1}, branch="bad")
+    prep = local.push(loc, "bad", check=False)
+    assert prep.refs[0].status == "rejected" and re.search(why, prep.refs[0].reason or "")
+    assert "--force" in (prep.refs[0].reason or "")
+    assert local.push(loc, "bad", force=True).refs[0].status == "forced" and r.resolve("bad") == mine
+    local.close()
+
+
+def test_a_transfer_killed_between_its_ref_move_and_the_index_heals_without_transactions(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without transactions the tracking ref moves first and the index rows follow (W3-W5): a transfer that
+    dies in between leaves a tip the index lacks; the next open rebuilds the index (a remote-tracking tip
+    too), and so would the next fetch."""
+    from crewckpt.testing.contract import WithoutTransactions
+
+    src = Store.memory()
+    tips = commit_chain(src, 2)
+    inner = Store.memory().backend
+    dst = Store(WithoutTransactions(inner))
+
+    def killed(*a: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sync, "_index", killed)
+    with pytest.raises(KeyboardInterrupt):
+        dst.fetch(src, name="origin")
+    monkeypatch.undo()
+    assert dst.resolve("origin/main") == tips[-1] and dst.list() == []
+    healed = Store(WithoutTransactions(inner))
+    assert [c.id for c in healed.list()] == tips and healed.lookup_alias("cp-main-1") == tips[1]
+    assert_clean(healed)

@@ -224,6 +224,6 @@ def push(remote: str | None, branch: str | None, all_branches: bool, force: bool
     _report(rep, as_json)
     if rep.rejected:
         if not as_json:
-            click.echo("ckpt: error: some branches were rejected (see above); pull first, or push --force",
+            click.echo("ckpt: error: some branches were rejected; each line above says what to do",
                        err=True)
         raise SystemExit(1)

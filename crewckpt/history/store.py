@@ -43,6 +43,7 @@ from crewckpt.format import objects as ob
 from crewckpt.history import head, refnames, revisions
 from crewckpt.history.commits import CommitInfo, PrunedCommit, from_commit, from_row, to_row
 from crewckpt.history.limits import ReadBudget
+from crewckpt.history.localorder import index_commit
 from crewckpt.history.objectdb import ObjectDB
 from crewckpt.history.profile import GENERIC, Profile
 from crewckpt.history.snapshot import Splitter, assemble
@@ -108,9 +109,11 @@ class Store:
 
     def _heal_index(self) -> None:
         """Without transactions a writer that died after its ref CAS and before its index row (W5 in
-        docs/backends.md) left a branch tip the index does not know: rebuild the index then (best effort)."""
+        docs/backends.md) left a branch tip the index does not know: rebuild the index then (best effort). A
+        transfer killed there (sync indexes with the ref move) leaves the same, on a branch or a
+        remote-tracking ref."""
         try:
-            tips = list(self.backend.refs(refnames.HEADS).values())
+            tips = [*self.backend.refs(refnames.HEADS).values(), *self.backend.refs(refnames.REMOTES).values()]
             unknown = [t for t in tips if self.backend.index_get(t) is None]
             if unknown and self.backend.has_many(unknown):
                 from crewckpt.history.reindex import rebuild_index
@@ -381,7 +384,7 @@ class Store:
                 c = ob.Commit(root, tuple(parents), now if time_ns is None else time_ns, run, trigger, meta_json,
                               alias)
                 cobj = self.objects.frame(ob.COMMIT, c.encode())
-                txn.put_many([cobj], now)
+                fresh = txn.put_many([cobj], now) > 0
                 try:
                     txn.set_ref_if_equals(ref, tip, cobj.oid)
                     break
@@ -392,8 +395,10 @@ class Store:
             txn.reflog_append(ReflogEntry(ref, tip, cobj.oid, now, message))
             head.follow(txn, ref, tip, cobj.oid, now, message)
             _follow(txn, rref, cobj.oid)
-            seq = txn.counter_next("seq")  # local order: the commit index's, never the commit's
-            txn.index_add(to_row(cobj.oid, c, branch, seq, summary))
+            # local order: the commit index's, never the commit's. The same id can come back (format 2 ids hold
+            # no seq) under children that stayed live: only a given time or an object already there allows it
+            index_commit(txn, cobj.oid, lambda seq: to_row(cobj.oid, c, branch, seq, summary),
+                         may_revive=time_ns is not None or not fresh)
             if alias:
                 txn.alias_set(alias, cobj.oid)
         self._old_version = False
@@ -802,6 +807,15 @@ class Store:
         rep = remotes.push(self, remote, branch, all_branches=all_branches, force=force, name=name,
                            dry_run=dry_run, progress=progress)
         return remotes.push_or_raise(rep) if check else rep
+
+    def publish_run(self, remote: str | Store | None, run_id: str, branch: str | None = None, *,
+                    name: str | None = None, progress: Progress | None = None) -> SyncReport:
+        """Publish run ``run_id`` (its ``refs/runs/<run id>``, and its branch when no tip loses its name) to a
+        shared store: what ``CheckpointConfig(push_to=...)`` does when a run ends (see
+        :func:`crewckpt.history.publish.publish_run`; rejections are in the report). Raises UnknownRevision
+        (no such run here) and push's errors."""
+        from crewckpt.history import publish
+        return publish.publish_run(self, remote, run_id, branch, name=name, progress=progress)
 
     @classmethod
     def clone(cls, src: str | Store, dest: str | os.PathLike[str], *, origin: str = "origin",

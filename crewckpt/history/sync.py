@@ -21,7 +21,8 @@ whole Store, so any two backends can talk (memory, SQLite, PostgreSQL...). Steps
 4. **Move refs** by compare-and-swap against the value read when the transfer was planned, with a reflog
    record, and in the same write scope (a transaction where there are) index the commits the ref now
    reaches: commit-index rows with the receiver's own arrival ``seq`` (the summary copied from the sender's
-   row, or taken from the commit object) and their aliases (CrewAI checkpoint ids). A ref that moved
+   row, or taken from the commit object; a commit the receiver pruned under children that stayed live comes
+   back below them: :mod:`crewckpt.history.localorder`) and their aliases (CrewAI checkpoint ids). A ref that moved
    meanwhile is reported as rejected (another writer won), never overwritten, and the commits only it would
    have reached stay unindexed: nothing lists them and gc collects them (docs/backends.md W1-W5 order).
 
@@ -33,16 +34,18 @@ presence; a commit object that arrived is not counted or sent again).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from crewckpt.backends.base import Backend, Parts, ReflogEntry, StoredObject, writing
+from crewckpt.backends.base import Backend, IndexRow, Parts, ReflogEntry, StoredObject, writing
 from crewckpt.errors import DecodeError, IntegrityError, MissingObject, RefConflict, SyncError
 from crewckpt.format import objects as ob
 from crewckpt.history import head, refnames
 from crewckpt.history.commits import from_commit, from_row, to_row
 from crewckpt.history.limits import ReadBudget
+from crewckpt.history.localorder import index_commit
 from crewckpt.history.objectdb import ObjectDB, decode_commit
 from crewckpt.history.snapshot import links_in
 
@@ -128,6 +131,7 @@ class _CommitPlan:
     order: list[tuple[bytes, int]]  # new objects, children before parents
     bodies: dict[bytes, bytes] | None  # None: re-read when landing (over STAGE_BYTES)
     arrived: bool = False  # the receiver holds the commit object already (an earlier, interrupted transfer)
+    revive: bool = False  # live rows of the receiver name it as a parent (pruned there: see localorder)
 
 
 def transfer(sender: Side, receiver: Side, updates: Sequence[RefUpdate], *, dry_run: bool = False,
@@ -155,6 +159,7 @@ def transfer(sender: Side, receiver: Side, updates: Sequence[RefUpdate], *, dry_
         if plans:  # pin HEAD first: a store that never stored it reads it from the last commit written
             with writing(receiver.backend) as w:
                 head.head_ref_stored(w)
+        _mark_revivals(receiver, plans)
         try:
             for i, p in enumerate(plans):
                 n, size = _land(sender, receiver, p, epoch)
@@ -369,6 +374,16 @@ def _land(sender: Side, receiver: Side, p: _CommitPlan, epoch: str | None) -> tu
     return len(p.order) + len(sent), sum(len(f.frame) for f in [*frames, *sent])
 
 
+def _mark_revivals(receiver: Side, plans: Sequence[_CommitPlan]) -> None:
+    """Mark the planned commits that live rows of the receiver name as a parent (it pruned them and kept
+    their children): indexing them renumbers those children after them (crewckpt.history.localorder). One
+    index query per transfer, so other commits skip the per-commit lookups."""
+    ids = {p.cid for p in plans}
+    named = {x for r in receiver.backend.index_children(ids) for x in r.parents} if ids else set()
+    for p in plans:
+        p.revive = p.cid in named
+
+
 def _reached(plans: Sequence[_CommitPlan], tip: bytes) -> list[_CommitPlan]:
     """The planned commits ``tip`` reaches by parents, in plan order (parents first)."""
     by_id = {p.cid: p for p in plans}
@@ -388,9 +403,13 @@ def _index(w: Parts, plans: Sequence[_CommitPlan], branch: str) -> None:
     for p in plans:
         if w.index_get(p.cid) is not None:
             continue
-        w.index_add(to_row(p.cid, p.commit, branch, w.counter_next("seq"), _summary(p)))
+        index_commit(w, p.cid, functools.partial(_row, p, branch), may_revive=p.revive)
         if p.commit.alias:
             w.alias_set(p.commit.alias, p.cid)
+
+
+def _row(p: _CommitPlan, branch: str, seq: int) -> IndexRow:
+    return to_row(p.cid, p.commit, branch, seq, _summary(p))
 
 
 def _summary(p: _CommitPlan) -> dict[str, Any]:
