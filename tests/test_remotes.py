@@ -780,3 +780,28 @@ def test_a_remote_branch_pointing_at_a_missing_or_non_commit_object_is_named_and
     assert "--force" in (prep.refs[0].reason or "")
     assert local.push(loc, "bad", force=True).refs[0].status == "forced" and r.resolve("bad") == mine
     local.close()
+
+
+def test_a_transfer_killed_between_its_ref_move_and_the_index_heals_without_transactions(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without transactions the tracking ref moves first and the index rows follow (W3-W5): a transfer that
+    dies in between leaves a tip the index lacks; the next open rebuilds the index (a remote-tracking tip
+    too), and so would the next fetch."""
+    from crewckpt.testing.contract import WithoutTransactions
+
+    src = Store.memory()
+    tips = commit_chain(src, 2)
+    inner = Store.memory().backend
+    dst = Store(WithoutTransactions(inner))
+
+    def killed(*a: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sync, "_index", killed)
+    with pytest.raises(KeyboardInterrupt):
+        dst.fetch(src, name="origin")
+    monkeypatch.undo()
+    assert dst.resolve("origin/main") == tips[-1] and dst.list() == []
+    healed = Store(WithoutTransactions(inner))
+    assert [c.id for c in healed.list()] == tips and healed.lookup_alias("cp-main-1") == tips[1]
+    assert_clean(healed)

@@ -303,13 +303,15 @@ def connect(store: Store, remote: str | Store | None) -> Iterator[tuple[str | No
                             "remote")
     else:
         if is_this_store(store, remote):  # before opening: "x/../.ckpt" names it though "x" does not exist
-            raise CkptError(f"{remote} ({location_of(store)}) is this store itself: fetch, pull and push need "
-                            f"another store; name another store")
+            raise CkptError(f"{remote} ({location_of(store)}) is this store itself; fetch, pull and push need "
+                            f"another store's location or remote name")
         try:
             other = Store.open(remote)
         except CkptError as e:
             known = ", ".join(conf) or "none configured"
-            raise UnknownRemote(f"{remote!r} is neither a remote ({known}) nor a store: {e}") from None
+            why = why_not_a_store(remote) if isinstance(e, StoreNotFound) and local_location(remote) else None
+            raise UnknownRemote(f"{remote!r} is neither a remote ({known}) nor a store: "
+                                f"{f'{remote}: {why}; check the name or location' if why else e}") from None
         label = None
     try:
         _refuse_self(store, other, label, str(remote))
@@ -331,9 +333,9 @@ def _open_remote(store_cls: type[Store], name: str, location: str) -> Store:
 
 def _refuse_self(store: Store, other: Store, label: str | None, given: str) -> None:
     if is_this_store(store, other):
-        fix = f"; remove it with `ckpt remote remove {label}`" if label else "; name another store"
+        fix = f"; remove it with `ckpt remote remove {label}`" if label else ""
         raise CkptError(f"{f'remote {label}' if label else given} ({location_of(other) or 'memory store'}) is this "
-                        f"store itself: fetch, pull and push need another store{fix}")
+                        f"store itself; fetch, pull and push need another store{fix}")
 
 
 def side(store: Store, name: str) -> Side:

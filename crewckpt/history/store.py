@@ -109,9 +109,11 @@ class Store:
 
     def _heal_index(self) -> None:
         """Without transactions a writer that died after its ref CAS and before its index row (W5 in
-        docs/backends.md) left a branch tip the index does not know: rebuild the index then (best effort)."""
+        docs/backends.md) left a branch tip the index does not know: rebuild the index then (best effort). A
+        transfer killed there (sync indexes with the ref move) leaves the same, on a branch or a
+        remote-tracking ref."""
         try:
-            tips = list(self.backend.refs(refnames.HEADS).values())
+            tips = [*self.backend.refs(refnames.HEADS).values(), *self.backend.refs(refnames.REMOTES).values()]
             unknown = [t for t in tips if self.backend.index_get(t) is None]
             if unknown and self.backend.has_many(unknown):
                 from crewckpt.history.reindex import rebuild_index
