@@ -268,9 +268,10 @@ print(json.dumps(publish.push_stats()))
 """
 
 
-def test_two_workers_publishing_to_one_shared_store_at_once_lose_nothing(crewai_offline: Path) -> None:  # noqa: F811
-    shared = str(crewai_offline / "shared")
-    Store.init(shared).close()
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_two_workers_publishing_to_one_shared_store_at_once_lose_nothing(
+        crewai_offline: Path, kind: str, request: pytest.FixtureRequest) -> None:  # noqa: F811
+    shared = _shared(kind, crewai_offline, request)
     script = crewai_offline / "worker.py"
     script.write_text(WORKER)
     go = crewai_offline / "go"

@@ -309,7 +309,9 @@ def connect(store: Store, remote: str | Store | None) -> Iterator[tuple[str | No
             other = Store.open(remote)
         except CkptError as e:
             known = ", ".join(conf) or "none configured"
-            raise UnknownRemote(f"{remote!r} is neither a remote ({known}) nor a store: {e}") from None
+            why = why_not_a_store(remote) if isinstance(e, StoreNotFound) and local_location(remote) else None
+            raise UnknownRemote(f"{remote!r} is neither a remote ({known}) nor a store: "
+                                f"{f'{remote}: {why}; check the name or location' if why else e}") from None
         label = None
     try:
         _refuse_self(store, other, label, str(remote))
