@@ -162,6 +162,10 @@ def _insert_before(d: dict[str, Any], after: frozenset[str], key: str, value: An
     return out
 
 
+_TOP_DEPTH = 5  # the crew without its tasks is opened down to crew.agents[i].agent_executor.execution_context,
+# the part CrewAI changes on every event (its emission sequence), so the rest of each agent is reused
+
+
 class CrewDumper:
     """Dumps one crew per checkpoint, reusing the parts that did not change (see the module docstring).
 
@@ -174,7 +178,7 @@ class CrewDumper:
         self.ok: bool | None = None
         self._tasks: list[_Task] = []  # last checkpoint's, by position
         self._agents: dict[str, Frozen] = {}  # agent dump text -> its {"agent": ...} piece (last checkpoint's)
-        self._top = Refreezer()
+        self._top = Refreezer(depth=_TOP_DEPTH)
         self._agent_refreezers = IdWeakMap()  # agent object -> Refreezer (reuse is decided by content)
 
     def dump(self, crew: Any) -> Any:
@@ -201,7 +205,7 @@ class CrewDumper:
                              type(crew).__name__)
                 self._tasks = []
                 self._agents = {}
-                self._top = Refreezer()
+                self._top = Refreezer(depth=_TOP_DEPTH)
                 return whole
         return out
 
