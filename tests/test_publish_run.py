@@ -142,8 +142,9 @@ def test_push_rejection_messages_name_a_way_out_that_works(pair: tuple[Store, St
         w.push(s, "main")
     msg = str(e.value)
     assert "pull" not in msg.replace("pull cannot", "") and "ckpt branch NEW main" in msg and "--force" in msg
-    with pytest.raises(PullDiverged):
-        w.pull(s, "main", name="origin")  # indeed no pull helps here
+    with pytest.raises(PullDiverged) as d:
+        w.pull(s.location, "main")  # indeed no pull helps here; its advice names the remote as it was given
+    assert f"`ckpt push --force {s.location} main`" in str(d.value) and "`ckpt branch main-origin origin/main`" in str(d.value)
     # the remote ahead of a behind local branch: then pull is the way out, and it works
     with Store.memory() as behind:
         behind.pull(s, "main", name="origin")
