@@ -395,3 +395,15 @@ def test_the_crew_top_reuses_each_agents_unchanged_executor_parts() -> None:
     again = frozen_parts(second, [])
     reused = sum(len(orjson.dumps(bare(f))) for f in again if any(f is g for g in first))
     assert reused > 0.9 * len(orjson.dumps(top(2)))  # all but the changed execution contexts' path is reused
+
+
+@pytest.mark.crewai
+def test_an_agent_piece_holding_reused_parts_is_sized_without_a_walk() -> None:
+    from crewckpt.crewai.entities import _frozen, _joined_size
+
+    value = {"agent": Parts([F({"role": "r"}), F({"agent_executor": {"seq": 3}})], join=True)}
+    piece = _frozen(value)
+    assert piece.size == len(orjson.dumps(bare(value)))
+    task = (F({"name": "t"}), piece, F({"output": None}))
+    assert _joined_size(task) == len(orjson.dumps(bare(Parts(list(task), join=True))))
+    assert _joined_size((F({}), piece, F({}))) == piece.size

@@ -36,6 +36,7 @@ from crewai.types.callback import _is_non_roundtrippable, callable_to_string
 from pydantic import BaseModel
 
 from crewckpt.history.snapshot import Frozen, Parts, Refreezer
+from crewckpt.history.summary import json_size
 
 if TYPE_CHECKING:
     from crewckpt.crewai.snapshot import SnapshotBuilder
@@ -142,9 +143,15 @@ def _after(cls: type, field: str) -> frozenset[str]:
 
 
 def _frozen(value: Any) -> Frozen:
+    """``value`` frozen with its compact JSON; a value holding Frozen / Parts values (an agent's reused parts)
+    is sized from them instead (so the store's size of a task never walks its agent)."""
     try:
         return Frozen(value, orjson.dumps(value))
-    except (TypeError, orjson.JSONEncodeError):  # lone surrogates: the store sizes it
+    except (TypeError, orjson.JSONEncodeError):
+        pass
+    try:
+        return Frozen(value, size=json_size(value))
+    except Exception:  # lone surrogates, too deep: the store sizes it (and reports what is wrong)
         return Frozen(value)
 
 
