@@ -64,6 +64,8 @@ SLOW: tuple[str, ...] = (
     "tests/test_s3_gc.py::test_kill_9_of_gc_at_random_points_keeps_every_live_commit",  # 7 gc processes
     "tests/test_s3_crewai.py::test_a_crewai_run_into_s3_is_resumed_by_another_process",  # 2 crew processes
     "tests/test_postgres_locations.py::test_a_crewai_run_is_resumed_by_another_process_through_the_shared_store",
+    "tests/test_crewai_push.py::test_two_workers_publishing_to_one_shared_store_at_once_lose_nothing",  # 2 crews
+    "tests/test_crewai_push.py::test_an_unreachable_remote_never_stops_the_runs_and_is_reported_once_at_exit",
     # the rest of the remote matrix with S3 on one side (the default run keeps sqlite<->s3, s3<->postgres)
     "tests/test_remote_matrix.py::test_clone_fetch_pull_push_between_backends[s3-s3]",
     "tests/test_remote_matrix.py::test_clone_fetch_pull_push_between_backends[memory-s3]",

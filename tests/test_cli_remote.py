@@ -93,6 +93,10 @@ def test_remote_add_refuses_a_local_location_without_a_store_unless_no_check(tmp
             s.add_remote("typo", str(tmp_path / what), check=False)
         line = _one_line(ckpt(here, "fetch", "typo"), f"remote typo ({tmp_path / what})", "ckpt remote remove typo")
         assert "ckpt init" not in line
+    for verb in ("fetch", "push"):  # a location typed on the command line: no `ckpt init` at the typo either
+        line = _one_line(ckpt(here, verb, str(tmp_path / "nothere")), "neither a remote (pg, typo) nor a store",
+                         "no such folder; check the name or location")
+        assert "ckpt init" not in line
     Store.init(tmp_path / "nothere").close()  # created later: the recorded remote works now
     ok(ckpt(here, "remote", "remove", "typo"))
     ok(ckpt(here, "remote", "add", "typo", str(tmp_path / "nothere")))

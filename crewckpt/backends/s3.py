@@ -55,6 +55,7 @@ from crewckpt.backends.base import (
     Backend,
     Capabilities,
     IndexRow,
+    MetaStore,
     ObjectMeta,
     ReflogEntry,
     StoredObject,
@@ -196,6 +197,9 @@ class S3Backend(Backend):
         self._doomed: set[str] = set()
         self._pack_ids: dict[bytes, bytes] = {}  # PACK_KEY prefix -> id of a present PACK object
         self._leases: dict[str, _Lease] = {}
+        self.epoch_meta: MetaStore | None = None  # where writers read gc_epoch, when not here (a split store)
+        self._ref_tags: dict[str, tuple[bytes | None, str | None]] = {}  # ref -> (value, etag) last seen
+        self._counter_tags: dict[str, tuple[int, str]] = {}  # counter -> (value, etag) this handle wrote
         self._holders: dict[str, str] = {}
         self._rows: dict[str, tuple[str, IndexRow]] = {}  # index key -> (etag, row)
         self._tested = False
@@ -650,7 +654,8 @@ class S3Backend(Backend):
         record = self.loc.key("dead", f"{time.time_ns():020d}-{uuid.uuid4().hex}")
         self._put_checked(record, msgpack.packb({"packs": sorted(doomed), "by": lease.owner}), "publish the "
                           "doomed packs")
-        self.meta_set(_EPOCH, _next_epoch(self.meta_get(_EPOCH)))  # writers re-put what they reused (W6)
+        epochs = self.epoch_meta or self
+        epochs.meta_set(_EPOCH, _next_epoch(epochs.meta_get(_EPOCH)))  # writers re-put what they reused (W6)
         if self.settle_s > 0:
             threading.Event().wait(self.settle_s)  # writers' touches decided before the record land first
         view = self._refresh()  # sees the record: what writers revived meanwhile now shows as doomed
@@ -754,12 +759,17 @@ class S3Backend(Backend):
     # -- refs --------------------------------------------------------------------------------------------
 
     def _read_ref(self, name: str) -> tuple[bytes | None, str | None, str | None]:
-        """(value, etag, write id); etag None when the key was never written."""
+        """(value, etag, write id); etag None when the key was never written. Remembers (value, etag) for
+        :meth:`set_ref_if_equals`."""
         got = self._get(self.loc.key("refs", _q(name)))
         if got is None:
-            return None, None, None
-        d = json.loads(got[0])
-        return (bytes.fromhex(d["oid"]) if d.get("oid") else None), got[1], d.get("w")
+            value, etag, w = None, None, None
+        else:
+            d = json.loads(got[0])
+            value, etag, w = (bytes.fromhex(d["oid"]) if d.get("oid") else None), got[1], d.get("w")
+        with self._lock:
+            self._ref_tags[name] = (value, etag)
+        return value, etag, w
 
     def get_ref(self, name: str) -> bytes | None:
         return self._read_ref(name)[0]
@@ -775,30 +785,51 @@ class S3Backend(Backend):
         return dict(sorted(out.items()))
 
     def set_ref_if_equals(self, name: str, old: bytes | None, new: bytes | None) -> None:
+        """Compare-and-swap by one conditional PUT. When this handle's last read of ``name`` (or its last move)
+        saw ``old``, its etag is used without reading again: every ref body holds a unique write id, so an
+        ``If-Match`` on that etag succeeds only while the ref still holds exactly that body (no ABA). A stale
+        etag fails the PUT; the ref is then read and the move retried once if it still holds ``old``."""
         self._check_writable()
-        cur, etag, _ = self._read_ref(name)
-        if cur != old:
-            raise ref_conflict(name, old, cur)
+        with self._lock:
+            cached = self._ref_tags.get(name)
+        if cached is not None and cached[0] == old:
+            etag, fresh = cached[1], False
+        else:
+            cur, etag, _ = self._read_ref(name)
+            if cur != old:
+                raise ref_conflict(name, old, cur)
+            fresh = True
         wid = uuid.uuid4().hex
         body = json.dumps({"oid": new.hex() if new else None, "w": wid}).encode()
         key = self.loc.key("refs", _q(name))
-        try:
-            if etag is None:
-                self._put(key, body, if_none_match=True)
-            else:
-                self._put(key, body, if_match=etag)
-        except botocore.exceptions.ClientError as e:
-            if not _is_conflict(e) and not _is_missing(e):
+        for _ in range(2):
+            try:
+                tag = self._put(key, body, if_none_match=True) if etag is None else self._put(key, body, if_match=etag)
+                with self._lock:
+                    if tag:
+                        self._ref_tags[name] = (new, tag)
+                    else:  # a server that sends no ETag: read before the next move
+                        self._ref_tags.pop(name, None)
+                return
+            except botocore.exceptions.ClientError as e:
+                if not _is_conflict(e) and not _is_missing(e):
+                    raise self._error(f"move ref {name}", e) from None
+                found, etag, w = self._read_ref(name)
+                if w == wid:  # our write landed; the response (or a retry of it) said otherwise
+                    with self._lock:
+                        self._ref_tags.pop(name, None)
+                    return
+                if found != old or fresh:
+                    raise ref_conflict(name, old, found) from None
+                fresh = True  # our etag was stale but the ref holds `old`: once more with the one just read
+            except botocore.exceptions.BotoCoreError as e:
+                found, _, w = self._read_ref(name)
+                if w == wid:
+                    with self._lock:
+                        self._ref_tags.pop(name, None)
+                    return
                 raise self._error(f"move ref {name}", e) from None
-            found, _, w = self._read_ref(name)
-            if w == wid:  # our write landed; the response (or a retry of it) said otherwise
-                return
-            raise ref_conflict(name, old, found) from None
-        except botocore.exceptions.BotoCoreError as e:
-            found, _, w = self._read_ref(name)
-            if w == wid:
-                return
-            raise self._error(f"move ref {name}", e) from None
+        raise AssertionError("unreachable: the second try uses a fresh etag")  # pragma: no cover
 
     def reflog(self, ref: str) -> list[ReflogEntry]:
         keys = [k for k, _ in self._list(f"reflog/{_q(ref)}")]
@@ -940,21 +971,30 @@ class S3Backend(Backend):
 
     def _counter_bump(self, name: str, floor: int | None) -> int:
         """Advance counter ``name`` by one (``floor`` None) or raise it to at least ``floor``, by a
-        conditional-write loop; returns its new value."""
+        conditional-write loop; returns its new value. The first try uses the value and etag of this
+        handle's last write (no GET: a counter's values only grow, so an etag names one state)."""
         key = self.loc.key("counters", _q(name))
+        with self._lock:
+            mine = self._counter_tags.get(name) if floor is None else None
         for _ in range(200):
-            got = self._get(key)
+            got: tuple[bytes, str] | None
+            if mine is not None:
+                got, mine = (str(mine[0]).encode(), mine[1]), None
+            else:
+                got = self._get(key)
             cur = int(got[0]) if got else 0
             nxt = cur + 1 if floor is None else max(cur, floor)
             if nxt == cur:
                 return cur
             try:
                 if got is None:
-                    self._put(key, str(nxt).encode(), if_none_match=True)
+                    tag = self._put(key, str(nxt).encode(), if_none_match=True)
                 else:
-                    self._put(key, str(nxt).encode(), if_match=got[1])
+                    tag = self._put(key, str(nxt).encode(), if_match=got[1])
                 with self._lock:
                     self._seen[name] = max(self._seen.get(name, 0), nxt)
+                    if tag:
+                        self._counter_tags[name] = (nxt, tag)
                 return nxt
             except botocore.exceptions.ClientError as e:
                 if not (_is_conflict(e) or _is_missing(e)):

@@ -303,13 +303,15 @@ def connect(store: Store, remote: str | Store | None) -> Iterator[tuple[str | No
                             "remote")
     else:
         if is_this_store(store, remote):  # before opening: "x/../.ckpt" names it though "x" does not exist
-            raise CkptError(f"{remote} ({location_of(store)}) is this store itself: fetch, pull and push need "
-                            f"another store; name another store")
+            raise CkptError(f"{remote} ({location_of(store)}) is this store itself; fetch, pull and push need "
+                            f"another store's location or remote name")
         try:
             other = Store.open(remote)
         except CkptError as e:
             known = ", ".join(conf) or "none configured"
-            raise UnknownRemote(f"{remote!r} is neither a remote ({known}) nor a store: {e}") from None
+            why = why_not_a_store(remote) if isinstance(e, StoreNotFound) and local_location(remote) else None
+            raise UnknownRemote(f"{remote!r} is neither a remote ({known}) nor a store: "
+                                f"{f'{remote}: {why}; check the name or location' if why else e}") from None
         label = None
     try:
         _refuse_self(store, other, label, str(remote))
@@ -331,9 +333,9 @@ def _open_remote(store_cls: type[Store], name: str, location: str) -> Store:
 
 def _refuse_self(store: Store, other: Store, label: str | None, given: str) -> None:
     if is_this_store(store, other):
-        fix = f"; remove it with `ckpt remote remove {label}`" if label else "; name another store"
+        fix = f"; remove it with `ckpt remote remove {label}`" if label else ""
         raise CkptError(f"{f'remote {label}' if label else given} ({location_of(other) or 'memory store'}) is this "
-                        f"store itself: fetch, pull and push need another store{fix}")
+                        f"store itself; fetch, pull and push need another store{fix}")
 
 
 def side(store: Store, name: str) -> Side:
@@ -513,7 +515,7 @@ def pull(store: Store, remote: str | Store | None = None, branch: str | None = N
         assert mine is not None
         raise PullDiverged(f"{b} ({mine.hex()[:12]}) and {ns}/{b} ({theirs.hex()[:12]}) have diverged: each has "
                            f"checkpoints the other lacks, and pull only fast-forwards; keep both with `ckpt branch "
-                           f"{b}-{ns} {ns}/{b}`, or replace the remote's with `ckpt push --force {ns} {b}`")
+                           f"{b}-{ns} {ns}/{b}`, or replace the remote's with `ckpt push --force {rep.remote} {b}`")
     status = "new" if mine is None else "fast-forward"
     if dry_run:
         rep.refs.append(RefResult(ref, _hex(mine), theirs.hex(), status))
@@ -582,12 +584,8 @@ def push(store: Store, remote: str | Store | None = None, branch: str | None = N
             elif force:
                 status = "forced"
             else:
-                why = ("not a fast-forward: the remote's tip is not an ancestor of yours" if _known(store.backend, theirs)
-                       else "the remote has checkpoints you do not have")
                 rejected.append(RefResult(ref, theirs.hex(), mine.hex(), "rejected",
-                                          f"{why} ({there.name} {b} is {theirs.hex()[:12]}, yours {mine.hex()[:12]}); "
-                                          f"`ckpt pull {label or there.name} {b}` first, or push with --force to "
-                                          f"replace it"))
+                                          _not_ff(here, b, theirs, mine, label or there.name, there.name)))
                 continue
             updates.append(RefUpdate(ref, mine, theirs, b, status, f"push: {status} from {location_of(store) or 'memory'}"))
         rep = _report("push", there.name, transfer(here, there, updates, dry_run=dry_run, progress=progress), rejected)
@@ -601,6 +599,21 @@ def push(store: Store, remote: str | Store | None = None, branch: str | None = N
             tracking.append(RefUpdate(dst, new, store.backend.get_ref(dst), "", "push", f"push to {label}"))
         move_refs(here, tracking)
     return rep
+
+
+def _not_ff(here: Side, b: str, theirs: bytes, mine: bytes, remote: str, where: str) -> str:
+    """Why a push of ``b`` is not a fast-forward, and the way out that works: ``pull`` only when it can
+    fast-forward; for two lineages (a fresh kickoff moved ``b`` to a new root) or a divergence, a new name."""
+    tips = f"({where} {b} is {theirs.hex()[:12]}, yours {mine.hex()[:12]})"
+    force = "or push with --force to replace it (its checkpoints stay there, unnamed by that branch)"
+    if not _known(here.backend, theirs):
+        return (f"the remote has checkpoints you do not have {tips}; `ckpt pull {remote} {b}` first if yours is "
+                f"behind, {force}")
+    if is_ancestor(here, mine, theirs):
+        return f"not a fast-forward: the remote is ahead of yours {tips}; `ckpt pull {remote} {b}` first, {force}"
+    return (f"not a fast-forward: the remote's tip is not an ancestor of yours and pull cannot fast-forward "
+            f"either (diverged, or two lineages: a fresh run moved {b} to a new root) {tips}; publish yours "
+            f"under its own name: `ckpt branch NEW {b}` then `ckpt push {remote} NEW`, {force}")
 
 
 def push_or_raise(rep: SyncReport) -> SyncReport:

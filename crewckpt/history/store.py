@@ -109,9 +109,11 @@ class Store:
 
     def _heal_index(self) -> None:
         """Without transactions a writer that died after its ref CAS and before its index row (W5 in
-        docs/backends.md) left a branch tip the index does not know: rebuild the index then (best effort)."""
+        docs/backends.md) left a branch tip the index does not know: rebuild the index then (best effort). A
+        transfer killed there (sync indexes with the ref move) leaves the same, on a branch or a
+        remote-tracking ref."""
         try:
-            tips = list(self.backend.refs(refnames.HEADS).values())
+            tips = [*self.backend.refs(refnames.HEADS).values(), *self.backend.refs(refnames.REMOTES).values()]
             unknown = [t for t in tips if self.backend.index_get(t) is None]
             if unknown and self.backend.has_many(unknown):
                 from crewckpt.history.reindex import rebuild_index
@@ -230,11 +232,7 @@ class Store:
         parent_ids = None if parents is None else [bytes.fromhex(self.resolve(p)) for p in parents]
         meta_json = orjson.dumps(meta).decode() if meta else None
         prof = self.profile if profile is None else profile
-        try:  # a plain document's JSON: its logical size, and the splitter recognises an unchanged one by it
-            json_bytes: bytes | None = orjson.dumps(doc)
-        except (TypeError, orjson.JSONEncodeError):  # Frozen / Parts hints, big ints, lone surrogates...
-            json_bytes = None
-        summary = prof.summary(doc, None if json_bytes is None else len(json_bytes))
+        summary = prof.summary(doc)
         with self._wlock:
             splitter = self._splitters.get(prof.separate_keys)
             if splitter is None:
@@ -248,7 +246,7 @@ class Store:
                         pending[oid] = (kind, body)
                     return oid
 
-                root = splitter.split(doc, put, json_bytes)
+                root = splitter.split(doc, put)
                 frames = self._frames(pending)
                 try:
                     cid = self._land(frames, root, ref, rref, branch, run, parent_ids, trigger, summary,
@@ -809,6 +807,15 @@ class Store:
         rep = remotes.push(self, remote, branch, all_branches=all_branches, force=force, name=name,
                            dry_run=dry_run, progress=progress)
         return remotes.push_or_raise(rep) if check else rep
+
+    def publish_run(self, remote: str | Store | None, run_id: str, branch: str | None = None, *,
+                    name: str | None = None, progress: Progress | None = None) -> SyncReport:
+        """Publish run ``run_id`` (its ``refs/runs/<run id>``, and its branch when no tip loses its name) to a
+        shared store: what ``CheckpointConfig(push_to=...)`` does when a run ends (see
+        :func:`crewckpt.history.publish.publish_run`; rejections are in the report). Raises UnknownRevision
+        (no such run here) and push's errors."""
+        from crewckpt.history import publish
+        return publish.publish_run(self, remote, run_id, branch, name=name, progress=progress)
 
     @classmethod
     def clone(cls, src: str | Store, dest: str | os.PathLike[str], *, origin: str = "origin",
