@@ -19,9 +19,10 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from crewckpt.backends.base import HEAD_BYTES, ObjectMeta, writing
-from crewckpt.errors import GcAborted, GcBusy, MissingObject
+from crewckpt.errors import DocumentTooLarge, GcAborted, GcBusy, MissingObject
 from crewckpt.format import objects as ob
 from crewckpt.format.frame import PACK_KEY, PACK_LEVEL, PACKED
+from crewckpt.history.limits import ObjectBound
 from crewckpt.history.snapshot import links_in
 
 if TYPE_CHECKING:
@@ -72,14 +73,25 @@ def mark(parts: StoreParts, progress: Progress | None = None, unread: set[bytes]
 
     Objects the walk needs but cannot get are added to ``unread`` (when given) and their subgraph is not
     walked: gc then refuses to sweep if any of them is listed (present but unreadable right now), since what
-    sits below them would look unreachable. Corrupt trees raise IntegrityError (nothing is deleted).
+    sits below them would look unreachable. Corrupt trees raise IntegrityError (nothing is deleted); a commit
+    or tree declaring more bytes than the read limit ($CKPT_MAX_READ_BYTES) raises GcAborted before it is
+    decompressed (nothing is deleted: what sits below it would look unreachable).
     """
+    try:
+        return _mark(parts, progress, unread, ObjectBound(doing="check"))
+    except DocumentTooLarge as e:
+        raise GcAborted(f"gc stopped before deleting anything: {e}; or run `ckpt fsck` to see what needs "
+                        f"it") from None
+
+
+def _mark(parts: StoreParts, progress: Progress | None, unread: set[bytes] | None,
+          bound: ObjectBound) -> set[bytes]:
     objs = parts.objects
     live: set[bytes] = {m.oid for m in objs.backend.iter_objects() if m.kind == ob.DICT}
     level: list[bytes] = []
     for cid in roots(parts):
         try:
-            c = objs.commit(cid)
+            c = objs.commit(cid, budget=bound)
         except MissingObject:
             if unread is not None:
                 unread.add(cid)
@@ -96,7 +108,7 @@ def mark(parts: StoreParts, progress: Progress | None = None, unread: set[bytes]
             unread.update(o for o in todo if o not in found)
         trees = [o for o, s in found.items() if s.kind == ob.TREE]
         for batch in size_batches(trees, {o: found[o].size for o in trees}):
-            got = objs.trees(batch)
+            got = objs.trees(batch, budget=bound)
             for _, payload in got.values():
                 level.extend(ln.oid for ln in links_in(payload))
         done += len(todo)
