@@ -245,6 +245,7 @@ def test_an_unreachable_remote_never_stops_the_runs_and_is_reported_once_at_exit
     summary = [ln for ln in lines if "failed; last error" in ln]
     assert len(streak) == 1 and "further failures are counted and reported at exit" in streak[0], lines
     assert len(summary) == 1 and f"127.0.0.1:{port}" in summary[0], lines
+    assert summary[0].endswith(f"publish what is missing with `ckpt --store {crewai_offline / 'w'} publish '{dest}'`")
     n = int(summary[0].split("crewckpt: ")[1].split(" of ")[0])
     assert n >= 2 and len(lines) == 2  # one failure per push request (at least one per kickoff)
 

@@ -4,6 +4,7 @@ The CrewAI side, with real crews, is tests/test_crewai_push.py."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -141,8 +142,9 @@ def test_push_rejection_messages_name_a_way_out_that_works(pair: tuple[Store, St
         w.push(s, "main")
     msg = str(e.value)
     assert "pull" not in msg.replace("pull cannot", "") and "ckpt branch NEW main" in msg and "--force" in msg
-    with pytest.raises(PullDiverged):
-        w.pull(s, "main", name="origin")  # indeed no pull helps here
+    with pytest.raises(PullDiverged) as d:
+        w.pull(s.location, "main")  # indeed no pull helps here; its advice names the remote as it was given
+    assert f"`ckpt push --force {s.location} main`" in str(d.value) and "`ckpt branch main-origin origin/main`" in str(d.value)
     # the remote ahead of a behind local branch: then pull is the way out, and it works
     with Store.memory() as behind:
         behind.pull(s, "main", name="origin")
@@ -152,3 +154,30 @@ def test_push_rejection_messages_name_a_way_out_that_works(pair: tuple[Store, St
             behind.push(s, "main")
         behind.pull(s, "main", name="origin")
         assert behind.resolve("main") == s.resolve("main")
+
+
+def test_ckpt_publish_catches_up_on_every_run_and_reports_like_push(tmp_path: Path) -> None:
+    """`ckpt publish` (what push_to does, for runs whose push failed): every run, oldest first, changed refs
+    only in the human form, every ref in --json; exit 1 with one line for an unknown or rejected run."""
+    from cli_helpers import ckpt, ok
+
+    w_loc, s_loc = str(tmp_path / "worker"), str(tmp_path / "shared")
+    with Store.init(w_loc) as w, Store.init(s_loc) as s:
+        tips = [run(w, f"run-{k}", 2) for k in "abc"]
+        s.commit({"x": 1}, branch="other", run_id="run-z")
+    out = ok(ckpt(w_loc, "publish", s_loc))
+    assert out.stdout.count("* [new]") == 4 and "(new lineage)" not in out.stdout  # 3 run refs + main
+    assert "[skipped]" not in out.stdout and "sent 6 checkpoint(s)" in out.stderr
+    with Store.open(s_loc) as s:
+        assert s.runs() == {"run-a": tips[0], "run-b": tips[1], "run-c": tips[2], "run-z": s.resolve("other")}
+        assert s.resolve("main") == tips[2]
+    assert ok(ckpt(w_loc, "publish", s_loc)).stdout.startswith("Everything up-to-date (3 run(s))")
+    rep = json.loads(ok(ckpt(w_loc, "publish", s_loc, "run-a", "--json")).stdout)
+    assert rep["verb"] == "publish" and [r["status"] for r in rep["refs"]] == ["up-to-date", "skipped"]
+    r = ckpt(w_loc, "publish", s_loc, "run-nope")
+    assert r.exit_code == 1 and r.stderr.strip().splitlines() == [
+        "ckpt: error: no run 'run-nope' in this store; its runs are listed by `ckpt log --all`"]
+    with Store.open(w_loc) as w:
+        run(w, "run-z", 1)  # the shared store's run-z is other work: never overwritten
+    r = ckpt(w_loc, "publish", s_loc, "run-z")
+    assert r.exit_code == 1 and "! [rejected]  refs/runs/run-z" in r.stdout and "nothing was published" in r.stdout

@@ -368,3 +368,42 @@ def test_a_frozen_value_repeated_in_one_document_is_walked_once() -> None:
     assert got == Splitter(separate_keys=keys).split(bare(doc), ob.object_id)  # the tree of the plain value
     store = Store.memory()
     assert store.read(store.commit(doc)) == bare(doc)
+
+
+@pytest.mark.crewai
+def test_the_crew_top_reuses_each_agents_unchanged_executor_parts() -> None:
+    from crewckpt.crewai.entities import _TOP_DEPTH
+
+    def top(seq: int) -> dict[str, Any]:  # the shape of a crew without its tasks: only the emission sequence moves
+        executor = {f"f{i}": {"outputs": [f"out {i} {k}" * 20 for k in range(3)]} for i in range(12)}
+        executor["execution_context"] = {"emission_sequence": seq, "stack": [["a", "b"]] * 3}
+        return {"agents": [{"role": f"r{a}", "agent_executor": executor, "tools": ["t" * 600]} for a in range(3)]}
+
+    def frozen_parts(v: Any, out: list[Frozen]) -> list[Frozen]:
+        if isinstance(v, Frozen):
+            out.append(v)
+            v = v.value
+        for x in (v.pieces if isinstance(v, Parts) else v.values() if isinstance(v, dict)
+                  else v if isinstance(v, list) else ()):
+            frozen_parts(x, out)
+        return out
+
+    refreeze = Refreezer(depth=_TOP_DEPTH)
+    first = frozen_parts(refreeze.values(top(1)), [])
+    second = refreeze.values(top(2))
+    assert bare(second) == top(2)
+    again = frozen_parts(second, [])
+    reused = sum(len(orjson.dumps(bare(f))) for f in again if any(f is g for g in first))
+    assert reused > 0.9 * len(orjson.dumps(top(2)))  # all but the changed execution contexts' path is reused
+
+
+@pytest.mark.crewai
+def test_an_agent_piece_holding_reused_parts_is_sized_without_a_walk() -> None:
+    from crewckpt.crewai.entities import _frozen, _joined_size
+
+    value = {"agent": Parts([F({"role": "r"}), F({"agent_executor": {"seq": 3}})], join=True)}
+    piece = _frozen(value)
+    assert piece.size == len(orjson.dumps(bare(value)))
+    task = (F({"name": "t"}), piece, F({"output": None}))
+    assert _joined_size(task) == len(orjson.dumps(bare(Parts(list(task), join=True))))
+    assert _joined_size((F({}), piece, F({}))) == piece.size

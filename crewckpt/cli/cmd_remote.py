@@ -1,11 +1,13 @@
-"""Remote verbs, as in git: remote (add, remove, -v), clone, fetch, pull, push."""
+"""Remote verbs, as in git: remote (add, remove, -v), clone, fetch, pull, push; and publish (runs)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import click
 
+from crewckpt.backends.registry import redact
 from crewckpt.cli.context import UsageProblem, emit_json, json_option, obj
 from crewckpt.history.remotes import trust_remote
 
@@ -61,18 +63,18 @@ def remote(action: str | None, name: str | None, location: str | None, verbose: 
             raise UsageProblem("usage: ckpt remote add NAME LOCATION")
         loc = store.add_remote(name, location, check=not no_check)
         if as_json:
-            emit_json({"added": name, "location": loc})
+            emit_json({"added": name, "location": redact(loc)})
         else:
-            click.echo(f"Added remote {name} ({loc}); `{obj().command('fetch', name)}` brings its branches")
+            click.echo(f"Added remote {name} ({redact(loc)}); `{obj().command('fetch', name)}` brings its branches")
         return
     if action == "trust":
         if not name or location:
             raise UsageProblem("usage: ckpt remote trust NAME")
         loc = trust_remote(store, name)
         if as_json:
-            emit_json({"trusted": name, "location": loc})
+            emit_json({"trusted": name, "location": redact(loc)})
         else:
-            click.echo(f"Trusted remote {name} ({loc}) for this store on this machine")
+            click.echo(f"Trusted remote {name} ({redact(loc)}) for this store on this machine")
         return
     if action in ("remove", "rm"):
         if not name or location:
@@ -88,10 +90,10 @@ def remote(action: str | None, name: str | None, location: str | None, verbose: 
                            "ckpt remote trust NAME | ckpt remote prune NAME")
     conf = store.remotes()
     if as_json:
-        emit_json([{"name": n, "location": loc} for n, loc in conf.items()])
+        emit_json([{"name": n, "location": redact(loc)} for n, loc in conf.items()])
         return
-    for n, loc in conf.items():
-        click.echo(f"{n}\t{loc}" if verbose else n)
+    for n, loc in conf.items():  # redact: a remote recorded by an older crewckpt may hold a password
+        click.echo(f"{n}\t{redact(loc)}" if verbose else n)
 
 
 def _report(rep: SyncReport, as_json: bool) -> None:
@@ -112,7 +114,9 @@ def _report(rep: SyncReport, as_json: bool) -> None:
         old, new = (r.old or "")[:8], (r.new or "")[:8]
         arrow = {"new": f"* [new]           -> {new}", "up-to-date": f"= [up to date]    {new}",
                  "fast-forward": f"  {old}..{new}", "forced": f"+ {old}...{new} (forced)",
-                 "rejected": "! [rejected]", "pruned": f"- [deleted]       {old} ->"}.get(r.status, r.status)
+                 "rejected": "! [rejected]", "pruned": f"- [deleted]       {old} ->",
+                 "new-lineage": f"+ {old}...{new} (new lineage)", "kept": f"= [kept]          {old}",
+                 "skipped": "  [skipped]"}.get(r.status, r.status)
         line = f" {arrow}  {r.ref}" + (f"  ({r.reason})" if r.reason else "")
         if r.status == "rejected":
             app.line(line, "red")
@@ -226,4 +230,52 @@ def push(remote: str | None, branch: str | None, all_branches: bool, force: bool
         if not as_json:
             click.echo("ckpt: error: some branches were rejected; each line above says what to do",
                        err=True)
+        raise SystemExit(1)
+
+
+@click.command()
+@click.argument("remote", required=False)
+@click.argument("runs", nargs=-1, metavar="[RUN]...")
+@json_option
+def publish(remote: str | None, runs: tuple[str, ...], as_json: bool) -> None:
+    """Publish runs to REMOTE (default `origin`, or a location): each run under its own ref
+    `refs/runs/<run id>`, and its branch when no tip loses its name there (a fast-forward, or a new lineage
+    whose previous run keeps its run ref; a branch holding checkpoints pushed by hand is kept). What
+    `CheckpointConfig(push_to=...)` does when a run ends; use it for runs whose push failed (the remote was
+    down), or from scripts. RUN: run ids (`ckpt log --all` shows `refs/runs/<id>`); default every run of this
+    store, oldest first. Exit status 1 when a run ref was rejected.
+
+    \b
+    Examples:
+      ckpt publish team
+      ckpt publish /shared/team.ckpt run-3f2a9c1d04be --json
+    """
+    from crewckpt.history import remotes
+    from crewckpt.history.publish import publish_run
+
+    app = obj()
+    store = app.store()
+    known = store.runs()
+    names = list(runs) or sorted(known, key=lambda r: store.info(known[r]).seq)
+    total = remotes.SyncReport(verb="publish")
+    with remotes.connect(store, remote) as (label, other):
+        total.remote = remotes._where(other, label)
+        for run in names:
+            rep = publish_run(store, other, run, name=label)
+            total.commits += rep.commits
+            total.objects += rep.objects
+            total.bytes += rep.bytes
+            total.seconds += rep.seconds
+            total.refs += rep.refs
+    if as_json:
+        _report(total, True)
+    else:  # like git push: changed refs only (the JSON lists every ref)
+        quiet = {"skipped"} if runs else {"skipped", "up-to-date"}
+        shown = dataclasses.replace(total, refs=[r for r in total.refs if r.status not in quiet])
+        _report(shown, False)
+        if not shown.refs:
+            click.echo(f"Everything up-to-date ({len(names)} run(s))")
+    if total.rejected:
+        if not as_json:
+            click.echo("ckpt: error: some runs were rejected; each line above says why", err=True)
         raise SystemExit(1)

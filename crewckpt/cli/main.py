@@ -172,8 +172,10 @@ def _report_click_error(exc: click.ClickException, json_asked: bool) -> None:
 def describe_error(exc: BaseException) -> tuple[int, str]:
     """(exit status, one-line message) for an exception raised by a verb."""
     from crewckpt import errors
+    from crewckpt.backends.registry import scrub
 
-    message = " ".join(str(exc).split()) or type(exc).__name__
+    # scrub: no password or key from a location URL quoted by any layer reaches the terminal or a log
+    message = scrub(" ".join(str(exc).split()) or type(exc).__name__)
     if isinstance(exc, (errors.BadRefName, errors.BadLocation)):
         return 2, message
     if isinstance(exc, errors.CkptError):
@@ -254,6 +256,7 @@ SHORT_HELP = {
     "fetch": "Bring a remote's branches as origin/BRANCH.",
     "pull": "Fetch and fast-forward a branch.",
     "push": "Send a branch to a remote (fast-forward).",
+    "publish": "Publish runs (refs/runs/ID) to a shared store.",
 }
 
 
@@ -286,6 +289,7 @@ def _register() -> None:
         cmd_remote.fetch,
         cmd_remote.pull,
         cmd_remote.push,
+        cmd_remote.publish,
     ):
         command.short_help = SHORT_HELP[command.name or ""]
         cli.add_command(command)

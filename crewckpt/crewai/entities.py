@@ -36,6 +36,7 @@ from crewai.types.callback import _is_non_roundtrippable, callable_to_string
 from pydantic import BaseModel
 
 from crewckpt.history.snapshot import Frozen, Parts, Refreezer
+from crewckpt.history.summary import json_size
 
 if TYPE_CHECKING:
     from crewckpt.crewai.snapshot import SnapshotBuilder
@@ -142,9 +143,15 @@ def _after(cls: type, field: str) -> frozenset[str]:
 
 
 def _frozen(value: Any) -> Frozen:
+    """``value`` frozen with its compact JSON; a value holding Frozen / Parts values (an agent's reused parts)
+    is sized from them instead (so the store's size of a task never walks its agent)."""
     try:
         return Frozen(value, orjson.dumps(value))
-    except (TypeError, orjson.JSONEncodeError):  # lone surrogates: the store sizes it
+    except (TypeError, orjson.JSONEncodeError):
+        pass
+    try:
+        return Frozen(value, size=json_size(value))
+    except Exception:  # lone surrogates, too deep: the store sizes it (and reports what is wrong)
         return Frozen(value)
 
 
@@ -162,6 +169,10 @@ def _insert_before(d: dict[str, Any], after: frozenset[str], key: str, value: An
     return out
 
 
+_TOP_DEPTH = 5  # the crew without its tasks is opened down to crew.agents[i].agent_executor.execution_context,
+# the part CrewAI changes on every event (its emission sequence), so the rest of each agent is reused
+
+
 class CrewDumper:
     """Dumps one crew per checkpoint, reusing the parts that did not change (see the module docstring).
 
@@ -174,7 +185,7 @@ class CrewDumper:
         self.ok: bool | None = None
         self._tasks: list[_Task] = []  # last checkpoint's, by position
         self._agents: dict[str, Frozen] = {}  # agent dump text -> its {"agent": ...} piece (last checkpoint's)
-        self._top = Refreezer()
+        self._top = Refreezer(depth=_TOP_DEPTH)
         self._agent_refreezers = IdWeakMap()  # agent object -> Refreezer (reuse is decided by content)
 
     def dump(self, crew: Any) -> Any:
@@ -201,7 +212,7 @@ class CrewDumper:
                              type(crew).__name__)
                 self._tasks = []
                 self._agents = {}
-                self._top = Refreezer()
+                self._top = Refreezer(depth=_TOP_DEPTH)
                 return whole
         return out
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import shlex
 import threading
 from typing import Any
 
@@ -173,10 +174,13 @@ def push_stats() -> dict[str, dict[str, Any]]:
 def report_push_failures() -> None:
     """Log one warning per (store, destination) where pushes failed (at interpreter exit, after the last
     pushes finished), as :func:`crewckpt.crewai.writer.report_failures` does for checkpoints."""
-    for where, st in push_stats().items():
-        if st["failed"]:
-            logger.warning("crewckpt: %d of %d pushes %s failed; last error: %s", st["failed"],
-                           st["pushed"] + st["failed"], where, st["last_error"])
+    with _lock:
+        pubs = list(_publishers.values())
+    for p in pubs:
+        if p.failed:
+            logger.warning("crewckpt: %d of %d pushes %s -> %s failed; last error: %s; publish what is missing "
+                           "with `ckpt --store %s publish %s`", p.failed, p.pushed + p.failed, p.store_path,
+                           p.push_to, p.last_error, shlex.quote(p.store_path), shlex.quote(p.push_to))
 
 
 atexit.register(report_push_failures)  # atexit runs last-registered first: the flush, then this report

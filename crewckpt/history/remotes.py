@@ -515,7 +515,7 @@ def pull(store: Store, remote: str | Store | None = None, branch: str | None = N
         assert mine is not None
         raise PullDiverged(f"{b} ({mine.hex()[:12]}) and {ns}/{b} ({theirs.hex()[:12]}) have diverged: each has "
                            f"checkpoints the other lacks, and pull only fast-forwards; keep both with `ckpt branch "
-                           f"{b}-{ns} {ns}/{b}`, or replace the remote's with `ckpt push --force {ns} {b}`")
+                           f"{b}-{ns} {ns}/{b}`, or replace the remote's with `ckpt push --force {rep.remote} {b}`")
     status = "new" if mine is None else "fast-forward"
     if dry_run:
         rep.refs.append(RefResult(ref, _hex(mine), theirs.hex(), status))

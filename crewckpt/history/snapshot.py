@@ -24,7 +24,6 @@ from __future__ import annotations
 import collections
 import functools
 import math
-import re
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -50,8 +49,6 @@ _PENDING = object()
 _JOINED = 16  # added to a piece's form: a piece of a joined Parts value (forms are below 16)
 _SCALARS = (type(None), bool, float)
 _DEEP_SKIP = 400  # msgpack-python packs at most 511 levels
-WHOLE_MAX = 64 * 1024 * 1024  # JSON bytes of the last plain document a Splitter keeps to recognise it again
-_NONFINITE = re.compile(rb"\xcb[\x7f\xff][\xf0-\xff]")  # a msgpack float64 with an all-ones exponent
 
 
 @functools.cache
@@ -388,8 +385,6 @@ class Splitter:
         self._put: Callable[[int, bytes], bytes] = lambda k, b: ob.object_id(k, b)
         self._token = object()  # generation tag for Frozen representations
         self._pack = msgpack.Packer(use_bin_type=True).pack  # reused: msgpack.packb allocates a buffer per call
-        self._whole: tuple[bytes, ob.Link] | None = None  # the last stored plain document's JSON and root
-        self._whole_staged: tuple[bytes, ob.Link] | None = None
 
     def reset(self) -> None:
         """Forget every cached representation (after a gc epoch change: objects may be gone)."""
@@ -398,7 +393,6 @@ class Splitter:
         self._strs.clear()
         self._staged.clear()
         self._local.clear()
-        self._whole = self._whole_staged = None
 
     def keep(self) -> None:
         """The objects of the last split are stored: publish its staged cache entries."""
@@ -409,23 +403,14 @@ class Splitter:
                 cache.put(k, v)
         self._staged.clear()
         self._local.clear()
-        if self._whole_staged is not None:
-            self._whole, self._whole_staged = self._whole_staged, None
 
     def discard(self) -> None:
         """The last split's objects were not stored: drop its staged cache entries."""
         self._staged.clear()
         self._local.clear()
-        self._whole_staged = None
 
-    def split(self, doc: Any, put: Callable[[int, bytes], bytes], json_bytes: bytes | None = None) -> ob.Link:
+    def split(self, doc: Any, put: Callable[[int, bytes], bytes]) -> ob.Link:
         """Split ``doc`` into objects via ``put``; returns the root link (a TREE, or a BLOB for a long string).
-
-        ``json_bytes``: ``orjson.dumps(doc)``, when the caller has it (a plain document: no Frozen or Parts).
-        Then a document equal to the last one this splitter stored is recognised at C speed and costs no walk:
-        its JSON text is byte-equal to the last one's, and its msgpack encoding (which, unlike JSON text, keeps
-        NaN apart from null and refuses values that are not JSON, such as a UUID orjson would print as a
-        string) holds no non-finite float; anything else is split as usual.
 
         Raises:
             TypeError: a value is not JSON (e.g. bytes, a set, a non-string key).
@@ -434,26 +419,6 @@ class Splitter:
         self._put = put
         self._staged.clear()
         self._local.clear()
-        self._whole_staged = None
-        if json_bytes is not None:
-            last = self._whole
-            if last is not None and last[0] == json_bytes and self._exact_json(doc):
-                self._whole_staged = last
-                return last[1]
-        link = self._split(doc, put)
-        if json_bytes is not None and len(json_bytes) <= WHOLE_MAX:
-            self._whole_staged = (json_bytes, link)
-        return link
-
-    def _exact_json(self, doc: Any) -> bool:
-        """``doc`` is plain JSON without NaN or infinities (so JSON text equality is value equality)."""
-        try:
-            packed = self._pack(doc)
-        except (TypeError, ValueError, OverflowError, UnicodeEncodeError):
-            return False
-        return _NONFINITE.search(packed) is None  # a false match only costs the ordinary split
-
-    def _split(self, doc: Any, put: Callable[[int, bytes], bytes]) -> ob.Link:
         rep, _ = self._value(doc)
         link = _as_link(rep)
         if link is not None:

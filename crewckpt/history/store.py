@@ -232,11 +232,7 @@ class Store:
         parent_ids = None if parents is None else [bytes.fromhex(self.resolve(p)) for p in parents]
         meta_json = orjson.dumps(meta).decode() if meta else None
         prof = self.profile if profile is None else profile
-        try:  # a plain document's JSON: its logical size, and the splitter recognises an unchanged one by it
-            json_bytes: bytes | None = orjson.dumps(doc)
-        except (TypeError, orjson.JSONEncodeError):  # Frozen / Parts hints, big ints, lone surrogates...
-            json_bytes = None
-        summary = prof.summary(doc, None if json_bytes is None else len(json_bytes))
+        summary = prof.summary(doc)
         with self._wlock:
             splitter = self._splitters.get(prof.separate_keys)
             if splitter is None:
@@ -250,7 +246,7 @@ class Store:
                         pending[oid] = (kind, body)
                     return oid
 
-                root = splitter.split(doc, put, json_bytes)
+                root = splitter.split(doc, put)
                 frames = self._frames(pending)
                 try:
                     cid = self._land(frames, root, ref, rref, branch, run, parent_ids, trigger, summary,

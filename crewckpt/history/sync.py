@@ -366,8 +366,9 @@ def _land(sender: Side, receiver: Side, p: _CommitPlan, epoch: str | None) -> tu
         if w.index_get(p.cid) is not None:  # another transfer landed it meanwhile
             return 0, 0
         now = time.time_ns()
-        w.put_many(frames, now)
-        w.put_many([cobj], now)  # also freshens one that arrived before, so gc's grace covers it
+        # one batch, children first and the commit object last (one PUT on S3: a pack per commit, not two);
+        # it also freshens a commit object that arrived before, so gc's grace covers it
+        w.put_many([*frames, cobj], now)
         if p.commit.version > int(w.meta_get("format_version") or "1"):
             w.meta_set("format_version", str(p.commit.version))
     sent = [] if p.arrived else [cobj]
