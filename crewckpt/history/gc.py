@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
@@ -41,7 +42,10 @@ COMPACT_BELOW = 256 << 20  # bytes: smaller stores are rewritten densely (VACUUM
 @dataclasses.dataclass(frozen=True)
 class GcReport:
     """What gc did: objects marked live, objects deleted (or that would be, for a dry run), their body
-    bytes, and the store folder's size before/after in bytes."""
+    bytes, and the store folder's size before/after in bytes. ``kept_young``: unreachable objects kept because
+    they were stored or reused less than ``grace_s`` seconds before gc started (``grace_shared``: that grace is
+    the backend's own, for writers on other machines' clocks); ``kept_until_ns``: the wall-clock time (ns since
+    the epoch) after which a new gc can delete all of them (None when none was kept)."""
 
     live_objects: int
     deleted_objects: int
@@ -49,6 +53,10 @@ class GcReport:
     bytes_before: int
     bytes_after: int
     dry_run: bool
+    kept_young: int = 0
+    grace_s: float = 0.0
+    grace_shared: bool = False
+    kept_until_ns: int | None = None
 
 
 def roots(parts: StoreParts) -> set[bytes]:
@@ -277,7 +285,9 @@ def gc(parts: StoreParts, *, dry_run: bool = False, grace_ns: int = 0, progress:
     """
     b = parts.backend
     caps = b.capabilities
-    grace_ns = max(grace_ns, int(caps.gc_grace_s * 1e9))
+    shared_ns = int(caps.gc_grace_s * 1e9)
+    grace_shared = shared_ns > 0 and shared_ns >= grace_ns
+    grace_ns = max(grace_ns, shared_ns)
     lock = b.lock("gc", wait_s=wait_s) if caps.locks else contextlib.nullcontext(True)
     with lock as got:  # a writer's automatic repack holds it for well under a second
         if not got:
@@ -301,13 +311,17 @@ def gc(parts: StoreParts, *, dry_run: bool = False, grace_ns: int = 0, progress:
             raise GcAborted(f"gc could not read object {first} that a live commit needs, though the store lists "
                             f"it; nothing was deleted; retry, and run `ckpt fsck` if it persists")
         dead = [o for o, m in metas.items() if m.kind != ob.PACK and o not in live and m.touched_ns < cutoff]
+        young = [m.touched_ns for o, m in metas.items() if m.kind != ob.PACK and o not in live
+                 and m.touched_ns >= cutoff]
+        kept = functools.partial(GcReport, kept_young=len(young), grace_s=grace_ns / 1e9, grace_shared=grace_shared,
+                                 kept_until_ns=max(young) + grace_ns if young else None)
         if dry_run:  # what the sweep deletes, then the packs nothing names once repack moved their members
             dead_set = set(dead) | (set(repack_plan(live, metas)) if caps.reframe and caps.locks else set())
             used = {_pack_of(m.head) for o, m in metas.items() if o not in dead_set}
             packs = [o for o, m in metas.items()
                      if m.kind == ob.PACK and o[:PACK_KEY] not in used and m.touched_ns < cutoff]
             gone = dead + packs
-            return GcReport(len(live), len(gone), sum(metas[o].size for o in gone), before, before, True)
+            return kept(len(live), len(gone), sum(metas[o].size for o in gone), before, before, True)
         if caps.reframe and caps.locks:  # packing is tuning for backends that can rewrite frames in place
             repack(parts, live, metas, progress)
         deleted = 0
@@ -325,4 +339,4 @@ def gc(parts: StoreParts, *, dry_run: bool = False, grace_ns: int = 0, progress:
         b.maintain(compact=before < COMPACT_BELOW)  # the backend's own tuning (SQLite: vacuum, WAL)
         after = parts.size_bytes()
         freed = sum(metas[o].size for o in dead) + sum(metas[o].size for o in gone_packs)
-        return GcReport(len(live), deleted, freed, before, after, False)
+        return kept(len(live), deleted, freed, before, after, False)
