@@ -36,6 +36,7 @@ import dataclasses
 import datetime
 import json
 import os
+import re
 import socket
 import struct
 import threading
@@ -61,7 +62,7 @@ from crewckpt.backends.base import (
     StoredObject,
     ref_conflict,
 )
-from crewckpt.backends.registry import Location, Opened, Opener
+from crewckpt.backends.registry import Location, Opened, Opener, redact, repeated_key
 from crewckpt.errors import (
     BadLocation,
     CkptError,
@@ -90,18 +91,34 @@ class S3Location:
     """A parsed ``s3://bucket/prefix?endpoint=...&region=...`` location."""
 
     def __init__(self, url: str) -> None:
-        p = urllib.parse.urlsplit(url)
+        """Raises BadLocation (one line, secrets masked): not ``s3://bucket...``, credentials in the URL, an
+        unknown or repeated option, an endpoint that is not ``http(s)://host[:port]``, a region that is not a
+        plain name."""
+        shown = redact(url)
+        try:
+            p = urllib.parse.urlsplit(url)
+        except ValueError as e:
+            raise BadLocation(f"{shown}: not an S3 location ({e}); write s3://bucket/prefix?endpoint=...") from None
         if p.scheme.lower() != "s3" or not p.netloc:
-            raise BadLocation(f"{url}: an S3 location is s3://bucket/prefix?endpoint=http://host:port&region=...")
+            raise BadLocation(f"{shown}: an S3 location is s3://bucket/prefix?endpoint=http://host:port&region=...")
+        if "@" in p.netloc:  # a location is shown in messages and recorded with remotes: no place for a key pair
+            raise BadLocation(f"{shown}: credentials do not go in an S3 location; drop the part before '@' and set "
+                              f"AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE")
+        twice = repeated_key(p.query)
+        if twice is not None:
+            raise BadLocation(f"{shown}: {twice}= is given more than once; give it once")
         q = dict(urllib.parse.parse_qsl(p.query, keep_blank_values=True))
         unknown = set(q) - {"endpoint", "region"}
         if unknown:
-            raise BadLocation(f"{url}: unknown S3 location option(s) {', '.join(sorted(unknown))}; "
+            raise BadLocation(f"{shown}: unknown S3 location option(s) {', '.join(sorted(unknown))}; "
                               f"only endpoint= and region= are known")
         self.bucket = p.netloc
         self.prefix = p.path.strip("/")
-        self.endpoint = q.get("endpoint") or None
+        self.endpoint = _endpoint(q.get("endpoint") or None, shown)
         self.region = q.get("region") or None
+        if self.region is not None and not _REGION.fullmatch(self.region):
+            raise BadLocation(f"{shown}: region {self.region!r} is not a plain region name (letters, digits, "
+                              f"'-', '_', '.'), e.g. region=us-east-1")
         query = urllib.parse.urlencode({k: v for k, v in (("endpoint", self.endpoint), ("region", self.region))
                                         if v})
         self.identity = f"s3://{self.bucket}/{self.prefix}" + (f"?{query}" if query else "")
@@ -109,6 +126,35 @@ class S3Location:
     def key(self, *parts: str) -> str:
         """The object key of ``parts`` under the store's prefix."""
         return "/".join([self.prefix, *parts] if self.prefix else parts)
+
+
+_REGION = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def _endpoint(text: str | None, shown: str) -> str | None:
+    """``text`` if it is ``http(s)://host[:port]`` (an optional trailing ``/``), else BadLocation naming it."""
+    if text is None:
+        return None
+    why = None
+    e: urllib.parse.SplitResult | None
+    try:
+        e = urllib.parse.urlsplit(text)
+        _ = e.port  # ValueError when not a number in range
+    except ValueError:
+        e, why = None, "is not a URL"
+    if e is not None:
+        if e.scheme.lower() not in ("http", "https"):
+            why = "is not http:// or https://"
+        elif not e.hostname:
+            why = "names no host"
+        elif "@" in e.netloc:
+            why = "holds credentials (set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE instead)"
+        elif e.path not in ("", "/") or e.query or e.fragment or any(c.isspace() for c in text):
+            why = "has more than scheme, host and port"
+    if why is not None:
+        raise BadLocation(f"{shown}: endpoint {redact(text, nested=True)!r} {why}; write endpoint=http://host:port "
+                          f"(or https://)")
+    return text
 
 
 def _q(name: str) -> str:

@@ -809,13 +809,14 @@ class Store:
         return remotes.push_or_raise(rep) if check else rep
 
     def publish_run(self, remote: str | Store | None, run_id: str, branch: str | None = None, *,
-                    name: str | None = None, progress: Progress | None = None) -> SyncReport:
+                    name: str | None = None, progress: Progress | None = None,
+                    dry_run: bool = False) -> SyncReport:
         """Publish run ``run_id`` (its ``refs/runs/<run id>``, and its branch when no tip loses its name) to a
         shared store: what ``CheckpointConfig(push_to=...)`` does when a run ends (see
-        :func:`crewckpt.history.publish.publish_run`; rejections are in the report). Raises UnknownRevision
-        (no such run here) and push's errors."""
+        :func:`crewckpt.history.publish.publish_run`; rejections are in the report; ``dry_run``: say what would
+        move, write nothing). Raises UnknownRevision (no such run here) and push's errors."""
         from crewckpt.history import publish
-        return publish.publish_run(self, remote, run_id, branch, name=name, progress=progress)
+        return publish.publish_run(self, remote, run_id, branch, name=name, progress=progress, dry_run=dry_run)
 
     @classmethod
     def clone(cls, src: str | Store, dest: str | os.PathLike[str], *, origin: str = "origin",
