@@ -20,6 +20,7 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.parse
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -66,10 +67,20 @@ def main() -> None:
         url = f"s3://bench/star?endpoint={srv.endpoint}&region=us-east-1"
         s3_store = Store.init(url, profile=CREWAI)
         counts: collections.Counter[str] = collections.Counter()
-        s3_store.backend.s3.meta.events.register(  # type: ignore[attr-defined]
-            "before-send.s3", lambda request, **_: counts.update([request.method]))
+        kinds: collections.Counter[str] = collections.Counter()
+
+        def count(request: object, **_: object) -> None:
+            method = request.method  # type: ignore[attr-defined]
+            path = urllib.parse.urlsplit(request.url).path  # type: ignore[attr-defined]
+            rel = urllib.parse.unquote(path).split("/star/", 1)[-1] if "/star/" in path else "(list)"
+            folder = rel.split("/", 1)[0] if "list-type" not in request.url else "LIST " + urllib.parse.parse_qs(  # type: ignore[attr-defined]
+                urllib.parse.urlsplit(request.url).query).get("prefix", [""])[0].split("/")[1]  # type: ignore[attr-defined]
+            counts.update([method])
+            kinds.update([f"{method} {folder}" if not folder.startswith("LIST") else folder])
+        s3_store.backend.s3.meta.events.register("before-send.s3", count)  # type: ignore[attr-defined]
         s3_ms, s3_reqs = _commit_all(s3_store, files, docs, counts)
         writes = dict(counts)  # requests of the checkpoints only (LIST is a GET)
+        by_kind = dict(kinds)
         s3_bytes = sum(o["Size"] for page in cl.get_paginator("list_objects_v2").paginate(Bucket="bench",
                                                                                           Prefix="star/")
                        for o in page.get("Contents", ()))
@@ -88,6 +99,7 @@ def main() -> None:
     by = ", ".join(f"{k} {v / n:.1f}" for k, v in sorted(writes.items()))
     print(f"{'requests per checkpoint':28}{statistics.mean(s3_reqs):>26.1f}{'-':>22}   (S3 by method: {by})")
     print(f"{'bytes stored':28}{s3_bytes:>26,}{lite_bytes:>22,}")
+    print("S3 requests per checkpoint by kind: " + ", ".join(f"{k} {v / n:.2f}" for k, v in sorted(by_kind.items())))
     print("all checkpoints read back exactly from S3: yes")
 
 

@@ -191,9 +191,14 @@ def run_growing(steps: int = 1000) -> dict[str, Any]:
                 times.append((time.thread_time() - t) * 1000)
             alive = _folder_bytes(folder)
             assert s.read(ids[-1]) == _plain(g.doc)
+            same = []  # the last document committed again unchanged (the whole-document fast path, plain JSON)
+            for _ in range(20):
+                t = time.thread_time()
+                s.commit(g.doc, trigger=g.doc["trigger"])
+                same.append((time.thread_time() - t) * 1000)
             s.close()
             after = _folder_bytes(folder)
-            out["frozen" if frozen else "plain"] = {"ms": times, "alive": alive, "after": after}
+            out["frozen" if frozen else "plain"] = {"ms": times, "alive": alive, "after": after, "same": same}
         ref = statistics.median(t_json)
         print(f"growing document: {steps} commits, final document {final_bytes:,} bytes")
         print(_stats("orjson whole doc to a file", t_json))
@@ -202,6 +207,10 @@ def run_growing(steps: int = 1000) -> dict[str, Any]:
             r = out[key]
             print(_stats(name, r["ms"], ref) + f"  store {r['alive']:,} B alive, {r['after']:,} B closed "
                   f"({r['after'] / zbytes:.2f}x floor)")
+        for key, name in (("frozen", "Frozen nodes"), ("plain", "plain JSON")):
+            print(f"the last document again, unchanged ({name}): median {statistics.median(out[key]['same']):.3f} ms "
+                  f"({statistics.median(out[key]['same']) / statistics.mean(t_json[-20:]):.2f}x orjson of that "
+                  f"document)")
         print(f"delta floor (one zstd-3 stream of the deltas) {zbytes:,} bytes; orjson writes "
               f"{sum(len(x) for x in deltas):,} delta bytes")
         fz = out["frozen"]["ms"]

@@ -60,12 +60,16 @@ SLOW: tuple[str, ...] = (
     "tests/test_s3.py::TestS3Contract::test_threads_moving_one_ref_lose_no_update_long",
     "tests/test_s3.py::TestS3Contract::test_store_matches_model",
     "tests/test_s3.py::test_16_writers_moving_one_ref_have_exactly_one_winner_20_times",
+    "tests/test_s3_gc.py::test_kill_9_of_gc_at_random_points_keeps_every_live_commit",  # 7 gc processes
     "tests/test_s3_crewai.py::test_a_crewai_run_into_s3_is_resumed_by_another_process",  # 2 crew processes
     "tests/test_postgres_locations.py::test_a_crewai_run_is_resumed_by_another_process_through_the_shared_store",
+    "tests/test_crewai_push.py::test_two_workers_publishing_to_one_shared_store_at_once_lose_nothing",  # 2 crews
+    "tests/test_crewai_push.py::test_an_unreachable_remote_never_stops_the_runs_and_is_reported_once_at_exit",
     # the rest of the remote matrix with S3 on one side (the default run keeps sqlite<->s3, s3<->postgres)
     "tests/test_remote_matrix.py::test_clone_fetch_pull_push_between_backends[s3-s3]",
     "tests/test_remote_matrix.py::test_clone_fetch_pull_push_between_backends[memory-s3]",
     "tests/test_remote_matrix.py::test_clone_fetch_pull_push_between_backends[s3-memory]",
+    "tests/test_remote_matrix.py::test_ckpt_clone_push_pull_with_a_shared_remote_on_the_command_line[s3]",
 )
 
 

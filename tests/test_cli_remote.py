@@ -93,6 +93,10 @@ def test_remote_add_refuses_a_local_location_without_a_store_unless_no_check(tmp
             s.add_remote("typo", str(tmp_path / what), check=False)
         line = _one_line(ckpt(here, "fetch", "typo"), f"remote typo ({tmp_path / what})", "ckpt remote remove typo")
         assert "ckpt init" not in line
+    for verb in ("fetch", "push"):  # a location typed on the command line: no `ckpt init` at the typo either
+        line = _one_line(ckpt(here, verb, str(tmp_path / "nothere")), "neither a remote (pg, typo) nor a store",
+                         "no such folder; check the name or location")
+        assert "ckpt init" not in line
     Store.init(tmp_path / "nothere").close()  # created later: the recorded remote works now
     ok(ckpt(here, "remote", "remove", "typo"))
     ok(ckpt(here, "remote", "add", "typo", str(tmp_path / "nothere")))
@@ -123,3 +127,54 @@ def test_a_store_is_never_its_own_remote_however_spelled(tmp_path: Path) -> None
         with Store.open(str(tmp_path / "link")) as same:
             with pytest.raises(CkptError, match="is this store itself"):
                 s.push(same, "main")
+
+
+def test_fetch_prune_deletes_tracking_refs_of_branches_deleted_on_the_remote(tmp_path: Path) -> None:
+    """git's `fetch --prune`/`-p` and `remote prune`: without them a deleted remote branch keeps its
+    REMOTE/BRANCH; with them it goes (`--dry-run` only says so), and the checkpoints only it reached are no
+    longer listed (gc collects them) while what a local branch reaches stays."""
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    with Store.init(a) as s:
+        s.commit({"m": 1}, branch="main")
+        for br in ("exp", "tmp", "old"):
+            s.create_branch(br, "main")
+            s.commit({br: 1}, branch=br)
+    ok(ckpt(None, "init", b))
+    ok(ckpt(b, "remote", "add", "origin", a))
+    ok(ckpt(b, "fetch"))
+    ok(ckpt(b, "branch", "keep", "origin/tmp"))  # local work on top of a fetched branch
+    with Store.open(a) as s:
+        gone = {br: s.resolve(br) for br in ("exp", "tmp", "old")}
+        for br in gone:
+            s.delete_branch(br)
+    ok(ckpt(b, "fetch"))
+    with Store.open(b) as s:
+        assert set(s.backend.refs("refs/remotes/")) == {f"refs/remotes/origin/{x}" for x in
+                                                        ("main", "exp", "tmp", "old")}
+    dry = json.loads(ok(ckpt(b, "fetch", "--prune", "--dry-run", "--json")).stdout)
+    assert [(r["ref"], r["status"]) for r in dry["refs"] if r["status"] == "pruned"] == [
+        ("refs/remotes/origin/exp", "pruned"), ("refs/remotes/origin/old", "pruned"),
+        ("refs/remotes/origin/tmp", "pruned")]
+    with Store.open(b) as s:
+        assert len(s.backend.refs("refs/remotes/")) == 4  # the dry run changed nothing
+    r = ok(ckpt(b, "fetch", "-p", "origin"))
+    assert "- [deleted]" in r.stdout and "refs/remotes/origin/exp" in r.stdout
+    with Store.open(b) as s:
+        assert set(s.backend.refs("refs/remotes/")) == {"refs/remotes/origin/main"}
+        listed = {c.id for c in s.list()}
+        assert gone["exp"] not in listed and gone["old"] not in listed
+        assert gone["tmp"] in listed and s.resolve("keep") == gone["tmp"]  # a local branch still reaches it
+        s.gc()
+        assert not s.backend.has_many([bytes.fromhex(gone["exp"])])
+        assert s.read("keep") == {"tmp": 1} and s.fsck(full=True).ok
+    # `remote prune`: no transfer, only the stale refs
+    with Store.open(a) as s:
+        s.create_branch("new", "main")
+    ok(ckpt(b, "fetch"))
+    with Store.open(a) as s:
+        s.delete_branch("new")
+    out = json.loads(ok(ckpt(b, "remote", "prune", "origin", "--json")).stdout)
+    assert out["verb"] == "prune" and [r["ref"] for r in out["refs"]] == ["refs/remotes/origin/new"]
+    assert ok(ckpt(b, "remote", "prune", "origin", "--json")).stdout.count("pruned") == 0
+    with Store.open(b) as s:
+        assert set(s.backend.refs("refs/remotes/")) == {"refs/remotes/origin/main"}

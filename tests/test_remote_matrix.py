@@ -127,3 +127,45 @@ def test_clone_fetch_pull_push_between_backends(locate: Locate, src_kind: str, d
             assert {c.alias for c in b.list()} <= {c.alias for c in a.list()}
             assert a.read("main") == b.read("main")
             assert_clean(a, b)
+
+
+@pytest.mark.parametrize("kind", [pytest.param("s3", marks=pytest.mark.s3),
+                                  pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_ckpt_clone_push_pull_with_a_shared_remote_on_the_command_line(locate: Locate, tmp_path: Any,
+                                                                       kind: str) -> None:
+    """Two users' SQLite stores share real CrewAI checkpoints through an s3:// (or postgresql://) store with
+    the ckpt commands alone: clone up, clone down, push, pull, a rejected push, --force, --all --dry-run."""
+    import json
+
+    from cli_helpers import build_demo_store, ckpt, ok
+
+    demo = build_demo_store(tmp_path / "demo")
+    shared, a, b = locate(kind), str(tmp_path / "a"), str(tmp_path / "b")
+    up = json.loads(ok(ckpt(None, "clone", demo.path, shared, "--json")).stdout)
+    assert up["commits"] == len(demo.main) + len(demo.alt)
+    ok(ckpt(None, "clone", shared, a))
+    ok(ckpt(None, "clone", shared, b))
+    assert ok(ckpt(a, "rev-parse", "origin/alt")).stdout.strip() == demo.alt[-1]
+    with Store.open(a) as s:
+        mine = s.commit({"from": "a"}, branch="main")
+    out = json.loads(ok(ckpt(a, "push", "--json")).stdout)
+    assert [r["status"] for r in out["refs"]] == ["fast-forward"] and out["commits"] == 1
+    assert json.loads(ok(ckpt(b, "pull", "--json")).stdout)["refs"][-1]["status"] == "fast-forward"
+    assert ok(ckpt(b, "rev-parse", "main")).stdout.strip() == mine
+    with Store.open(a) as s:
+        s.commit({"from": "a", "n": 2}, branch="main")
+    with Store.open(b) as s:
+        theirs = s.commit({"from": "b"}, branch="main")
+    ok(ckpt(a, "push"))
+    r = ckpt(b, "push", "origin", "main")
+    assert r.exit_code == 1 and "[rejected]" in r.stdout
+    r = ckpt(b, "pull")
+    assert r.exit_code == 1 and "have diverged" in r.stderr and theirs[:12] in r.stderr
+    ok(ckpt(b, "push", "--force"))
+    with Store.open(shared) as s:
+        assert s.resolve("main") == theirs
+        assert s.fsck(full=True).ok
+    dry = ok(ckpt(a, "push", "--all", "--dry-run"), 1)  # a's main is behind the forced one
+    assert "! [rejected]  refs/heads/main  (the remote has checkpoints you do not have" in dry.stdout
+    with Store.open(shared) as s:
+        assert s.resolve("main") == theirs

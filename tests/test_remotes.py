@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -624,18 +625,23 @@ def _zeros_frame(n: int) -> bytes:
     return b"\x01" + b"".join(parts) + c.compress(bytes(n & ((1 << 20) - 1))) + c.flush()
 
 
-@pytest.mark.parametrize("where", ["pack", "commit"])
+@pytest.mark.parametrize("where", ["pack", "commit", "unindexed-commit"])
 def test_a_remote_object_that_decompresses_to_more_than_the_read_limit_is_refused(
         make: Callable[[str], Store], tmp_path: Path, where: str) -> None:
     """A hostile remote serves a small frame that claims (and would decompress to) 600 MiB, over the 512 MiB
-    read limit: fetch and clone refuse it with one line before decompressing, and write nothing."""
+    read limit: fetch and clone refuse it with one line before decompressing, and write nothing. An unindexed
+    commit there is read while deciding whether the fetch is a fast-forward: bounded the same way."""
     from crewckpt.errors import DocumentTooLarge
     from crewckpt.history.limits import MAX_READ_BYTES
 
     remote, local = make("memory"), make("sqlite")
     tip = commit_chain(remote, 2)[-1]
+    if where == "unindexed-commit":  # local knows the first tip: the new one is walked to its parent
+        local.fetch(remote, name="origin")
+        tip = remote.commit(doc(5), branch="main")
+        remote.backend.index_remove([bytes.fromhex(tip)])
     objs = remote.backend._box.state.objects  # type: ignore[attr-defined]
-    victim = bytes.fromhex(tip) if where == "commit" else next(o for o, (s, _) in objs.items() if s.kind == ob.PACK)
+    victim = bytes.fromhex(tip) if "commit" in where else next(o for o, (s, _) in objs.items() if s.kind == ob.PACK)
     n = 600 << 20
     assert n > MAX_READ_BYTES
     s, t = objs[victim]
@@ -682,11 +688,15 @@ def test_a_failed_clone_removes_only_what_it_created(tmp_path: Path) -> None:
     """git removes what a failed clone created: a bad or unreachable source leaves nothing (it is opened
     before DEST is made); an error midway removes the new store, the folders made for it and a memory:
     store, but never a folder or file that was there before."""
+    import importlib.util
+
     from cli_helpers import ckpt
 
     (tmp_path / "afile").write_text("x")
-    for src, why in ((tmp_path / "nothere", "no such folder"), (tmp_path / "afile", "a file, not a store folder"),
-                     ("postgresql://u@127.0.0.1:1/db", "cannot connect")):
+    bad_sources = [(tmp_path / "nothere", "no such folder"), (tmp_path / "afile", "a file, not a store folder")]
+    if importlib.util.find_spec("psycopg") is not None:  # an unreachable server (port 1 refuses at once)
+        bad_sources.append(("postgresql://u@127.0.0.1:1/db", "cannot connect"))
+    for src, why in bad_sources:
         r = ckpt(None, "clone", str(src), str(tmp_path / "new" / "deep" / "dest"))
         assert r.exit_code != 0 and why in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert not (tmp_path / "new").exists()
@@ -737,3 +747,65 @@ def test_clone_refuses_an_occupied_destination_before_contacting_the_source(tmp_
     assert (tmp_path / "afile").read_text() == "keep"
     with Store.open(proj) as s:
         assert s.resolve("main") == tip and s.remotes() == {}
+
+
+@pytest.mark.parametrize(("broken", "why"), [("missing", "which memory:.* does not have"),
+                                             ("tree", "a tree, not a checkpoint")])
+def test_a_remote_branch_pointing_at_a_missing_or_non_commit_object_is_named_and_skipped(
+        tmp_path: Path, broken: str, why: str) -> None:
+    """A damaged or hostile remote whose branch `bad` names a missing object or a tree: fetch and clone bring
+    the sound branches and report `bad` rejected in one line naming the object and `ckpt fsck`; asking for
+    it by name (fetch, pull) is one error line and writes nothing; push explains and --force replaces it."""
+    loc = f"memory:broken-{broken}-{tmp_path.name}"
+    r = Store.init(loc)
+    tip = commit_chain(r, 2)[-1]
+    target = (b"\x07" * 32 if broken == "missing"
+              else r.objects.commit(bytes.fromhex(tip)).tree.oid)
+    r.backend.set_ref_if_equals("refs/heads/bad", None, target)
+    local = Store.init(tmp_path / "local")
+    rep = local.fetch(loc, name="origin")
+    bad = [x for x in rep.refs if x.status == "rejected"]
+    assert [x.ref for x in bad] == ["refs/heads/bad"]
+    assert re.search(why, bad[0].reason or "") and target.hex()[:12] in (bad[0].reason or "")
+    assert "ckpt fsck" in (bad[0].reason or "") and "\n" not in (bad[0].reason or "")
+    assert set(local.backend.refs("refs/remotes/")) == {"refs/remotes/origin/main"}
+    before = (local.backend.refs(), local.backend.object_stats())
+    for verb in (lambda: local.fetch(loc, ["bad"], name="origin"), lambda: local.pull(loc, "bad", name="origin")):
+        with pytest.raises(sync.SyncError, match=f"branch bad of {loc} points at .*{why}") as info:
+            verb()
+        assert "\n" not in str(info.value)
+    assert (local.backend.refs(), local.backend.object_stats()) == before
+    c, crep = remotes.clone(Store, loc, tmp_path / "c")
+    with c:
+        assert c.branches() == {"main": tip} and [x.ref for x in crep.rejected] == ["refs/heads/bad"]
+    mine = local.commit({"mine": 1}, branch="bad")
+    prep = local.push(loc, "bad", check=False)
+    assert prep.refs[0].status == "rejected" and re.search(why, prep.refs[0].reason or "")
+    assert "--force" in (prep.refs[0].reason or "")
+    assert local.push(loc, "bad", force=True).refs[0].status == "forced" and r.resolve("bad") == mine
+    local.close()
+
+
+def test_a_transfer_killed_between_its_ref_move_and_the_index_heals_without_transactions(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without transactions the tracking ref moves first and the index rows follow (W3-W5): a transfer that
+    dies in between leaves a tip the index lacks; the next open rebuilds the index (a remote-tracking tip
+    too), and so would the next fetch."""
+    from crewckpt.testing.contract import WithoutTransactions
+
+    src = Store.memory()
+    tips = commit_chain(src, 2)
+    inner = Store.memory().backend
+    dst = Store(WithoutTransactions(inner))
+
+    def killed(*a: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sync, "_index", killed)
+    with pytest.raises(KeyboardInterrupt):
+        dst.fetch(src, name="origin")
+    monkeypatch.undo()
+    assert dst.resolve("origin/main") == tips[-1] and dst.list() == []
+    healed = Store(WithoutTransactions(inner))
+    assert [c.id for c in healed.list()] == tips and healed.lookup_alias("cp-main-1") == tips[1]
+    assert_clean(healed)

@@ -244,3 +244,166 @@ def test_a_joined_object_is_one_body_like_the_plain_dict() -> None:
     for sp, doc in ((Splitter(), joined), (Splitter(), plain_doc)):
         ids.append(sp.split(doc, lambda k, b: ob.object_id(k, b)).oid)
     assert ids[0] == ids[1]  # the very same tree as the plain value
+
+
+# -- memory and reuse of the CrewAI builder (h7) -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("event, edges", [
+    ({"type": "task_started", "text": "caf\u00e9 \U0001f600 \u2028", "n": [1, 2.5, -0.0, None, True]}, {}),
+    ({}, {"parent": ["a"], "next": ["b", "c"]}),
+    ({"deep": {"a": [{"b": 1e300}]}}, {"x": []}),
+])
+def test_an_encoded_node_is_the_plain_node_byte_for_byte(event: Any, edges: Any) -> None:
+    from crewckpt.crewai.entities import Encoded
+
+    node = {"event": event, "edges": edges}
+    enc = Encoded(b'{"event":' + orjson.dumps(event) + b',"edges":' + orjson.dumps(edges) + b"}")
+    assert enc.json_bytes == orjson.dumps(node) and enc.size == len(enc.json_bytes)
+    assert enc.value == node and enc.value is not enc.value  # parsed afresh: no caller shares it
+    assert json_size({"n": enc}) == json_size({"n": node})
+    assert Splitter().split({"n": enc}, ob.object_id) == Splitter().split({"n": node}, ob.object_id)
+    store = Store.memory()
+    assert store.read(store.commit({"nodes": {"e1": enc, "e2": Frozen(node)}})) == {"nodes": {"e1": node, "e2": node}}
+
+
+@pytest.mark.crewai
+@pytest.mark.usefixtures("crewai_offline")
+def test_event_nodes_are_kept_as_bytes_and_equal_each_events_first_dump() -> None:
+    from crewckpt.crewai import CheckpointConfig
+    from crewckpt.crewai import snapshot as snap
+    from crewckpt.crewai.entities import Encoded
+    from crewckpt.testing import research_crew
+
+    first: dict[str, bytes] = {}  # event id -> its dump when first checkpointed, made independently
+    docs: list[Any] = []
+    document = snap.SnapshotBuilder.document
+
+    def spy(self: Any, state: Any, **kw: Any) -> Any:
+        doc = document(self, state, **kw)
+        want = {}
+        for eid, node in state.event_record.nodes.items():
+            if eid not in first:
+                first[eid] = orjson.dumps(self.dump_model(node.event))
+            want[eid] = {"event": orjson.loads(first[eid]), "edges": {k: list(v) for k, v in node.edges.items()}}
+        got = snap.plain(doc)
+        assert orjson.dumps(got["event_record"]["nodes"]) == orjson.dumps(want)
+        assert all(isinstance(f, Encoded) for f, _ in self._nodes.values())  # bytes only: no parsed dumps kept
+        docs.append(got)
+        return doc
+
+    snap.SnapshotBuilder.document = spy  # type: ignore[method-assign]
+    try:
+        research_crew(2, checkpoint=CheckpointConfig(on_events=["*"])).kickoff(inputs={"topic": "otters"})
+    finally:
+        snap.SnapshotBuilder.document = document  # type: ignore[method-assign]
+    store = Store.open(".ckpt")
+    commits = store.list()
+    assert len(commits) == len(docs) == 2 + 6 * 2
+    assert all(store.read(c.id) == d for c, d in zip(commits, docs))
+
+
+def _module_level_callback(output: Any) -> None:
+    """A callback that round-trips (a module-level function)."""
+
+
+@pytest.mark.crewai
+@pytest.mark.usefixtures("crewai_offline")
+def test_a_task_whose_dump_text_did_not_change_is_not_parsed_again_and_a_changed_one_is() -> None:
+    import warnings
+
+    from crewckpt.crewai.entities import CrewDumper, _callback_verdict
+    from crewckpt.crewai.snapshot import SnapshotBuilder, plain
+    from crewckpt.testing import research_crew
+
+    crew = research_crew(4)
+    builder = SnapshotBuilder()
+    dumper = CrewDumper(builder)
+
+    def check() -> list[bool]:
+        """Dump through the dumper; it equals the whole dump; returns which tasks were parsed again."""
+        text = crew.model_dump_json(include={"tasks"}, exclude={"tasks": {"__all__": {"agent"}}}, warnings=False)
+        verdicts = [_callback_verdict(t) for t in crew.tasks]
+        parsed = [raw is not None for raw in dumper._task_dumps(text, verdicts, dumper._tasks)[0]]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got, whole = plain(dumper.dump(crew)), builder.dump_model(crew)
+        assert dumper.ok and orjson.dumps(got) == orjson.dumps(whole)
+        return parsed
+
+    check()
+    assert check() == [False] * 4  # nothing changed: nothing parsed
+    crew.tasks[2].description = "changed"
+    assert check() == [False, False, True, True]  # parsed from the first task that changed
+    assert check() == [False] * 4
+    crew.tasks[0].callback = _module_level_callback
+    assert check() == [True] * 4
+    assert plain(dumper.dump(crew))["tasks"][0]["callback"].endswith("_module_level_callback")
+    # the same dotted text, but now a closure: not stored (null), so the task is parsed and cleaned again
+    def _module_level_callback_closure(output: Any) -> None: ...  # noqa: E306
+    _module_level_callback_closure.__module__ = _module_level_callback.__module__
+    _module_level_callback_closure.__qualname__ = _module_level_callback.__qualname__ + ".<locals>.x"
+    check()
+    crew.tasks[0].callback = _module_level_callback_closure
+    assert check()[0] is True
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert plain(dumper.dump(crew))["tasks"][0]["callback"] is None
+
+
+def test_a_frozen_value_repeated_in_one_document_is_walked_once() -> None:
+    class Counting(Splitter):
+        finished = 0
+
+        def _finish(self, f: Any) -> Any:
+            Counting.finished += 1
+            return super()._finish(f)
+
+    piece = Frozen({"agent": {"role": "r" * 300, "executor": {"context": list(range(20)), "seq": 7}}})
+    doc = {"tasks": [Frozen(Parts([F({"i": i}), piece, F({"out": "o" * i})], join=True)) for i in range(50)]}
+    keys = frozenset({"agent", "executor"})
+    got = Counting(separate_keys=keys).split(doc, ob.object_id)
+    assert Counting.finished <= 3 * 50 + 10  # each task and its two own pieces once; the shared agent piece
+    # (with its agent and executor) once, not 50 times
+    assert got == Splitter(separate_keys=keys).split(bare(doc), ob.object_id)  # the tree of the plain value
+    store = Store.memory()
+    assert store.read(store.commit(doc)) == bare(doc)
+
+
+@pytest.mark.crewai
+def test_the_crew_top_reuses_each_agents_unchanged_executor_parts() -> None:
+    from crewckpt.crewai.entities import _TOP_DEPTH
+
+    def top(seq: int) -> dict[str, Any]:  # the shape of a crew without its tasks: only the emission sequence moves
+        executor = {f"f{i}": {"outputs": [f"out {i} {k}" * 20 for k in range(3)]} for i in range(12)}
+        executor["execution_context"] = {"emission_sequence": seq, "stack": [["a", "b"]] * 3}
+        return {"agents": [{"role": f"r{a}", "agent_executor": executor, "tools": ["t" * 600]} for a in range(3)]}
+
+    def frozen_parts(v: Any, out: list[Frozen]) -> list[Frozen]:
+        if isinstance(v, Frozen):
+            out.append(v)
+            v = v.value
+        for x in (v.pieces if isinstance(v, Parts) else v.values() if isinstance(v, dict)
+                  else v if isinstance(v, list) else ()):
+            frozen_parts(x, out)
+        return out
+
+    refreeze = Refreezer(depth=_TOP_DEPTH)
+    first = frozen_parts(refreeze.values(top(1)), [])
+    second = refreeze.values(top(2))
+    assert bare(second) == top(2)
+    again = frozen_parts(second, [])
+    reused = sum(len(orjson.dumps(bare(f))) for f in again if any(f is g for g in first))
+    assert reused > 0.9 * len(orjson.dumps(top(2)))  # all but the changed execution contexts' path is reused
+
+
+@pytest.mark.crewai
+def test_an_agent_piece_holding_reused_parts_is_sized_without_a_walk() -> None:
+    from crewckpt.crewai.entities import _frozen, _joined_size
+
+    value = {"agent": Parts([F({"role": "r"}), F({"agent_executor": {"seq": 3}})], join=True)}
+    piece = _frozen(value)
+    assert piece.size == len(orjson.dumps(bare(value)))
+    task = (F({"name": "t"}), piece, F({"output": None}))
+    assert _joined_size(task) == len(orjson.dumps(bare(Parts(list(task), join=True))))
+    assert _joined_size((F({}), piece, F({}))) == piece.size

@@ -27,7 +27,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import dataclasses
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 from crewckpt.errors import RefConflict
 from crewckpt.errors import StoreBusy as StoreBusy  # re-exported: the old import path
@@ -266,6 +266,31 @@ class CommitIndex(abc.ABC):
         """Atomically increment and return a named counter (starts at 1; never decreases; for ``seq`` never
         at or below the highest seq in the index)."""
 
+    def index_children(self, cids: Iterable[bytes]) -> list[IndexRow]:
+        """Live rows that name one of ``cids`` among their parents, ordered by (seq, time_ns, id). The store
+        asks this only when a commit may come back into the index (a revival: see :meth:`index_renumber`).
+        Default: a scan of :meth:`index_rows`; a backend SHOULD override it (one query, no row decoding for
+        rows that do not match)."""
+        want = set(cids)
+        return [r for r in self.index_rows() if not want.isdisjoint(r.parents)]
+
+    def index_renumber(self, seqs: Mapping[bytes, int]) -> int:
+        """Give live rows a new local order in place: ``seqs`` maps commit id -> new seq, applied in the
+        mapping's order (the store orders it so that a crash between two rows leaves every parent's seq below
+        its children's); ids without a row are skipped. Returns how many rows changed. A row never stops
+        being live meanwhile. The store calls it when a commit comes back live under live children (docs/
+        backends.md, I6). Default: remove and re-add each row, which is atomic only inside a transaction:
+        a backend without transactions MUST override it."""
+        n = 0
+        for cid, seq in seqs.items():
+            row = self.index_get(cid)
+            if row is None or row.seq == seq:
+                continue
+            self.index_remove([cid])
+            self.index_add(dataclasses.replace(row, seq=seq))
+            n += 1
+        return n
+
     def index_last(self) -> bytes | None:
         """Id of the live commit with the highest seq (the last written), or None."""
         rows = self.index_rows()
@@ -329,6 +354,10 @@ class Backend(Parts, abc.ABC):
         """A named exclusive lock (``capabilities.locks``) held for the ``with`` block; waits up to ``wait_s``
         seconds, then yields False when another holder still has it. Dies with its holder."""
         raise NotImplementedError(f"{type(self).__name__} has no locks")
+
+    def lock_holder(self, name: str = "gc") -> str | None:
+        """Who holds lock ``name`` (one phrase for error messages), when the backend knows; default None."""
+        return None
 
     def gc_lock(self, wait_s: float = 0.0) -> contextlib.AbstractContextManager[bool]:
         """``lock("gc", wait_s)``: held for a whole gc or repack."""
@@ -395,6 +424,10 @@ class TransactionalBackend(Backend, abc.ABC):
     def index_rebranch(self, old: str, new: str) -> None:
         with self.transaction() as t:
             t.index_rebranch(old, new)
+
+    def index_renumber(self, seqs: Mapping[bytes, int]) -> int:
+        with self.transaction() as t:
+            return t.index_renumber(seqs)
 
     def alias_set(self, alias: str, cid: bytes) -> None:
         with self.transaction() as t:

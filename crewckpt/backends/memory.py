@@ -83,6 +83,11 @@ class _MemReader:
         rows = [r for r in self._s.index.values() if branch is None or r.branch == branch]
         return sorted(rows, key=lambda r: (r.seq, r.time_ns, r.id))
 
+    def index_children(self, cids: Iterable[bytes]) -> list[IndexRow]:
+        want = set(cids)
+        rows = [r for r in self._s.index.values() if not want.isdisjoint(r.parents)]
+        return sorted(rows, key=lambda r: (r.seq, r.time_ns, r.id))
+
     def index_last(self) -> bytes | None:
         return max(self._s.index.values(), key=lambda r: r.seq).id if self._s.index else None
 
@@ -156,6 +161,15 @@ class MemoryTxn(_MemReader, Txn):
         for k, r in list(self._s.index.items()):
             if r.branch == old:
                 self._s.index[k] = dataclasses.replace(r, branch=new)
+
+    def index_renumber(self, seqs: Mapping[bytes, int]) -> int:
+        n = 0
+        for cid, seq in seqs.items():
+            r = self._s.index.get(cid)
+            if r is not None and r.seq != seq:
+                self._s.index[cid] = dataclasses.replace(r, seq=seq)
+                n += 1
+        return n
 
     def alias_set(self, alias: str, cid: bytes) -> None:
         self._s.aliases.setdefault(alias, cid)

@@ -288,6 +288,16 @@ class _PgReader:
                            f"ORDER BY seq, time_ns, id", (branch,))
         return [_row(r) for r in rows]
 
+    def index_children(self, cids: Iterable[bytes]) -> list[IndexRow]:
+        want = set(cids)
+        if not want:
+            return []
+        # position() finds each id anywhere in the parents bytes; the alignment check drops false hits
+        rows = self._q(f"SELECT {_ROW_COLS} FROM {self._sql.s}.commits c WHERE EXISTS (SELECT 1 FROM "
+                       f"unnest(%s::bytea[]) AS w(id) WHERE position(w.id IN c.parents) > 0) "
+                       f"ORDER BY seq, time_ns, id", (list(want),))
+        return [r for r in map(_row, rows) if not want.isdisjoint(r.parents)]
+
     def index_last(self) -> bytes | None:
         r = self._q(f"SELECT id FROM {self._sql.s}.commits ORDER BY seq DESC LIMIT 1")
         return bytes(r[0][0]) if r else None
@@ -467,7 +477,7 @@ class PgTxn(_PgReader, Txn):
         return len(rows) - int(before[0][0])
 
     def put_many_uncounted(self, objs: Iterable[StoredObject], now_ns: int) -> None:
-        """Queued: sent with the transaction's next round trip (a checkpoint saves two of its eight)."""
+        """Queued: sent with the transaction's next round trip (a checkpoint saves one of its round trips)."""
         self._pending.extend(self._inserts(self._put_rows(objs), now_ns))
 
     def _put_rows(self, objs: Iterable[StoredObject]) -> list[StoredObject]:
@@ -572,6 +582,16 @@ class PgTxn(_PgReader, Txn):
 
     def index_rebranch(self, old: str, new: str) -> None:
         self._queue(f"UPDATE {self._s}.commits SET branch = %s WHERE branch = %s", (new, old))
+
+    def index_renumber(self, seqs: Mapping[bytes, int]) -> int:
+        items = list(seqs.items())
+        if not items:
+            return 0
+        n = 0
+        for cid, seq in items:  # in the given order (see the contract); each answer counts what changed
+            n += len(self._rows(f"UPDATE {self._s}.commits SET seq = %s WHERE id = %s AND seq <> %s RETURNING 1",
+                                (seq, cid, seq)))
+        return n
 
     def alias_set(self, alias: str, cid: bytes) -> None:
         self._queue(f"INSERT INTO {self._s}.aliases(alias, id) VALUES (%s, %s) ON CONFLICT (alias) DO NOTHING",

@@ -167,6 +167,21 @@ class _SqlReader:
             rows = self._q(f"SELECT {_ROW_COLS} FROM commits WHERE branch=? ORDER BY seq, time_ns, id", (branch,))
         return [_row(r) for r in rows]
 
+    def index_children(self, cids: Iterable[bytes]) -> list[IndexRow]:
+        want = set(cids)
+        if not want:
+            return []
+        if len(want) <= 16:  # instr() scans the parents blobs in C; the alignment check below drops false hits
+            cond = " OR ".join(["instr(parents, ?) > 0"] * len(want))
+            rows = [_row(r) for r in self._q(f"SELECT {_ROW_COLS} FROM commits WHERE {cond} "
+                                             f"ORDER BY seq, time_ns, id", tuple(want))]
+            return [r for r in rows if not want.isdisjoint(r.parents)]
+        hit = [_bin(i) for i, p in self._q("SELECT id, parents FROM commits")
+               if not want.isdisjoint(_bin(p)[k:k + 32] for k in range(0, len(_bin(p)), 32))]
+        rows = [_row(r) for b in _batches(hit)
+                for r in self._q(f"SELECT {_ROW_COLS} FROM commits WHERE id IN ({','.join('?' * len(b))})", b)]
+        return sorted(rows, key=lambda r: (r.seq, r.time_ns, r.id))
+
     def index_last(self) -> bytes | None:
         r = self._q("SELECT id FROM commits ORDER BY seq DESC LIMIT 1")
         return _bin(r[0][0]) if r else None
@@ -270,6 +285,11 @@ class SqliteTxn(_SqlReader, Txn):
 
     def index_rebranch(self, old: str, new: str) -> None:
         self._b._conn.execute("UPDATE commits SET branch=? WHERE branch=?", (new, old))
+
+    def index_renumber(self, seqs: Mapping[bytes, int]) -> int:
+        c = self._b._conn
+        return sum(c.execute("UPDATE commits SET seq=? WHERE id=? AND seq<>?", (seq, cid, seq)).rowcount
+                   for cid, seq in seqs.items())
 
     def alias_set(self, alias: str, cid: bytes) -> None:
         self._b._conn.execute("INSERT OR IGNORE INTO aliases(alias, id) VALUES (?,?)", (alias, cid))

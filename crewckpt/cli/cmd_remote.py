@@ -1,7 +1,8 @@
-"""Remote verbs, as in git: remote (add, remove, -v), clone, fetch, pull, push."""
+"""Remote verbs, as in git: remote (add, remove, -v), clone, fetch, pull, push; and publish (runs)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import click
@@ -14,16 +15,18 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@click.argument("action", required=False, type=click.Choice(["add", "remove", "rm", "trust"]))
+@click.argument("action", required=False, type=click.Choice(["add", "remove", "rm", "trust", "prune"]))
 @click.argument("name", required=False)
 @click.argument("location", required=False)
 @click.option("-v", "--verbose", is_flag=True, help="Show each remote's location.")
 @click.option("--no-check", is_flag=True,
               help="add: record a local LOCATION even though no store is there (yet).")
+@click.option("--dry-run", "-n", is_flag=True, help="prune: say which refs would go; change nothing.")
 @json_option
 def remote(action: str | None, name: str | None, location: str | None, verbose: bool, no_check: bool,
-           as_json: bool) -> None:
-    """List remotes, or add NAME at LOCATION, or remove NAME (and its remote-tracking refs), or trust NAME.
+           dry_run: bool, as_json: bool) -> None:
+    """List remotes, or add NAME at LOCATION, or remove NAME (and its remote-tracking refs), or trust NAME,
+    or prune NAME (delete the remote-tracking refs of branches NAME no longer has; nothing is fetched).
 
     `add` checks that a local LOCATION (a folder, `sqlite:PATH`) holds a store, so a typo is caught at once;
     `--no-check` records it anyway (a store you create later). URLs are not contacted.
@@ -41,10 +44,19 @@ def remote(action: str | None, name: str | None, location: str | None, verbose: 
       ckpt remote -v
       ckpt remote remove origin
       ckpt remote trust origin
+      ckpt remote prune origin
     """
     if no_check and action != "add":
         raise UsageProblem("--no-check goes with `ckpt remote add NAME LOCATION`")
+    if dry_run and action != "prune":
+        raise UsageProblem("--dry-run goes with `ckpt remote prune NAME`")
     store = obj().store()
+    if action == "prune":
+        if not name or location:
+            raise UsageProblem("usage: ckpt remote prune [--dry-run] NAME")
+        from crewckpt.history.remotes import prune_remote
+        _report(prune_remote(store, name, dry_run=dry_run), as_json)
+        return
     if action == "add":
         if not name or not location:
             raise UsageProblem("usage: ckpt remote add NAME LOCATION")
@@ -74,7 +86,7 @@ def remote(action: str | None, name: str | None, location: str | None, verbose: 
         return
     if name or location:
         raise UsageProblem("usage: ckpt remote [-v] | ckpt remote add NAME LOCATION | ckpt remote remove NAME | "
-                           "ckpt remote trust NAME")
+                           "ckpt remote trust NAME | ckpt remote prune NAME")
     conf = store.remotes()
     if as_json:
         emit_json([{"name": n, "location": loc} for n, loc in conf.items()])
@@ -90,13 +102,20 @@ def _report(rep: SyncReport, as_json: bool) -> None:
         return
     app = obj()
     verb = "would send" if rep.dry_run else "sent"
-    click.echo(f"{rep.verb} {rep.remote}: {verb} {rep.commits} checkpoint(s), {rep.objects} object(s), "
-               f"{_size(rep.bytes)} in {rep.seconds:.2f} s", err=True)
+    if rep.verb == "prune":
+        n = len(rep.refs)
+        click.echo(f"prune {rep.remote}: {'would delete' if rep.dry_run else 'deleted'} {n} stale remote-tracking "
+                   f"ref(s)", err=True)
+    else:
+        click.echo(f"{rep.verb} {rep.remote}: {verb} {rep.commits} checkpoint(s), {rep.objects} object(s), "
+                   f"{_size(rep.bytes)} in {rep.seconds:.2f} s", err=True)
     for r in rep.refs:
         old, new = (r.old or "")[:8], (r.new or "")[:8]
         arrow = {"new": f"* [new]           -> {new}", "up-to-date": f"= [up to date]    {new}",
                  "fast-forward": f"  {old}..{new}", "forced": f"+ {old}...{new} (forced)",
-                 "rejected": "! [rejected]"}.get(r.status, r.status)
+                 "rejected": "! [rejected]", "pruned": f"- [deleted]       {old} ->",
+                 "new-lineage": f"+ {old}...{new} (new lineage)", "kept": f"= [kept]          {old}",
+                 "skipped": "  [skipped]"}.get(r.status, r.status)
         line = f" {arrow}  {r.ref}" + (f"  ({r.reason})" if r.reason else "")
         if r.status == "rejected":
             app.line(line, "red")
@@ -139,19 +158,23 @@ def clone(src: str, dest: str, origin: str, as_json: bool) -> None:
 @click.argument("remote", required=False)
 @click.argument("branches", nargs=-1)
 @click.option("--dry-run", "-n", is_flag=True, help="Say what would move; change nothing.")
+@click.option("--prune", "-p", is_flag=True,
+              help="Also delete the REMOTE/BRANCH refs of branches REMOTE no longer has.")
 @json_option
-def fetch(remote: str | None, branches: tuple[str, ...], dry_run: bool, as_json: bool) -> None:
+def fetch(remote: str | None, branches: tuple[str, ...], dry_run: bool, prune: bool, as_json: bool) -> None:
     """Bring REMOTE's branches (default: all of them; default remote `origin`) and the checkpoints they need;
-    they show up as `REMOTE/BRANCH` (`ckpt log origin/main`). Local branches do not move.
+    they show up as `REMOTE/BRANCH` (`ckpt log origin/main`). Local branches do not move. A branch deleted on
+    REMOTE keeps its `REMOTE/BRANCH` until `--prune` (or `ckpt remote prune REMOTE`), as in git.
 
     \b
     Examples:
       ckpt fetch
       ckpt fetch origin main
+      ckpt fetch --prune
     """
     app = obj()
     with app.progress(f"fetch {remote or 'origin'}") as update:
-        rep = app.store().fetch(remote, list(branches) or None, dry_run=dry_run, progress=update)
+        rep = app.store().fetch(remote, list(branches) or None, dry_run=dry_run, progress=update, prune=prune)
     _report(rep, as_json)
 
 
@@ -204,6 +227,54 @@ def push(remote: str | None, branch: str | None, all_branches: bool, force: bool
     _report(rep, as_json)
     if rep.rejected:
         if not as_json:
-            click.echo("ckpt: error: some branches were rejected (see above); pull first, or push --force",
+            click.echo("ckpt: error: some branches were rejected; each line above says what to do",
                        err=True)
+        raise SystemExit(1)
+
+
+@click.command()
+@click.argument("remote", required=False)
+@click.argument("runs", nargs=-1, metavar="[RUN]...")
+@json_option
+def publish(remote: str | None, runs: tuple[str, ...], as_json: bool) -> None:
+    """Publish runs to REMOTE (default `origin`, or a location): each run under its own ref
+    `refs/runs/<run id>`, and its branch when no tip loses its name there (a fast-forward, or a new lineage
+    whose previous run keeps its run ref; a branch holding checkpoints pushed by hand is kept). What
+    `CheckpointConfig(push_to=...)` does when a run ends; use it for runs whose push failed (the remote was
+    down), or from scripts. RUN: run ids (`ckpt log --all` shows `refs/runs/<id>`); default every run of this
+    store, oldest first. Exit status 1 when a run ref was rejected.
+
+    \b
+    Examples:
+      ckpt publish team
+      ckpt publish /shared/team.ckpt run-3f2a9c1d04be --json
+    """
+    from crewckpt.history import remotes
+    from crewckpt.history.publish import publish_run
+
+    app = obj()
+    store = app.store()
+    known = store.runs()
+    names = list(runs) or sorted(known, key=lambda r: store.info(known[r]).seq)
+    total = remotes.SyncReport(verb="publish")
+    with remotes.connect(store, remote) as (label, other):
+        total.remote = remotes._where(other, label)
+        for run in names:
+            rep = publish_run(store, other, run, name=label)
+            total.commits += rep.commits
+            total.objects += rep.objects
+            total.bytes += rep.bytes
+            total.seconds += rep.seconds
+            total.refs += rep.refs
+    if as_json:
+        _report(total, True)
+    else:  # like git push: changed refs only (the JSON lists every ref)
+        quiet = {"skipped"} if runs else {"skipped", "up-to-date"}
+        shown = dataclasses.replace(total, refs=[r for r in total.refs if r.status not in quiet])
+        _report(shown, False)
+        if not shown.refs:
+            click.echo(f"Everything up-to-date ({len(names)} run(s))")
+    if total.rejected:
+        if not as_json:
+            click.echo("ckpt: error: some runs were rejected; each line above says why", err=True)
         raise SystemExit(1)

@@ -254,6 +254,7 @@ SHORT_HELP = {
     "fetch": "Bring a remote's branches as origin/BRANCH.",
     "pull": "Fetch and fast-forward a branch.",
     "push": "Send a branch to a remote (fast-forward).",
+    "publish": "Publish runs (refs/runs/ID) to a shared store.",
 }
 
 
@@ -286,6 +287,7 @@ def _register() -> None:
         cmd_remote.fetch,
         cmd_remote.pull,
         cmd_remote.push,
+        cmd_remote.publish,
     ):
         command.short_help = SHORT_HELP[command.name or ""]
         cli.add_command(command)

@@ -115,8 +115,9 @@ class CheckpointConfig(CrewAICheckpointConfig):
             CrewAI's own tools read), written incrementally by a background thread; a view that cannot be
             written is logged and never slows or fails the run. ``view_format``: ``"json"``/``"sqlite"``
             (default: SQLite for ``.db``/``.sqlite``/``.sqlite3``, else JSON). See :func:`flush_views`.
-        push_to: publish the run's branch to this remote of the store (``ckpt remote add``) or location when
-            the run ends, and with ``push_every=N`` after every N checkpoints; best effort on a background
+        push_to: publish the run (its ``refs/runs/<run id>``, and its branch when no tip loses its name:
+            :mod:`crewckpt.history.publish`) to this remote of the store (``ckpt remote add``) or location
+            when the run ends, and with ``push_every=N`` after every N checkpoints; best effort on a background
             thread (a failure is logged, emitted as ``CheckpointFailedEvent`` with trigger ``"push"`` and
             counted in :func:`crewckpt.crewai.publish.push_stats`). See :func:`crewckpt.crewai.publish.flush_pushes`.
 
@@ -139,11 +140,12 @@ class CheckpointConfig(CrewAICheckpointConfig):
     )
     push_to: str | None = Field(
         default=None,
-        description="Publish the run's branch to this remote of the store (a name from `ckpt remote`) or store "
-        "location when the run ends (and every `push_every` checkpoints); best effort, in the background.",
+        description="Publish the run (refs/runs/<run id>, and its branch when no tip loses its name) to this "
+        "remote of the store (a name from `ckpt remote`) or store location when the run ends (and every "
+        "`push_every` checkpoints); best effort, in the background.",
     )
     push_every: int | None = Field(
-        default=None, description="With push_to: also push after every N checkpoints written (N >= 1)."
+        default=None, description="With push_to: also push after every N checkpoints of a run (N >= 1)."
     )
 
     @field_validator("provider", mode="before")

@@ -10,29 +10,66 @@ redacted and cleaned again (the fingerprint is the pydantic dump itself: a chang
 it; object identity is never trusted alone); the rest are the same :class:`~crewckpt.history.snapshot.Frozen`
 objects as last time, which the store reuses in O(1).
 
+The tasks' dump is one text; a task whose text is byte-equal to last checkpoint's at the same position (and
+whose callbacks would be kept or dropped alike) is not parsed at all: the text is parsed from the first task
+that differs (usually the running one, near the end). Each agent's piece is one Frozen object shared by all
+its tasks, so the store walks it once per checkpoint however many tasks embed it.
+
 The first document of each dumper is also dumped whole and compared byte for byte; if the pieces do not
 give exactly CrewAI's dump (another crewai version, a custom serializer), that dumper falls back to whole
 dumps for good. Any error in the pieced path does the same.
 
-Memory: the previous checkpoint's parts only (one dict and two Frozen values per task, one Frozen per
-agent), about twice the JSON size of the crew.
+Memory: the previous checkpoint's parts only (one parsed dict, two Frozen values and the dump text per task,
+one Frozen per agent), about three times the JSON size of the crew.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
 import orjson
+from crewai.types.callback import _is_non_roundtrippable, callable_to_string
+from pydantic import BaseModel
 
 from crewckpt.history.snapshot import Frozen, Parts, Refreezer
+from crewckpt.history.summary import json_size
 
 if TYPE_CHECKING:
     from crewckpt.crewai.snapshot import SnapshotBuilder
 
 logger = logging.getLogger("crewckpt.crewai")
+
+
+def _is_callback_field(info: Any) -> bool:
+    """True for fields typed with CrewAI's SerializableCallable (directly or in a list)."""
+    stack = [info.annotation, *info.metadata]
+    seen = 0
+    while stack and seen < 50:
+        seen += 1
+        item = stack.pop()
+        if getattr(item, "func", None) is callable_to_string:
+            return True
+        stack.extend(getattr(item, "__metadata__", ()) or ())
+        stack.extend(getattr(item, "__args__", ()) or ())
+    return False
+
+
+_CALLBACK_FIELDS: dict[type, tuple[str, ...]] = {}
+# attributes through which a Crew, Task, Agent or event reaches models that hold callbacks
+_CALLBACK_CARRIERS = ("tasks", "agents", "agent", "manager_agent", "task", "from_task", "from_agent")
+
+
+def callback_fields(cls: type[BaseModel]) -> tuple[str, ...]:
+    """Names of ``cls``'s fields that hold CrewAI serializable callables (cached per class)."""
+    names = _CALLBACK_FIELDS.get(cls)
+    if names is None:
+        names = tuple(n for n, f in cls.model_fields.items() if _is_callback_field(f))
+        _CALLBACK_FIELDS[cls] = names
+    return names
 
 
 def plain(doc: Any) -> Any:
@@ -72,6 +109,33 @@ class IdWeakMap:
             self._d[key] = (weakref.ref(obj, forget), value)
 
 
+class Encoded(Frozen):
+    """A :class:`Frozen` JSON value held only as its compact JSON bytes (orjson): ``value`` parses them again on
+    each access (C speed). For values the store splits once and then reuses by their cached representation
+    (event nodes): keeping the bytes instead of the parsed dicts costs about a tenth of the memory.
+
+    Args:
+        json_bytes: the value's compact JSON, exactly as ``orjson.dumps`` writes it.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, json_bytes: bytes) -> None:  # no super().__init__: it would assign ``value``
+        self.json_bytes = json_bytes
+        self.size = len(json_bytes)
+        self._rep = None
+        self._token = None
+
+    @property  # type: ignore[override]
+    def value(self) -> Any:
+        """The value, parsed from ``json_bytes`` (a new object each time: callers never share it)."""
+        return orjson.loads(self.json_bytes or b"")
+
+    def __repr__(self) -> str:
+        b = self.json_bytes or b""
+        return f"Encoded({b[:60]!r}...)" if len(b) > 60 else f"Encoded({b!r})"
+
+
 def _after(cls: type, field: str) -> frozenset[str]:
     """Names of ``cls``'s fields declared after ``field`` (pydantic dumps fields in declaration order)."""
     names = list(getattr(cls, "model_fields", {}))
@@ -79,9 +143,15 @@ def _after(cls: type, field: str) -> frozenset[str]:
 
 
 def _frozen(value: Any) -> Frozen:
+    """``value`` frozen with its compact JSON; a value holding Frozen / Parts values (an agent's reused parts)
+    is sized from them instead (so the store's size of a task never walks its agent)."""
     try:
         return Frozen(value, orjson.dumps(value))
-    except (TypeError, orjson.JSONEncodeError):  # lone surrogates: the store sizes it
+    except (TypeError, orjson.JSONEncodeError):
+        pass
+    try:
+        return Frozen(value, size=json_size(value))
+    except Exception:  # lone surrogates, too deep: the store sizes it (and reports what is wrong)
         return Frozen(value)
 
 
@@ -99,6 +169,10 @@ def _insert_before(d: dict[str, Any], after: frozenset[str], key: str, value: An
     return out
 
 
+_TOP_DEPTH = 5  # the crew without its tasks is opened down to crew.agents[i].agent_executor.execution_context,
+# the part CrewAI changes on every event (its emission sequence), so the rest of each agent is reused
+
+
 class CrewDumper:
     """Dumps one crew per checkpoint, reusing the parts that did not change (see the module docstring).
 
@@ -109,9 +183,9 @@ class CrewDumper:
     def __init__(self, builder: SnapshotBuilder) -> None:
         self.builder = builder
         self.ok: bool | None = None
-        self._tasks: list[tuple[Any, Frozen, Frozen, Frozen, Frozen]] = []  # raw, prefix, agent piece, suffix, task
+        self._tasks: list[_Task] = []  # last checkpoint's, by position
         self._agents: dict[str, Frozen] = {}  # agent dump text -> its {"agent": ...} piece (last checkpoint's)
-        self._top = Refreezer()
+        self._top = Refreezer(depth=_TOP_DEPTH)
         self._agent_refreezers = IdWeakMap()  # agent object -> Refreezer (reuse is decided by content)
 
     def dump(self, crew: Any) -> Any:
@@ -138,7 +212,7 @@ class CrewDumper:
                              type(crew).__name__)
                 self._tasks = []
                 self._agents = {}
-                self._top = Refreezer()
+                self._top = Refreezer(depth=_TOP_DEPTH)
                 return whole
         return out
 
@@ -153,13 +227,12 @@ class CrewDumper:
         top = self._top.values(self._clean(crew, orjson.loads(top_text), top_text))
         tasks_text = crew.model_dump_json(include={"tasks"}, exclude={"tasks": {"__all__": {"agent"}}},
                                           warnings=False)
-        dumped = orjson.loads(tasks_text)["tasks"]
-        if len(dumped) != len(tasks):
-            raise ValueError("task count changed while dumping")
+        old = self._tasks
+        verdicts = [_callback_verdict(t) for t in tasks]
+        dumped, texts = self._task_dumps(tasks_text, verdicts, old)
         agents: dict[int, Frozen] = {}  # this checkpoint: agent object -> piece (same object, same moment)
         seen: dict[str, Frozen] = {}
-        old = self._tasks
-        new: list[tuple[Any, Frozen, Frozen, Frozen, Frozen]] = []
+        new: list[_Task] = []
         values: list[Frozen] = []
         for j, (task, raw) in enumerate(zip(tasks, dumped)):
             agent = task.agent
@@ -182,23 +255,115 @@ class CrewDumper:
                 seen[text] = piece
                 if agent is not None:
                     agents[id(agent)] = piece
-            self.builder._drop_bad_callbacks(task, raw)  # the callback's fate depends on the live object
             prev = old[j] if j < len(old) else None
-            if prev is not None and prev[0] == raw:
-                prefix, suffix = prev[1], prev[3]
+            if raw is None:  # its text is byte-equal to last checkpoint's, and so are its callbacks' fates
+                assert prev is not None
+                raw, prefix, suffix = prev.raw, prev.prefix, prev.suffix
             else:
-                after = _after(type(task), "agent")
-                cut = next((i for i, k in enumerate(raw) if k in after), len(raw))
-                keys = list(raw)
-                redacted = self.builder.redactor.apply(orjson.loads(orjson.dumps(raw)))
-                prefix = _frozen({k: redacted[k] for k in keys[:cut]})
-                suffix = _frozen({k: redacted[k] for k in keys[cut:]})
-            if prev is not None and prev[1] is prefix and prev[2] is piece and prev[3] is suffix:
-                value_f = prev[4]
+                self.builder._drop_bad_callbacks(task, raw)  # the callback's fate depends on the live object
+                if prev is not None and prev.raw == raw:
+                    prefix, suffix = prev.prefix, prev.suffix
+                else:
+                    after = _after(type(task), "agent")
+                    cut = next((i for i, k in enumerate(raw) if k in after), len(raw))
+                    keys = list(raw)
+                    redacted = self.builder.redactor.apply(orjson.loads(orjson.dumps(raw)))
+                    prefix = _frozen({k: redacted[k] for k in keys[:cut]})
+                    suffix = _frozen({k: redacted[k] for k in keys[cut:]})
+            if prev is not None and prev.prefix is prefix and prev.piece is piece and prev.suffix is suffix:
+                value_f = prev.value
             else:
-                value_f = Frozen(Parts([prefix, piece, suffix], join=True))
-            new.append((raw, prefix, piece, suffix, value_f))
+                value_f = Frozen(Parts([prefix, piece, suffix], join=True), size=_joined_size((prefix, piece, suffix)))
+            new.append(_Task(raw, prefix, piece, suffix, value_f, texts[j], verdicts[j]))
             values.append(value_f)
         self._tasks = new
         self._agents = seen
         return _insert_before(top, _after(type(crew), "tasks"), "tasks", values)
+
+    def _task_dumps(self, text: str, verdicts: list[tuple[bool, ...] | None], old: list[_Task]
+                    ) -> tuple[list[Any], list[str | None]]:
+        """Each task's dump (without its agent) from ``text`` (``{"tasks":[...]}`` as pydantic wrote it), and
+        its text for the next checkpoint's comparison (None when not found). ``verdicts``: each task's
+        :func:`_callback_verdict` now.
+
+        A task whose text is byte-equal to last checkpoint's at the same position (a JSON object is
+        prefix-free: equal bytes there are the whole, equal object) and whose callbacks would be kept or
+        dropped alike gets None instead of a dump: it is not parsed again. The rest of ``text``, from the
+        first task that differs, is parsed in one call (C speed); each parsed task's text is found again by
+        re-encoding it (orjson writes compact JSON as pydantic does; where they differ, the task is just
+        parsed again next time)."""
+        head = '{"tasks":['
+        if not text.startswith(head) or not text.endswith("]}"):
+            raise ValueError("unexpected tasks dump")
+        pos = len(head)
+        out: list[Any] = []
+        texts: list[str | None] = []
+        for j, verdict in enumerate(verdicts):
+            prev = old[j] if j < len(old) else None
+            if (prev is None or prev.text is None or verdict is None or prev.verdict != verdict
+                    or not text.startswith(prev.text, pos)):
+                break
+            out.append(None)
+            texts.append(prev.text)
+            pos += len(prev.text) + 1
+        rest = orjson.loads("[" + text[pos:-1]) if len(out) < len(verdicts) else []
+        if len(out) + len(rest) != len(verdicts):
+            raise ValueError("task count changed while dumping")
+        found = True
+        for raw in rest:
+            found = found and isinstance(raw, dict)
+            t: str | None = None
+            if found:
+                try:
+                    t = orjson.dumps(raw).decode()
+                except (TypeError, orjson.JSONEncodeError):
+                    t = None
+                found = t is not None and text.startswith(t, pos)
+            texts.append(t if found else None)
+            if found:
+                pos += len(t) + 1  # type: ignore[arg-type]
+            out.append(raw)
+        return out, texts
+
+
+@dataclasses.dataclass(slots=True)
+class _Task:
+    """One task as dumped last checkpoint: its cleaned dump without the agent, the pieces, the value, its
+    pydantic text (None: not found) and its callbacks' fate (:func:`_callback_verdict`)."""
+
+    raw: Any
+    prefix: Frozen
+    piece: Frozen
+    suffix: Frozen
+    value: Frozen
+    text: str | None
+    verdict: tuple[bool, ...] | None
+
+
+_PLAIN_TASKS: dict[type, bool] = {}
+
+
+def _callback_verdict(task: Any) -> tuple[bool, ...] | None:
+    """Which of ``task``'s callback fields hold callbacks that cannot be stored (the dump's text shows their
+    dotted path, not whether it resolves back). None when the task's class can reach other callback-holding
+    models (its dump's cleaning then depends on more than these fields: never reused unparsed)."""
+    cls = type(task)
+    plain_cls = _PLAIN_TASKS.get(cls)
+    if plain_cls is None:
+        fields = getattr(cls, "model_fields", {})
+        plain_cls = _PLAIN_TASKS[cls] = not any(n in fields for n in _CALLBACK_CARRIERS if n != "agent")
+    if not plain_cls:
+        return None
+    return tuple(bool(callable(v) and _is_non_roundtrippable(v))
+                 for v in (getattr(task, n, None) for n in callback_fields(cls)))
+
+
+def _joined_size(pieces: tuple[Frozen, ...]) -> int | None:
+    """Compact-JSON length of the object joined from ``pieces`` (each a Frozen object with a size)."""
+    full: list[int] = []
+    for p in pieces:
+        if p.size is None:
+            return None
+        if p.size > 2:  # '{}' adds nothing, not even a comma
+            full.append(p.size)
+    return 2 + sum(n - 2 for n in full) + max(len(full) - 1, 0)

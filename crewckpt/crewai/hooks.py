@@ -61,7 +61,7 @@ from crewckpt.crewai.config import (
 from crewckpt.crewai.run import remember_flow_class
 from crewckpt.crewai.signals import SIGNAL_EVENTS, drain_signals, pending_signals, repeat_signal
 from crewckpt.crewai.snapshot import IdWeakMap, existing_builder
-from crewckpt.crewai.writer import EMIT_LOCK, open_store, write_checkpoint
+from crewckpt.crewai.writer import EMIT_LOCK, open_store, run_id_for, write_checkpoint
 
 logger = logging.getLogger("crewckpt.crewai")
 
@@ -123,7 +123,7 @@ def _push_at_run_end(source: Any, state: RuntimeState) -> None:
     """``push_to``: a run ended; publish the branch it wrote on (if it wrote any checkpoint)."""
     cfg = checkpoint_listener._find_checkpoint(source)
     if isinstance(cfg, CheckpointConfig) and cfg.push_to and getattr(state, "_checkpoint_id", None):
-        publish.at_run_end(cfg, cfg.store_location(), state._branch)
+        publish.at_run_end(cfg, cfg.store_location(), state._branch, run_id_for(state))
 
 
 _COMPACT_EVENTS = frozenset({"crew_kickoff_completed", "crew_kickoff_failed", "flow_finished"})

@@ -1,11 +1,18 @@
-"""Publishing a run's branch to another store (``CheckpointConfig(push_to=..., push_every=N)``).
+"""Publishing a run to a shared store (``CheckpointConfig(push_to=..., push_every=N)``).
 
-A worker pushes what it wrote to a shared store when its run ends (``crew_kickoff_completed``/``_failed``,
+A worker publishes what a run wrote when the run ends (``crew_kickoff_completed``/``_failed``,
 ``flow_finished``, an agent's ``*_execution_completed``) and, with ``push_every=N``, after every N-th
-checkpoint it wrote. Best effort and never in the run's way: pushes run on one background thread per
-(store, destination), requests for the same branch coalesce, and a failure (remote down, a rejected
-non-fast-forward push) is logged as a warning, emitted as CrewAI's ``CheckpointFailedEvent`` with trigger
-``"push"``, counted in :func:`push_stats` and summed up in one warning at exit, like failed checkpoints.
+checkpoint of that run. What moves in the destination is decided by
+:func:`crewckpt.history.publish.publish_run`: the run's own ref ``refs/runs/<run id>`` (every run keeps its
+name there, so a second kickoff of the same crew, a new lineage, publishes as well as the first), and the
+run's branch when no tip loses its name (a branch holding checkpoints pushed by hand is kept; the run is
+published all the same, counted as ``kept``).
+
+Best effort and never in the run's way: pushes run on one background thread per (store, destination),
+requests for the same run coalesce, and a failure (remote unreachable, a rejected run ref) is emitted as
+CrewAI's ``CheckpointFailedEvent`` with trigger ``"push"``, counted in :func:`push_stats` and summed up in
+one warning at exit, like failed checkpoints; the first failure of a streak is logged as a warning, the
+repeats of a streak at INFO (a run publishing every checkpoint to a dead remote does not flood the log).
 :func:`flush_pushes` waits for the pending pushes; it also runs at interpreter exit (timeout 30 s), so a
 script's last push completes.
 """
@@ -14,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import shlex
 import threading
 from typing import Any
 
@@ -24,23 +32,25 @@ RUN_END_EVENTS = frozenset({"crew_kickoff_completed", "crew_kickoff_failed", "fl
 
 
 class Publisher:
-    """Pushes branches of the store at ``store_path`` to ``push_to`` (a remote name of that store, or a
-    location) on a background thread; ``cfg`` is the config whose events report failures."""
+    """Publishes runs of the store at ``store_path`` to ``push_to`` (a remote name of that store, or a
+    location) on a background thread."""
 
     def __init__(self, store_path: str, push_to: str) -> None:
         self.store_path, self.push_to = store_path, push_to
         self._cond = threading.Condition()
-        self._pending: dict[str, Any] = {}  # branch -> config to report with (the latest request's)
+        self._pending: dict[str, tuple[str, Any]] = {}  # run id -> (branch, config to report with), latest
         self._busy = False
         self._thread: threading.Thread | None = None
         self.pushed = 0
         self.failed = 0
+        self.kept = 0  # published, but the destination's branch stayed where it was (see publish_run)
         self.last_error: str | None = None
+        self._streak = 0  # failures since the last success
 
-    def request(self, branch: str, cfg: Any) -> None:
-        """Push ``branch`` soon (coalesced with a pending request for it)."""
+    def request(self, branch: str, run_id: str, cfg: Any) -> None:
+        """Publish run ``run_id`` (written on ``branch``) soon; coalesced with a pending request for it."""
         with self._cond:
-            self._pending[branch] = cfg
+            self._pending[run_id] = (branch, cfg)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="crewckpt-push", daemon=True)
                 self._thread.start()
@@ -57,37 +67,47 @@ class Publisher:
                 if not self._cond.wait_for(lambda: bool(self._pending), timeout=5.0):
                     self._thread = None  # idle: the next request starts a new thread
                     return
-                branch, cfg = next(iter(self._pending.items()))
-                del self._pending[branch]
+                run_id, (branch, cfg) = next(iter(self._pending.items()))
+                del self._pending[run_id]
                 self._busy = True
             try:
-                self._push(branch, cfg)
+                self._push(branch, run_id, cfg)
             finally:
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
 
-    def _push(self, branch: str, cfg: Any) -> None:
+    def _push(self, branch: str, run_id: str, cfg: Any) -> None:
+        from crewckpt.history.publish import KEPT
         from crewckpt.history.store import Store
 
         try:
             with Store.open(self.store_path) as store:  # its own handle: the run's writer keeps writing
-                rep = store.push(self.push_to, branch, check=False)
+                rep = store.publish_run(self.push_to, run_id, branch)
             bad = rep.rejected
             if bad:
-                raise RuntimeError(f"push of {branch} to {self.push_to} rejected: {bad[0].reason}")
+                raise RuntimeError(f"publishing run {run_id} ({branch}) to {self.push_to} was rejected: "
+                                   f"{bad[0].reason}")
         except Exception as exc:  # best effort: the run never sees it
             with self._cond:
                 self.failed += 1
+                self._streak += 1
                 self.last_error = str(exc)
-            logger.warning("crewckpt: push of branch %s from %s to %s failed: %s", branch, self.store_path,
-                           self.push_to, exc, exc_info=logger.isEnabledFor(logging.DEBUG))
+                first = self._streak == 1
+            logger.log(logging.WARNING if first else logging.INFO,
+                       "crewckpt: push of branch %s (run %s) from %s to %s failed: %s%s", branch, run_id,
+                       self.store_path, self.push_to, exc,
+                       "; further failures are counted and reported at exit" if first else "",
+                       exc_info=logger.isEnabledFor(logging.DEBUG))
             _report_failure(cfg, self.store_path, branch, str(exc))
             return
+        kept = [r for r in rep.refs if r.status == KEPT]
         with self._cond:
             self.pushed += 1
-        logger.info("crewckpt: pushed branch %s to %s (%d checkpoint(s), %d bytes)", branch, self.push_to,
-                    rep.commits, rep.bytes)
+            self._streak = 0
+            self.kept += bool(kept)
+        logger.info("crewckpt: published run %s (%s) to %s (%d checkpoint(s), %d bytes)%s", run_id, branch,
+                    self.push_to, rep.commits, rep.bytes, f"; {kept[0].reason}" if kept else "")
 
 
 def _report_failure(cfg: Any, location: str, branch: str, error: str) -> None:
@@ -103,7 +123,7 @@ def _report_failure(cfg: Any, location: str, branch: str, error: str) -> None:
 
 _publishers: dict[tuple[str, str], Publisher] = {}
 _lock = threading.Lock()
-_counts: dict[tuple[str, str, str], int] = {}
+_counts: dict[tuple[str, str, str], int] = {}  # (store, destination, run id) -> checkpoints
 
 
 def publisher(store_path: str, push_to: str) -> Publisher:
@@ -116,21 +136,22 @@ def publisher(store_path: str, push_to: str) -> Publisher:
         return p
 
 
-def after_checkpoint(cfg: Any, store_path: str, branch: str) -> None:
-    """Called after each checkpoint written with ``cfg``: a push every ``cfg.push_every`` checkpoints."""
+def after_checkpoint(cfg: Any, store_path: str, branch: str, run_id: str) -> None:
+    """Called after each checkpoint run ``run_id`` wrote with ``cfg`` on ``branch``: a push every
+    ``cfg.push_every`` checkpoints of that run."""
     if not cfg.push_to or not cfg.push_every:
         return
-    key = (store_path, cfg.push_to, branch)
+    key = (store_path, cfg.push_to, run_id)
     with _lock:
         n = _counts[key] = _counts.get(key, 0) + 1
     if n % cfg.push_every == 0:
-        publisher(store_path, cfg.push_to).request(branch, cfg)
+        publisher(store_path, cfg.push_to).request(branch, run_id, cfg)
 
 
-def at_run_end(cfg: Any, store_path: str, branch: str) -> None:
-    """Called when a run whose config is ``cfg`` ends: push its branch."""
+def at_run_end(cfg: Any, store_path: str, branch: str, run_id: str) -> None:
+    """Called when run ``run_id``, whose config is ``cfg``, ends on ``branch``: publish it."""
     if cfg.push_to:
-        publisher(store_path, cfg.push_to).request(branch, cfg)
+        publisher(store_path, cfg.push_to).request(branch, run_id, cfg)
 
 
 def flush_pushes(timeout: float | None = 30.0) -> bool:
@@ -141,21 +162,25 @@ def flush_pushes(timeout: float | None = 30.0) -> bool:
 
 
 def push_stats() -> dict[str, dict[str, Any]]:
-    """``"<store> -> <destination>" -> {"pushed": n, "failed": n, "last_error": str | None}`` in this
-    process."""
+    """``"<store> -> <destination>" -> {"pushed": n, "failed": n, "kept": n, "last_error": str | None}`` in
+    this process (``kept``: pushes that published the run but left the destination's branch as it was)."""
     with _lock:
         pubs = list(_publishers.values())
-    return {f"{p.store_path} -> {p.push_to}": {"pushed": p.pushed, "failed": p.failed, "last_error": p.last_error}
+    return {f"{p.store_path} -> {p.push_to}": {"pushed": p.pushed, "failed": p.failed, "kept": p.kept,
+                                                   "last_error": p.last_error}
             for p in pubs}
 
 
 def report_push_failures() -> None:
     """Log one warning per (store, destination) where pushes failed (at interpreter exit, after the last
     pushes finished), as :func:`crewckpt.crewai.writer.report_failures` does for checkpoints."""
-    for where, st in push_stats().items():
-        if st["failed"]:
-            logger.warning("crewckpt: %d of %d pushes %s failed; last error: %s", st["failed"],
-                           st["pushed"] + st["failed"], where, st["last_error"])
+    with _lock:
+        pubs = list(_publishers.values())
+    for p in pubs:
+        if p.failed:
+            logger.warning("crewckpt: %d of %d pushes %s -> %s failed; last error: %s; publish what is missing "
+                           "with `ckpt --store %s publish %s`", p.failed, p.pushed + p.failed, p.store_path,
+                           p.push_to, p.last_error, shlex.quote(p.store_path), shlex.quote(p.push_to))
 
 
 atexit.register(report_push_failures)  # atexit runs last-registered first: the flush, then this report

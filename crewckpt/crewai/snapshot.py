@@ -5,7 +5,10 @@ The document has exactly the keys CrewAI's listener writes, in its order: ``crew
 and ``trigger``. Entities are dumped on every checkpoint (they change all the time); the event record is
 append-mostly, so each event is dumped once and each node is rebuilt only when an event added after it
 wired a new edge to it (``EventRecord.add`` touches at most the parent, triggering, previous and started
-nodes). The cost of one checkpoint therefore does not grow with the number of events recorded so far.
+nodes; each new node names them, so events recorded without passing through crewckpt's hook, such as
+CrewAI's checkpoint events, are covered too). The cost of one checkpoint therefore does not grow with the number of events recorded
+so far. Memory: each node is kept as its compact JSON bytes only (:class:`crewckpt.crewai.entities.Encoded`),
+never as parsed dicts: about the event record's JSON size once, plus ~150 bytes of bookkeeping per event.
 
 Difference from CrewAI, on purpose: an event embeds live objects (a ``task_started`` event holds the Task);
 CrewAI re-dumps them on every checkpoint, so an old event shows later task output. Here an event is dumped
@@ -35,7 +38,8 @@ from crewai.types.callback import _is_non_roundtrippable, callable_to_string
 from crewai_core.version import get_crewai_version
 from pydantic import BaseModel
 
-from crewckpt.crewai.entities import CrewDumper, IdWeakMap
+from crewckpt.crewai.entities import _CALLBACK_CARRIERS, CrewDumper, Encoded, IdWeakMap
+from crewckpt.crewai.entities import callback_fields as callback_fields  # re-exported: its old home
 from crewckpt.crewai.entities import plain as plain  # re-exported: its old home
 from crewckpt.crewai.secrets import Redactor
 from crewckpt.history.snapshot import AppendMap, Frozen, Parts, Refreezer
@@ -43,36 +47,11 @@ from crewckpt.history.snapshot import AppendMap, Frozen, Parts, Refreezer
 logger = logging.getLogger("crewckpt.crewai")
 
 
+_EVENT_AT = len(b'{"event":')
+
+
 class UnserializableFieldWarning(UserWarning):
     """A field's value could not be serialized into a checkpoint and was stored as null."""
-
-
-def _is_callback_field(info: Any) -> bool:
-    """True for fields typed with CrewAI's SerializableCallable (directly or in a list)."""
-    stack = [info.annotation, *info.metadata]
-    seen = 0
-    while stack and seen < 50:
-        seen += 1
-        item = stack.pop()
-        if getattr(item, "func", None) is callable_to_string:
-            return True
-        stack.extend(getattr(item, "__metadata__", ()) or ())
-        stack.extend(getattr(item, "__args__", ()) or ())
-    return False
-
-
-_CALLBACK_FIELDS: dict[type, tuple[str, ...]] = {}
-# attributes through which a Crew, Task, Agent or event reaches models that hold callbacks
-_CALLBACK_CARRIERS = ("tasks", "agents", "agent", "manager_agent", "task", "from_task", "from_agent")
-
-
-def callback_fields(cls: type[BaseModel]) -> tuple[str, ...]:
-    """Names of ``cls``'s fields that hold CrewAI serializable callables (cached per class)."""
-    names = _CALLBACK_FIELDS.get(cls)
-    if names is None:
-        names = tuple(n for n, f in cls.model_fields.items() if _is_callback_field(f))
-        _CALLBACK_FIELDS[cls] = names
-    return names
 
 
 class SnapshotBuilder:
@@ -84,7 +63,10 @@ class SnapshotBuilder:
 
     def __init__(self) -> None:
         self._record_ref: weakref.ref[Any] | None = None
-        self._events: dict[str, Any] = {}
+        # event id -> (its node as stored last, the length of its event's JSON in the node's bytes); the node's
+        # bytes begin with the event's (b'{"event":' + event + b',"edges":...'), so no parsed dump is kept
+        self._nodes: dict[str, tuple[Frozen, int]] = {}
+        self._raw: dict[str, Any] = {}  # parsed dumps of the rare events orjson cannot encode (lone surrogates)
         self._log = AppendMap()
         self._dumpers = IdWeakMap()  # crew object -> its CrewDumper
         self._refreezers = IdWeakMap()  # other entity object -> its Refreezer
@@ -155,35 +137,58 @@ class SnapshotBuilder:
         if (self._record_ref is None or self._record_ref() is not record or new < 0
                 or (len(log) and next(itertools.islice(reversed(nodes), new, None), None) != log.last_key())):
             self._record_ref = weakref.ref(record)
-            self._events.clear()
+            self._nodes.clear()
+            self._raw.clear()
             log = self._log = AppendMap()
             self._full = True
             new = len(nodes)
         if new:
             fresh = list(itertools.islice(reversed(nodes), new))
             for event_id in reversed(fresh):
-                log.set(event_id, self._node(event_id, nodes[event_id]))
+                node = nodes[event_id]
+                log.set(event_id, self._node(event_id, node))
+                if not self._full:  # the nodes it wired edges to: also for events the hook does not mark
+                    ev = node.event  # (checkpoint events are recorded without passing through it)
+                    for ref in (ev.parent_event_id, ev.triggered_by_event_id, ev.previous_event_id,
+                                getattr(ev, "started_event_id", None)):
+                        if ref:
+                            self._dirty.add(ref)
         if not self._full:
             for event_id in self._dirty:
-                node = nodes.get(event_id)
-                if node is not None and event_id in log:
-                    log.set(event_id, self._node(event_id, node))
+                dirty = nodes.get(event_id)
+                if dirty is not None and event_id in log:
+                    log.set(event_id, self._node(event_id, dirty))
         self._dirty = set()
         self._full = False
         return log.parts()
 
     def _node(self, event_id: str, node: Any) -> Frozen:
         """The node as CrewAI dumps it (``{"event", "edges"}``), frozen for the store: its event is dumped
-        once; edges are copied, so later ``add_edge`` calls cannot change a value handed to the store."""
-        event_json = self._events.get(event_id)
-        if event_json is None:
-            event_json = self._events[event_id] = self.dump_model(node.event)
-        value = {"event": event_json, "edges": {k: list(v) for k, v in node.edges.items()}}
-        try:
-            encoded: bytes | None = orjson.dumps(value)
-        except (TypeError, orjson.JSONEncodeError):  # e.g. lone surrogates: let the store size it
-            encoded = None
-        return Frozen(value, encoded)
+        once; edges are copied, so later ``add_edge`` calls cannot change a value handed to the store.
+
+        Memory: the node is kept as its compact JSON bytes only (:class:`Encoded`); a rebuilt node reuses its
+        event's bytes from the previous node's."""
+        edges = {k: list(v) for k, v in node.edges.items()}
+        prev = self._nodes.get(event_id)
+        event: bytes | None = None
+        if prev is not None and prev[1] >= 0:
+            event = prev[0].json_bytes[_EVENT_AT:_EVENT_AT + prev[1]]  # type: ignore[index]
+        elif event_id not in self._raw:
+            value = self.dump_model(node.event)
+            try:
+                event = orjson.dumps(value)
+            except (TypeError, orjson.JSONEncodeError):  # e.g. lone surrogates: keep it parsed
+                self._raw[event_id] = value
+        if event is not None:
+            try:
+                frozen: Frozen = Encoded(b'{"event":' + event + b',"edges":' + orjson.dumps(edges) + b"}")
+                self._nodes[event_id] = (frozen, len(event))
+                return frozen
+            except (TypeError, orjson.JSONEncodeError):
+                self._raw[event_id] = orjson.loads(event)
+        frozen = Frozen({"event": self._raw[event_id], "edges": edges})  # the store sizes it
+        self._nodes[event_id] = (frozen, -1)
+        return frozen
 
     # -- safe model dumping -----------------------------------------------------------------------
     def dump_model(self, model: BaseModel) -> Any:

@@ -238,7 +238,7 @@ def write_checkpoint(state: RuntimeState, cfg: CheckpointConfig, event: Any = No
         if view is not None:
             _live_view(location, *view, max_checkpoints=cfg.max_checkpoints).publish(commit_id)
         if cfg.push_to and cfg.push_every:
-            publish.after_checkpoint(cfg, location, target)
+            publish.after_checkpoint(cfg, location, target, run_id_for(state))
         return commit_id
 
 

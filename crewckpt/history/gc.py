@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from crewckpt.backends.base import HEAD_BYTES, ObjectMeta, writing
@@ -179,16 +179,20 @@ def repack_plan(live: set[bytes], metas: dict[bytes, ObjectMeta]) -> list[bytes]
 
 def write_packs(parts: StoreParts, oids: list[bytes], progress: Progress | None = None,
                 sizes: dict[bytes, int] | None = None, level: int = PACK_LEVEL,
-                drop: list[bytes] | None = None) -> int:
+                drop: list[bytes] | None = None, known: Mapping[bytes, tuple[int, bytes]] | None = None) -> int:
     """Move objects into new packs of up to PACK_MAX body bytes at zstd ``level`` (default PACK_LEVEL), ordered
     by kind and body prefix; returns how many frames changed. Objects gone meanwhile are skipped. Each pack
     lands with its members' new frames in one transaction, so a crash leaves either frame. ``sizes``
     (declared body bytes) bounds each decoding batch to BATCH_BYTES. ``drop``: the packs these objects leave
     (a writer's merge); they are deleted in the transaction of the last new pack, when no frame names them
     any more, so no crash or failure leaves their bytes behind (a reader that read an old frame retries on
-    the miss: objectdb.get_many)."""
-    bodies = {}
-    for ids in size_batches(oids, sizes):
+    the miss: objectdb.get_many). ``known``: ``oid -> (kind, body)`` the caller made itself and hashed to
+    those ids (a writer merging its own packs): used instead of reading them back, for the ones still stored."""
+    bodies: dict[bytes, tuple[int, bytes]] = {}
+    if known:
+        mine = [o for o in oids if o in known]
+        bodies = {o: known[o] for o in parts.objects.backend.has_many(mine)}
+    for ids in size_batches([o for o in oids if o not in bodies], sizes):
         bodies.update(parts.objects.get_many(ids))
     items = sorted(((o, k, b) for o, (k, b) in bodies.items()), key=lambda x: (x[1], x[2][:48], x[0]))
     moved = 0
@@ -227,11 +231,14 @@ def drop_unreferenced_packs(parts: StoreParts, touched_before_ns: int) -> int:
         return txn.delete_objects(packs, touched_before_ns)
 
 
-def merge_packs(parts: StoreParts, packs: list[tuple[bytes, list[bytes]]], level: int = PACK_LEVEL) -> bool:
+def merge_packs(parts: StoreParts, packs: list[tuple[bytes, list[bytes]]], level: int = PACK_LEVEL,
+                bodies: Mapping[bytes, tuple[int, bytes]] | None = None) -> bool:
     """Merge packs this writer wrote, given as ``(pack id, member ids)``, into bigger packs compressed together
     (git's gc.autoPackLimit idea), deleting them in the same transaction as the last new pack. Needs no
     scan: only the writer's own rows name its packs (a member that already existed kept its older frame).
-    Skipped, returning False, while a gc holds the lock; the caller keeps its list and tries again later."""
+    Skipped, returning False, while a gc holds the lock; the caller keeps its list and tries again later.
+    ``level``: zstd level of the merged packs; ``bodies``: members' bodies the writer still holds (see
+    :func:`write_packs` ``known``)."""
     b = parts.backend
     if not (b.capabilities.reframe and b.capabilities.locks):
         return True  # nothing to merge on a backend that cannot reframe: per-checkpoint packs stay
@@ -239,7 +246,7 @@ def merge_packs(parts: StoreParts, packs: list[tuple[bytes, list[bytes]]], level
         if not got:
             return False
         write_packs(parts, [o for _, members in packs for o in members], level=level,
-                    drop=[p for p, _ in packs])
+                    drop=[p for p, _ in packs], known=bodies)
     return True
 
 
@@ -262,8 +269,9 @@ def gc(parts: StoreParts, *, dry_run: bool = False, grace_ns: int = 0, progress:
     lock = b.lock("gc", wait_s=wait_s) if caps.locks else contextlib.nullcontext(True)
     with lock as got:  # a writer's automatic repack holds it for well under a second
         if not got:
-            raise GcBusy(f"another gc is running on this store (its lock stayed taken for {wait_s:.0f} s); wait "
-                         f"for it to finish")
+            holder = b.lock_holder("gc")
+            raise GcBusy(f"another gc is running on this store (its lock stayed taken for {wait_s:.0f} s"
+                         f"{'; ' + holder if holder else ''}); wait for it to finish")
         before = parts.size_bytes()
         # the cutoff is read *before* the epoch bump: a writer that puts objects after the bump either saw the
         # old epoch (its transaction committed before the bump, so mark sees its commit) or stamps them with

@@ -33,6 +33,7 @@ from crewckpt.errors import (
     UnknownRemote,
     UntrustedRemote,
 )
+from crewckpt.format import objects as ob
 from crewckpt.history import head, refnames, trust
 from crewckpt.history.sync import (
     Progress,
@@ -194,11 +195,61 @@ def remove_remote(store: Store, name: str) -> list[str]:
         del cur[name]
         w.meta_set(META_KEY, orjson.dumps(cur).decode())
         gone = w.refs(tracking_prefix(name))
-        for ref, target in gone.items():
-            w.set_ref_if_equals(ref, target, None)
-            w.reflog_delete(ref)
+        _delete_tracking(w, gone)
     trust.record(location_of(store), name, None)
     return list(gone)
+
+
+def _delete_tracking(w: Parts, gone: dict[str, bytes]) -> None:
+    """Delete remote-tracking refs (``ref -> tip``) and their reflogs, and un-index the commits fetched for
+    them that no other ref reaches any more (as in git, they become unreachable: not listed, gc collects
+    them). Commits a local branch or another ref still reaches stay live."""
+    for ref, target in gone.items():
+        w.set_ref_if_equals(ref, target, None)
+        w.reflog_delete(ref)
+    labels = {ref[len(refnames.REMOTES):] for ref in gone}  # fetched commits carry the label "origin/exp"
+    rows = {r.id: r for r in w.index_rows()}
+    if not labels or not any(r.branch in labels for r in rows.values()):
+        return
+    reach: set[bytes] = set()
+    stack = list(w.refs().values())
+    while stack:
+        cid = stack.pop()
+        if cid in reach:
+            continue
+        reach.add(cid)
+        row = rows.get(cid)
+        if row is not None:
+            stack.extend(row.parents)
+    w.index_remove([cid for cid, r in rows.items() if r.branch in labels and cid not in reach])
+
+
+def prune_remote(store: Store, remote: str | Store | None = None, *, name: str | None = None,
+                 dry_run: bool = False) -> SyncReport:
+    """Delete the remote-tracking refs ``refs/remotes/<name>/*`` whose branch the remote no longer has
+    (``ckpt remote prune``, ``fetch --prune``); nothing is transferred. Each is reported with status
+    "pruned" (with ``dry_run``: would be, nothing changed).
+
+    Raises:
+        UnknownRemote, UntrustedRemote, CkptError: as :func:`fetch`.
+    """
+    with connect(store, remote) as (label, other):
+        ns = check_remote_name(name or label or DEFAULT_REMOTE)
+        rep = SyncReport(dry_run=dry_run, remote=_where(other, label), verb="prune")
+        rep.refs = _prune_stale(store, ns, other.backend.refs(refnames.HEADS), dry_run)
+    return rep
+
+
+def _prune_stale(store: Store, ns: str, heads: dict[str, bytes], dry_run: bool) -> list[RefResult]:
+    """Delete ``refs/remotes/<ns>/B`` for each B that is not among the remote's ``heads`` (every branch ref
+    it holds, valid here or not: a branch that exists but was not fetched is not stale)."""
+    have = {ref[len(refnames.HEADS):] for ref in heads}
+    prefix = tracking_prefix(ns)
+    stale = {ref: tip for ref, tip in store.backend.refs(prefix).items() if ref[len(prefix):] not in have}
+    if stale and not dry_run:
+        with writing(store.backend) as w:
+            _delete_tracking(w, stale)
+    return [RefResult(ref, tip.hex(), None, "pruned") for ref, tip in sorted(stale.items())]
 
 
 def _read(raw: str | None) -> dict[str, str]:
@@ -252,13 +303,15 @@ def connect(store: Store, remote: str | Store | None) -> Iterator[tuple[str | No
                             "remote")
     else:
         if is_this_store(store, remote):  # before opening: "x/../.ckpt" names it though "x" does not exist
-            raise CkptError(f"{remote} ({location_of(store)}) is this store itself: fetch, pull and push need "
-                            f"another store; name another store")
+            raise CkptError(f"{remote} ({location_of(store)}) is this store itself; fetch, pull and push need "
+                            f"another store's location or remote name")
         try:
             other = Store.open(remote)
         except CkptError as e:
             known = ", ".join(conf) or "none configured"
-            raise UnknownRemote(f"{remote!r} is neither a remote ({known}) nor a store: {e}") from None
+            why = why_not_a_store(remote) if isinstance(e, StoreNotFound) and local_location(remote) else None
+            raise UnknownRemote(f"{remote!r} is neither a remote ({known}) nor a store: "
+                                f"{f'{remote}: {why}; check the name or location' if why else e}") from None
         label = None
     try:
         _refuse_self(store, other, label, str(remote))
@@ -280,9 +333,9 @@ def _open_remote(store_cls: type[Store], name: str, location: str) -> Store:
 
 def _refuse_self(store: Store, other: Store, label: str | None, given: str) -> None:
     if is_this_store(store, other):
-        fix = f"; remove it with `ckpt remote remove {label}`" if label else "; name another store"
+        fix = f"; remove it with `ckpt remote remove {label}`" if label else ""
         raise CkptError(f"{f'remote {label}' if label else given} ({location_of(other) or 'memory store'}) is this "
-                        f"store itself: fetch, pull and push need another store{fix}")
+                        f"store itself; fetch, pull and push need another store{fix}")
 
 
 def side(store: Store, name: str) -> Side:
@@ -344,16 +397,56 @@ def _valid_heads(heads: dict[str, bytes]) -> tuple[dict[str, bytes], list[RefRes
     return good, bad
 
 
+def tip_problem(backend: Parts, tip: bytes, where: str) -> str | None:
+    """Why branch tip ``tip`` of the store ``where`` cannot be fetched (it is not there, or not a commit), in
+    one line with what to do; None when it is a commit object (its bytes are verified when read)."""
+    got = backend.get_many([tip]).get(tip)
+    if got is None:
+        return f"points at {tip.hex()[:12]}, which {where} does not have (a damaged store: run `ckpt fsck` there)"
+    if got.kind != ob.COMMIT:
+        kind = ob.KIND_NAMES.get(got.kind, b"unknown object").decode()
+        return (f"points at {tip.hex()[:12]}, a {kind}, not a checkpoint (a damaged or hostile store: run "
+                f"`ckpt fsck` there)")
+    return None
+
+
+def _sound_heads(backend: Parts, heads: dict[str, bytes], where: str) -> tuple[dict[str, bytes], list[RefResult]]:
+    """Split branch refs into those whose tip is a commit object and the others, reported as rejected."""
+    good: dict[str, bytes] = {}
+    bad: list[RefResult] = []
+    kinds = backend.get_many(list(set(heads.values()))) if heads else {}
+    for ref, tip in heads.items():
+        got = kinds.get(tip)
+        why = tip_problem(backend, tip, where) if got is None or got.kind != ob.COMMIT else None
+        if why is not None:
+            bad.append(RefResult(ref, None, tip.hex(), "rejected", f"{why}; not fetched"))
+            continue
+        good[ref] = tip
+    return good, bad
+
+
+def _remote_heads(other: Store, where: str) -> tuple[dict[str, bytes], list[RefResult]]:
+    """The remote's branch refs that can be fetched, and the others as rejected results (a name not valid
+    here, a tip that is missing or not a commit)."""
+    heads, invalid = _valid_heads(other.backend.refs(refnames.HEADS))
+    heads, broken = _sound_heads(other.backend, heads, where)
+    return heads, invalid + broken
+
+
 def _report(verb: str, remote: str, t: TransferReport, extra: Sequence[RefResult] = ()) -> SyncReport:
     return SyncReport(t.commits, t.objects, t.bytes, t.seconds, [*t.refs, *extra], t.dry_run, remote, verb)
 
 
 def fetch(store: Store, remote: str | Store | None = None, branches: Sequence[str] | None = None, *,
-          name: str | None = None, dry_run: bool = False, progress: Progress | None = None) -> SyncReport:
+          name: str | None = None, dry_run: bool = False, progress: Progress | None = None,
+          prune: bool = False) -> SyncReport:
     """Bring the remote's branches (all, or ``branches``) and what they need; move ``refs/remotes/<name>/*``
     to the remote's tips (forced, as git's default refspec ``+refs/heads/*:refs/remotes/origin/*``).
 
     ``name``: the tracking namespace when ``remote`` is a location or a Store (default: the remote's name).
+    ``prune``: also delete the tracking refs of branches the remote no longer has (git's ``fetch --prune``;
+    reported as "pruned"). With ``branches`` there is nothing to prune (a named branch the remote lacks is an
+    error), as git prunes only what its refspec names.
 
     Raises:
         UnknownRemote; CkptError: a branch the remote does not have; SyncError / IntegrityError: the remote
@@ -361,11 +454,15 @@ def fetch(store: Store, remote: str | Store | None = None, branches: Sequence[st
     """
     with connect(store, remote) as (label, other):
         ns = check_remote_name(name or label or DEFAULT_REMOTE)
-        heads, invalid = _valid_heads(other.backend.refs(refnames.HEADS))
+        heads, invalid = _remote_heads(other, _where(other, label))
         if branches:
             want = {}
             for b in branches:
                 ref = refnames.branch_ref(b)
+                bad = next((r for r in invalid if r.ref == ref), None)
+                if bad is not None:
+                    why = (bad.reason or "").removesuffix("; not fetched")
+                    raise SyncError(f"branch {b} of {_where(other, label)} {why}; nothing was fetched")
                 if ref not in heads:
                     raise CkptError(f"{_where(other, label)} has no branch {b!r}; its branches: "
                                     f"{', '.join(k[len(refnames.HEADS):] for k in heads) or 'none'}")
@@ -380,8 +477,11 @@ def fetch(store: Store, remote: str | Store | None = None, branches: Sequence[st
             status = ("new" if old is None else "up-to-date" if old == tip
                       else "fast-forward" if is_ancestor(there, old, tip) else "forced")
             updates.append(RefUpdate(dst, tip, old, f"{ns}/{b}", status, f"fetch: {status} from {there.name}"))
-        return _report("fetch", there.name, transfer(there, here, updates, dry_run=dry_run, progress=progress),
-                       [] if branches else invalid)
+        rep = _report("fetch", there.name, transfer(there, here, updates, dry_run=dry_run, progress=progress),
+                      [] if branches else invalid)
+        if prune and not branches:  # after the transfer: a kill in between leaves stale refs, never a lost one
+            rep.refs += _prune_stale(store, ns, other.backend.refs(refnames.HEADS), dry_run)
+        return rep
 
 
 def pull(store: Store, remote: str | Store | None = None, branch: str | None = None, *, name: str | None = None,
@@ -415,7 +515,7 @@ def pull(store: Store, remote: str | Store | None = None, branch: str | None = N
         assert mine is not None
         raise PullDiverged(f"{b} ({mine.hex()[:12]}) and {ns}/{b} ({theirs.hex()[:12]}) have diverged: each has "
                            f"checkpoints the other lacks, and pull only fast-forwards; keep both with `ckpt branch "
-                           f"{b}-{ns} {ns}/{b}`, or replace the remote's with `ckpt push --force {ns} {b}`")
+                           f"{b}-{ns} {ns}/{b}`, or replace the remote's with `ckpt push --force {rep.remote} {b}`")
     status = "new" if mine is None else "fast-forward"
     if dry_run:
         rep.refs.append(RefResult(ref, _hex(mine), theirs.hex(), status))
@@ -474,17 +574,18 @@ def push(store: Store, remote: str | Store | None = None, branch: str | None = N
                 status = "new"
             elif theirs == mine:
                 status = "up-to-date"
-            elif _known(store.backend, theirs) and is_ancestor(here, theirs, mine):
+            elif (broken := tip_problem(other.backend, theirs, there.name)) is not None and not force:
+                rejected.append(RefResult(ref, theirs.hex(), mine.hex(), "rejected",
+                                          f"{there.name}'s {b} {broken}; `ckpt push --force {label or there.name} "
+                                          f"{b}` replaces it"))
+                continue
+            elif broken is None and _known(store.backend, theirs) and is_ancestor(here, theirs, mine):
                 status = "fast-forward"
             elif force:
                 status = "forced"
             else:
-                why = ("not a fast-forward: the remote's tip is not an ancestor of yours" if _known(store.backend, theirs)
-                       else "the remote has checkpoints you do not have")
                 rejected.append(RefResult(ref, theirs.hex(), mine.hex(), "rejected",
-                                          f"{why} ({there.name} {b} is {theirs.hex()[:12]}, yours {mine.hex()[:12]}); "
-                                          f"`ckpt pull {label or there.name} {b}` first, or push with --force to "
-                                          f"replace it"))
+                                          _not_ff(here, b, theirs, mine, label or there.name, there.name)))
                 continue
             updates.append(RefUpdate(ref, mine, theirs, b, status, f"push: {status} from {location_of(store) or 'memory'}"))
         rep = _report("push", there.name, transfer(here, there, updates, dry_run=dry_run, progress=progress), rejected)
@@ -498,6 +599,21 @@ def push(store: Store, remote: str | Store | None = None, branch: str | None = N
             tracking.append(RefUpdate(dst, new, store.backend.get_ref(dst), "", "push", f"push to {label}"))
         move_refs(here, tracking)
     return rep
+
+
+def _not_ff(here: Side, b: str, theirs: bytes, mine: bytes, remote: str, where: str) -> str:
+    """Why a push of ``b`` is not a fast-forward, and the way out that works: ``pull`` only when it can
+    fast-forward; for two lineages (a fresh kickoff moved ``b`` to a new root) or a divergence, a new name."""
+    tips = f"({where} {b} is {theirs.hex()[:12]}, yours {mine.hex()[:12]})"
+    force = "or push with --force to replace it (its checkpoints stay there, unnamed by that branch)"
+    if not _known(here.backend, theirs):
+        return (f"the remote has checkpoints you do not have {tips}; `ckpt pull {remote} {b}` first if yours is "
+                f"behind, {force}")
+    if is_ancestor(here, mine, theirs):
+        return f"not a fast-forward: the remote is ahead of yours {tips}; `ckpt pull {remote} {b}` first, {force}"
+    return (f"not a fast-forward: the remote's tip is not an ancestor of yours and pull cannot fast-forward "
+            f"either (diverged, or two lineages: a fresh run moved {b} to a new root) {tips}; publish yours "
+            f"under its own name: `ckpt branch NEW {b}` then `ckpt push {remote} NEW`, {force}")
 
 
 def push_or_raise(rep: SyncReport) -> SyncReport:
@@ -641,7 +757,7 @@ def _clone_into(d: Store, other: Store, label: str, origin: str, dest: str | os.
                 progress: Progress | None) -> SyncReport:
     there, here = side(other, label), side(d, "the clone")
     updates = []
-    heads, invalid = _valid_heads(other.backend.refs(refnames.HEADS))
+    heads, invalid = _remote_heads(other, there.name)
     for ref, tip in heads.items():
         old = d.backend.get_ref(ref)
         b = ref[len(refnames.HEADS):]

@@ -468,6 +468,10 @@ class Splitter:
             if isinstance(v, Frozen):
                 if v._token is self._token and v._rep is not None:
                     return v._rep
+                if piece is None:  # finished earlier in this split (an agent embedded in every task it works on)
+                    hit = self._local.get(v)  # keyed by the object itself: alive and immutable for the split
+                    if hit is not None:
+                        return hit  # type: ignore[no-any-return]
                 inner = v.value
                 if isinstance(inner, Frozen):
                     raise TypeError("Frozen(Frozen(...)): freeze the plain value instead")
@@ -557,6 +561,8 @@ class Splitter:
                 self._local[f.key] = done
             if f.frozen is not None:
                 self._staged.append((None, f.frozen, done))  # type: ignore[arg-type]
+                if not f.leaf:
+                    self._local[f.frozen] = done
             if stack:
                 p = stack[-1]
                 p.out.append(done[0])

@@ -43,6 +43,7 @@ from crewckpt.format import objects as ob
 from crewckpt.history import head, refnames, revisions
 from crewckpt.history.commits import CommitInfo, PrunedCommit, from_commit, from_row, to_row
 from crewckpt.history.limits import ReadBudget
+from crewckpt.history.localorder import index_commit
 from crewckpt.history.objectdb import ObjectDB
 from crewckpt.history.profile import GENERIC, Profile
 from crewckpt.history.snapshot import Splitter, assemble
@@ -60,6 +61,7 @@ _EPOCH = "gc_epoch"
 AUTO_PACKS = 32  # per-checkpoint packs a writer merges into one (git's gc.autoPackLimit is 50)
 CHECKPOINT_LEVEL = 1  # zstd level of a checkpoint's own pack: as small as level 3 here, ~3x less CPU cold
 MERGE_LEVEL = 3  # zstd level of a writer's merges: 4x faster than gc's level 9, ~5% more bytes (issue 13)
+MERGE_MEMORY = 16 << 20  # bytes of its unmerged packs' bodies a writer keeps for its next merge
 LOOSE_MIN = 1 << 20  # bytes: bodies larger than this are stored loose, not packed
 
 
@@ -87,6 +89,11 @@ class Store:
         self._my_packs: builtins.list[tuple[bytes, builtins.list[bytes]]] = []  # merged every AUTO_PACKS
         self._wrote = False  # committed since the last finish_writes()
         self._last_pack: tuple[bytes, builtins.list[bytes]] | None = None
+        # the bodies of _my_packs' members (this writer made them and hashed them to their ids), so its merge
+        # need not read and decompress them back; at most MERGE_MEMORY bytes, else the merge reads the rest
+        self._pack_bodies: dict[bytes, tuple[int, bytes]] = {}
+        self._pack_bytes = 0
+        self._last_bodies: builtins.list[tuple[bytes, int, bytes]] = []
         self._last_commit: StoredObject | None = None  # the commit object _land wrote last
         self._check_version()
         dict_id = backend.meta_get("dictionary")
@@ -102,9 +109,11 @@ class Store:
 
     def _heal_index(self) -> None:
         """Without transactions a writer that died after its ref CAS and before its index row (W5 in
-        docs/backends.md) left a branch tip the index does not know: rebuild the index then (best effort)."""
+        docs/backends.md) left a branch tip the index does not know: rebuild the index then (best effort). A
+        transfer killed there (sync indexes with the ref move) leaves the same, on a branch or a
+        remote-tracking ref."""
         try:
-            tips = list(self.backend.refs(refnames.HEADS).values())
+            tips = [*self.backend.refs(refnames.HEADS).values(), *self.backend.refs(refnames.REMOTES).values()]
             unknown = [t for t in tips if self.backend.index_get(t) is None]
             if unknown and self.backend.has_many(unknown):
                 from crewckpt.history.reindex import rebuild_index
@@ -257,6 +266,10 @@ class Store:
                 self._wrote = True
                 if self._last_pack is not None:
                     self._my_packs.append(self._last_pack)
+                    for oid, kind, body in self._last_bodies:
+                        if self._pack_bytes + len(body) <= MERGE_MEMORY:
+                            self._pack_bodies[oid] = (kind, body)
+                            self._pack_bytes += len(body)
                     if len(self._my_packs) >= min(AUTO_PACKS, getattr(self.backend, "merge_packs_every",
                                                                         AUTO_PACKS)):
                         self._auto_repack()
@@ -299,20 +312,24 @@ class Store:
         logs; a running gc postpones it)."""
         from crewckpt.history.gc import merge_packs
         try:
-            if merge_packs(self.parts, self._my_packs, level=MERGE_LEVEL):
+            if merge_packs(self.parts, self._my_packs, level=MERGE_LEVEL, bodies=self._pack_bodies):
                 self._my_packs = []
+                self._pack_bodies = {}
+                self._pack_bytes = 0
         except CkptError as e:
             _log.warning("crewckpt: automatic repack skipped: %s", e)
 
     def _frames(self, pending: dict[bytes, tuple[int, bytes]]) -> list[Any]:
         """A checkpoint's new objects go into one pack; big blobs stay loose (objects_format.md, 'Packs')."""
         small = [(o, k, b) for o, (k, b) in pending.items() if len(b) <= LOOSE_MIN]
+        self._last_bodies = []
         big = [self.objects.frame(k, b) for o, (k, b) in pending.items() if len(b) > LOOSE_MIN]
         self._last_pack = None
         if len(small) < 2:
             return big + [self.objects.frame(k, b) for _, k, b in small]
         packed = self.objects.pack(small, level=CHECKPOINT_LEVEL)
         self._last_pack = (packed[0].oid, [o for o, _, _ in small])
+        self._last_bodies = small
         return big + packed
 
     def lookup_alias(self, alias: str) -> str | None:
@@ -367,7 +384,7 @@ class Store:
                 c = ob.Commit(root, tuple(parents), now if time_ns is None else time_ns, run, trigger, meta_json,
                               alias)
                 cobj = self.objects.frame(ob.COMMIT, c.encode())
-                txn.put_many_uncounted([cobj], now)
+                fresh = txn.put_many([cobj], now) > 0  # counted: index_commit needs to know
                 try:
                     txn.set_ref_if_equals(ref, tip, cobj.oid)
                     break
@@ -378,8 +395,10 @@ class Store:
             txn.reflog_append(ReflogEntry(ref, tip, cobj.oid, now, message))
             head.follow(txn, ref, tip, cobj.oid, now, message)
             _follow(txn, rref, cobj.oid)
-            seq = txn.counter_next("seq")  # local order: the commit index's, never the commit's
-            txn.index_add(to_row(cobj.oid, c, branch, seq, summary))
+            # local order: the commit index's, never the commit's. The same id can come back (format 2 ids hold
+            # no seq) under children that stayed live: only a given time or an object already there allows it
+            index_commit(txn, cobj.oid, lambda seq: to_row(cobj.oid, c, branch, seq, summary),
+                         may_revive=time_ns is not None or not fresh)
             if alias:
                 txn.alias_set(alias, cobj.oid)
         self._old_version = False
@@ -762,12 +781,13 @@ class Store:
         return remotes.remove_remote(self, name)
 
     def fetch(self, remote: str | Store | None = None, branches: Sequence[str] | None = None, *,
-              name: str | None = None, dry_run: bool = False, progress: Progress | None = None) -> SyncReport:
+              name: str | None = None, dry_run: bool = False, progress: Progress | None = None,
+              prune: bool = False) -> SyncReport:
         """Fetch a remote's branches into ``refs/remotes/<remote>/`` (see :func:`crewckpt.history.remotes.fetch`).
         ``remote``: a remote name (default ``origin``), a location or an open Store (then ``name`` names the
-        tracking namespace)."""
+        tracking namespace). ``prune``: also delete tracking refs of branches the remote deleted."""
         from crewckpt.history import remotes
-        return remotes.fetch(self, remote, branches, name=name, dry_run=dry_run, progress=progress)
+        return remotes.fetch(self, remote, branches, name=name, dry_run=dry_run, progress=progress, prune=prune)
 
     def pull(self, remote: str | Store | None = None, branch: str | None = None, *, name: str | None = None,
              dry_run: bool = False, progress: Progress | None = None) -> SyncReport:
@@ -789,6 +809,15 @@ class Store:
         rep = remotes.push(self, remote, branch, all_branches=all_branches, force=force, name=name,
                            dry_run=dry_run, progress=progress)
         return remotes.push_or_raise(rep) if check else rep
+
+    def publish_run(self, remote: str | Store | None, run_id: str, branch: str | None = None, *,
+                    name: str | None = None, progress: Progress | None = None) -> SyncReport:
+        """Publish run ``run_id`` (its ``refs/runs/<run id>``, and its branch when no tip loses its name) to a
+        shared store: what ``CheckpointConfig(push_to=...)`` does when a run ends (see
+        :func:`crewckpt.history.publish.publish_run`; rejections are in the report). Raises UnknownRevision
+        (no such run here) and push's errors."""
+        from crewckpt.history import publish
+        return publish.publish_run(self, remote, run_id, branch, name=name, progress=progress)
 
     @classmethod
     def clone(cls, src: str | Store, dest: str | os.PathLike[str], *, origin: str = "origin",

@@ -21,7 +21,8 @@ whole Store, so any two backends can talk (memory, SQLite, PostgreSQL...). Steps
 4. **Move refs** by compare-and-swap against the value read when the transfer was planned, with a reflog
    record, and in the same write scope (a transaction where there are) index the commits the ref now
    reaches: commit-index rows with the receiver's own arrival ``seq`` (the summary copied from the sender's
-   row, or taken from the commit object) and their aliases (CrewAI checkpoint ids). A ref that moved
+   row, or taken from the commit object; a commit the receiver pruned under children that stayed live comes
+   back below them: :mod:`crewckpt.history.localorder`) and their aliases (CrewAI checkpoint ids). A ref that moved
    meanwhile is reported as rejected (another writer won), never overwritten, and the commits only it would
    have reached stay unindexed: nothing lists them and gc collects them (docs/backends.md W1-W5 order).
 
@@ -33,16 +34,18 @@ presence; a commit object that arrived is not counted or sent again).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from crewckpt.backends.base import Backend, Parts, ReflogEntry, StoredObject, writing
+from crewckpt.backends.base import Backend, IndexRow, Parts, ReflogEntry, StoredObject, writing
 from crewckpt.errors import DecodeError, IntegrityError, MissingObject, RefConflict, SyncError
 from crewckpt.format import objects as ob
 from crewckpt.history import head, refnames
 from crewckpt.history.commits import from_commit, from_row, to_row
 from crewckpt.history.limits import ReadBudget
+from crewckpt.history.localorder import index_commit
 from crewckpt.history.objectdb import ObjectDB, decode_commit
 from crewckpt.history.snapshot import links_in
 
@@ -128,6 +131,7 @@ class _CommitPlan:
     order: list[tuple[bytes, int]]  # new objects, children before parents
     bodies: dict[bytes, bytes] | None  # None: re-read when landing (over STAGE_BYTES)
     arrived: bool = False  # the receiver holds the commit object already (an earlier, interrupted transfer)
+    revive: bool = False  # live rows of the receiver name it as a parent (pruned there: see localorder)
 
 
 def transfer(sender: Side, receiver: Side, updates: Sequence[RefUpdate], *, dry_run: bool = False,
@@ -155,6 +159,7 @@ def transfer(sender: Side, receiver: Side, updates: Sequence[RefUpdate], *, dry_
         if plans:  # pin HEAD first: a store that never stored it reads it from the last commit written
             with writing(receiver.backend) as w:
                 head.head_ref_stored(w)
+        _mark_revivals(receiver, plans)
         try:
             for i, p in enumerate(plans):
                 n, size = _land(sender, receiver, p, epoch)
@@ -361,12 +366,23 @@ def _land(sender: Side, receiver: Side, p: _CommitPlan, epoch: str | None) -> tu
         if w.index_get(p.cid) is not None:  # another transfer landed it meanwhile
             return 0, 0
         now = time.time_ns()
-        w.put_many(frames, now)
-        w.put_many([cobj], now)  # also freshens one that arrived before, so gc's grace covers it
+        # one batch, children first and the commit object last (one PUT on S3: a pack per commit, not two);
+        # it also freshens a commit object that arrived before, so gc's grace covers it
+        w.put_many([*frames, cobj], now)
         if p.commit.version > int(w.meta_get("format_version") or "1"):
             w.meta_set("format_version", str(p.commit.version))
     sent = [] if p.arrived else [cobj]
     return len(p.order) + len(sent), sum(len(f.frame) for f in [*frames, *sent])
+
+
+def _mark_revivals(receiver: Side, plans: Sequence[_CommitPlan]) -> None:
+    """Mark the planned commits that live rows of the receiver name as a parent (it pruned them and kept
+    their children): indexing them renumbers those children after them (crewckpt.history.localorder). One
+    index query per transfer, so other commits skip the per-commit lookups."""
+    ids = {p.cid for p in plans}
+    named = {x for r in receiver.backend.index_children(ids) for x in r.parents} if ids else set()
+    for p in plans:
+        p.revive = p.cid in named
 
 
 def _reached(plans: Sequence[_CommitPlan], tip: bytes) -> list[_CommitPlan]:
@@ -388,9 +404,13 @@ def _index(w: Parts, plans: Sequence[_CommitPlan], branch: str) -> None:
     for p in plans:
         if w.index_get(p.cid) is not None:
             continue
-        w.index_add(to_row(p.cid, p.commit, branch, w.counter_next("seq"), _summary(p)))
+        index_commit(w, p.cid, functools.partial(_row, p, branch), may_revive=p.revive)
         if p.commit.alias:
             w.alias_set(p.commit.alias, p.cid)
+
+
+def _row(p: _CommitPlan, branch: str, seq: int) -> IndexRow:
+    return to_row(p.cid, p.commit, branch, seq, _summary(p))
 
 
 def _summary(p: _CommitPlan) -> dict[str, Any]:
@@ -467,7 +487,10 @@ def _reput(sender: Side, receiver: Side, plans: Sequence[_CommitPlan]) -> None:
 
 def is_ancestor(side: Side, ancestor: bytes, descendant: bytes) -> bool:
     """Whether ``ancestor`` is ``descendant`` or reachable from it by parents, on ``side`` (index rows first,
-    commit objects for unindexed commits; a walk skips commits older than ``ancestor`` by local seq)."""
+    commit objects for unindexed commits; a walk skips commits older than ``ancestor`` by local seq).
+
+    Raises:
+        IntegrityError: a corrupt commit object on the way. DocumentTooLarge: one over the read budget."""
     if ancestor == descendant:
         return True
     b = side.backend
@@ -482,11 +505,14 @@ def is_ancestor(side: Side, ancestor: bytes, descendant: bytes) -> bool:
             if floor is not None and row.seq <= floor:
                 continue
             parents: Sequence[bytes] = row.parents
-        else:
+        else:  # a commit object of a store that may be hostile: bounded like every read of this module
             try:
-                parents = side.objects.commit(cid).parents
-            except MissingObject:
+                got = read_verified(side, [cid], budget(side, cid))
+            except MissingObject:  # its pack went meanwhile (a gc there)
                 continue
+            if cid not in got:
+                continue
+            parents = _decode_commit(cid, *got[cid]).parents
         for par in parents:
             if par == ancestor:
                 return True

@@ -37,7 +37,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +190,12 @@ class WithoutTransactions(Backend):
     def index_rebranch(self, old: str, new: str) -> None:
         self.inner.index_rebranch(old, new)
 
+    def index_children(self, cids: Iterable[bytes]) -> list[IndexRow]:
+        return self.inner.index_children(cids)
+
+    def index_renumber(self, seqs: Mapping[bytes, int]) -> int:
+        return self.inner.index_renumber(seqs)
+
     def index_last(self) -> bytes | None:
         return self.inner.index_last()
 
@@ -234,8 +240,8 @@ class WithoutTransactionsFactory(BackendFactory):
 
 
 WRITE_VERBS = ("put_many", "delete_objects", "set_ref_if_equals", "reflog_append", "reflog_delete", "set_symref",
-               "index_add", "index_remove", "index_rebranch", "alias_set", "alias_forget", "counter_next",
-               "meta_set")
+               "index_add", "index_remove", "index_rebranch", "index_renumber", "alias_set", "alias_forget",
+               "counter_next", "meta_set")
 
 
 class _Crash(Exception):
@@ -259,7 +265,8 @@ class Faulty(WithoutTransactions):
             raise _Crash(f"crash before write {len(self.calls)} ({verb})")
         if self.before is not None:
             self.before(verb, args)
-        args = tuple(list(a) if isinstance(a, (list, tuple, set, dict, Iterator)) else a for a in args)
+        args = tuple(dict(a) if isinstance(a, dict) else list(a) if isinstance(a, (list, tuple, set, Iterator))
+                     else a for a in args)
         self.calls.append((verb, args))
         return getattr(self.inner, verb)(*args)
 
@@ -295,6 +302,9 @@ def new_store(backend: Backend) -> Any:
             w.meta_set("format_version", str(ob.FORMAT_VERSION))
             w.meta_set("gc_epoch", "0")
     return Store(backend, None)
+
+
+REVIVAL_T0 = 1_764_460_800_000_000_000  # a fixed commit time (ns), so a commit can be written again with its id
 
 
 def _oid(i: int) -> bytes:
@@ -444,6 +454,27 @@ class BackendContract:
         assert {r.branch for r in backend.index_rows()} == {"trunk"}
         got = backend.index_get(row(5).id)
         assert got == dataclasses.replace(row(5, seq=3), branch="trunk") and backend.index_get(row(7).id) is None
+
+    def test_index_children_and_renumber(self, backend: Backend) -> None:
+        """I6: the live children of given commits; renumbering in place keeps every other field, skips ids
+        without a row, and the seq counter stays above every renumbered seq (I5)."""
+        a = row(1, seq=1)
+        b = dataclasses.replace(row(2, seq=2), parents=(row(1).id,))
+        c = dataclasses.replace(row(3, seq=3), parents=(row(2).id, row(1).id))
+        d = dataclasses.replace(row(4, "b", seq=4), parents=(row(9).id,))  # a parent without a row
+        for r in (a, b, c, d):
+            backend.index_add(r)
+        assert [r.id for r in backend.index_children([row(1).id])] == [b.id, c.id]
+        assert backend.index_children([row(9).id]) == [d]
+        assert backend.index_children([row(3).id]) == [] and backend.index_children([]) == []
+        straddle = row(2).id[16:] + row(1).id[:16]  # bytes across two ids of c's parents: no parent
+        assert backend.index_children([straddle]) == []
+        many = [row(100 + k).id for k in range(40)] + [row(2).id]  # a big batch (a fetch asks for all)
+        assert [r.id for r in backend.index_children(many)] == [c.id]
+        assert backend.index_renumber({c.id: 20, b.id: 12, row(8).id: 30, a.id: 1}) == 2
+        assert [(r.id, r.seq) for r in backend.index_rows()] == [(a.id, 1), (d.id, 4), (b.id, 12), (c.id, 20)]
+        assert backend.index_get(c.id) == dataclasses.replace(c, seq=20)
+        assert backend.index_last() == c.id and backend.counter_next("seq") == 21
 
     def test_counters_aliases_meta(self, backend: Backend) -> None:
         assert [backend.counter_next("seq") for _ in range(3)] == [1, 2, 3]
@@ -986,6 +1017,74 @@ class StoreContract:
         w.close()
         if other is not inner:
             s.close()
+
+    @staticmethod
+    def _revival_history(s: Any) -> tuple[list[dict[str, Any]], list[str], str]:
+        """b: c0 <- c1 <- c2 <- c3 and f: fork (a child of c2); prune b to its tip and collect: c0..c2 are
+        gone while their children c3 and fork stay live."""
+        docs = [{"n": i, "s": "x" * 300 * (i + 1)} for i in range(4)]
+        ids: list[str] = []
+        for i, d in enumerate(docs):
+            ids.append(s.commit(d, branch="b", parents=ids[-1:], run_id="r1", time_ns=REVIVAL_T0 + i))
+        fork = s.commit({"fork": 1}, branch="f", parents=[ids[2]])
+        assert s.prune("b", keep=1) == ids[:3]
+        s.gc()
+        return docs, ids, fork
+
+    @staticmethod
+    def _assert_parents_older(s: Any) -> None:
+        seq = {c.id: c.seq for c in s.list()}
+        bad = [(c.id[:8], p[:8]) for c in s.list() for p in c.parents if p in seq and seq[p] >= seq[c.id]]
+        assert not bad, f"parents not older than their children: {bad}"
+        rep = s.fsck(full=True)
+        assert rep.ok, rep.problems
+
+    def test_a_revived_commit_stays_older_than_its_live_children(self, backend_factory: BackendFactory) -> None:
+        """I6: commits pruned and collected while their children stayed live, then written again with the same
+        ids (format 2 ids hold no seq: a CrewAI re-import after gc does this) keep every parent's seq below
+        its children's; the children are renumbered after them, log and ~N walk the whole chain."""
+        with self._store(backend_factory) as s:
+            docs, ids, fork = self._revival_history(s)
+            again: list[str] = []
+            for i in range(3):
+                again.append(s.commit(docs[i], branch="b2", parents=again[-1:], run_id="r1", time_ns=REVIVAL_T0 + i))
+            assert again == ids[:3]
+            self._assert_parents_older(s)
+            assert [c.id for c in s.log("b")] == ids[::-1] and s.resolve("b~3") == ids[0]
+            assert [c.id for c in s.log("f")] == [fork, *ids[2::-1]]
+            assert [c.id for c in s.list()][-2:] in ([ids[3], fork], [fork, ids[3]])  # renumbered after c2
+            assert all(_doc_text(s.read(c)) == _doc_text(d) for c, d in zip(ids, docs, strict=True))
+
+    def test_a_crash_while_reviving_keeps_parents_older(self, backend_factory: BackendFactory) -> None:
+        """I6 without a transaction: kill the writer before each write of a revival in turn; whatever landed,
+        every indexed parent is older than its indexed children, and writing the commit again completes."""
+        from crewckpt.history.store import Store
+        for k in range(100):
+            inner = backend_factory.create()
+            s = new_store(Faulty(inner))
+            docs, ids, _ = self._revival_history(s)
+            again: list[str] = []
+            for i in range(2):
+                again.append(s.commit(docs[i], branch="b2", parents=again[-1:], run_id="r1", time_ns=REVIVAL_T0 + i))
+            f: Faulty = s.backend
+            f.crash_at = len(f.calls) + k
+            try:
+                s.commit(docs[2], branch="b2", parents=again[-1:], run_id="r1", time_ns=REVIVAL_T0 + 2)
+                done = True
+            except _Crash:
+                done = False
+            s2 = Store(WithoutTransactions(inner), None)
+            try:
+                self._assert_parents_older(s2)
+                assert s2.commit(docs[2], branch="b3", parents=ids[1:2], run_id="r1", time_ns=REVIVAL_T0 + 2) == ids[2]
+                self._assert_parents_older(s2)
+                assert [c.id for c in s2.log("b")] == ids[::-1]
+            finally:
+                s2.close()
+            if done:
+                break
+        else:
+            raise AssertionError("a revival took more than 100 writes")
 
     def test_the_index_is_rebuilt_from_objects_and_refs(self, backend_factory: BackendFactory) -> None:
         with self._store(backend_factory) as s:

@@ -1,0 +1,183 @@
+"""Store.publish_run: a run (lineage) is published under refs/runs/<run id>, and its branch moves in the shared
+store only when no tip loses its name (crewckpt.history.publish; what CheckpointConfig(push_to=...) uses).
+The CrewAI side, with real crews, is tests/test_crewai_push.py."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from crewckpt.errors import PullDiverged, PushRejected, UnknownRevision
+from crewckpt.history.publish import KEPT, REPLACED, SKIPPED
+from crewckpt.history.store import Store
+
+
+def run(store: Store, run_id: str, steps: int, *, branch: str = "main", parent: str | None = None) -> str:
+    """Write one lineage of ``steps`` commits as a CrewAI writer does (the first is a root unless ``parent``)."""
+    tip = ""
+    for i in range(steps):
+        parents = ([parent] if parent else []) if i == 0 else [tip]
+        tip = store.commit({"run": run_id, "step": i, "pad": "x" * 500}, branch=branch, parents=parents,
+                           run_id=run_id)
+    return tip
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[Store, Store]]:
+    with Store.init(tmp_path / "worker") as w, Store.init(tmp_path / "shared") as s:
+        yield w, s
+
+
+def statuses(rep: object) -> dict[str, str]:
+    return {r.ref: r.status for r in rep.refs}  # type: ignore[attr-defined]
+
+
+def assert_clean(*stores: Store) -> None:
+    for s in stores:
+        r = s.fsck(full=True)
+        assert r.ok, (r.broken, r.problems)
+
+
+def test_every_run_on_one_branch_publishes_and_the_shared_branch_follows_the_latest(pair: tuple[Store, Store]) -> None:
+    w, s = pair
+    a = run(w, "run-a", 3)
+    rep = w.publish_run(s, "run-a")
+    assert statuses(rep) == {"refs/runs/run-a": "new", "refs/heads/main": "new"} and rep.commits == 3
+    b = run(w, "run-b", 2)  # a second kickoff: a new root, main moves to it (run-a keeps its run ref)
+    assert w.runs() == {"run-a": a, "run-b": b} and w.resolve("main") == b
+    with pytest.raises(PushRejected, match="two lineages"):  # what a plain push says now
+        w.push(s, "main")
+    rep = w.publish_run(s, "run-b")
+    assert not rep.rejected and rep.commits == 2
+    assert statuses(rep) == {"refs/runs/run-b": "new", "refs/heads/main": REPLACED}
+    assert "kept by refs/runs/run-a" in s.reflog("main")[-1].message
+    c = run(w, "run-c", 2)
+    w.publish_run(s, "run-c")
+    assert s.runs() == w.runs() == {"run-a": a, "run-b": b, "run-c": c}
+    assert s.resolve("main") == c and [x.id for x in s.list()] == [x.id for x in w.list()]
+    assert [e.new.hex() for e in s.reflog("main")] == [a, b, c]
+    assert statuses(w.publish_run(s, "run-c")) == {"refs/runs/run-c": "up-to-date", "refs/heads/main": "up-to-date"}
+    assert_clean(w, s)
+
+
+def test_a_run_published_mid_way_fast_forwards_both_refs(pair: tuple[Store, Store]) -> None:
+    w, s = pair
+    run(w, "run-a", 2)
+    w.publish_run(s, "run-a")
+    tip = w.commit({"more": 1}, branch="main", run_id="run-a")  # the same run goes on
+    rep = w.publish_run(s, "run-a")
+    assert statuses(rep) == {"refs/runs/run-a": "fast-forward", "refs/heads/main": "fast-forward"}
+    assert rep.commits == 1 and s.resolve("main") == tip == s.runs()["run-a"]
+
+
+def test_hand_pushed_work_on_the_shared_branch_is_never_displaced(pair: tuple[Store, Store]) -> None:
+    w, s = pair
+    with Store.memory() as person:  # `ckpt push` sends branches only: no run ref names this in the shared store
+        hand = person.commit({"someone": "else"}, branch="main")
+        person.push(s, "main")
+    tip = run(w, "run-a", 2)
+    rep = w.publish_run(s, "run-a")
+    assert not rep.rejected
+    assert statuses(rep) == {"refs/runs/run-a": "new", "refs/heads/main": KEPT}
+    assert "no run ref names" in (rep.refs[1].reason or "")
+    assert s.resolve("main") == hand and s.runs()["run-a"] == tip
+    assert_clean(s)
+
+
+def test_the_shared_branch_is_never_moved_backwards(pair: tuple[Store, Store]) -> None:
+    w, s = pair
+    tip = run(w, "run-a", 2)
+    w.publish_run(s, "run-a")
+    ahead = s.commit({"resumed": "there"}, branch="main", run_id="run-z")  # someone continued it in the shared store
+    rep = w.publish_run(s, "run-a")
+    assert statuses(rep)["refs/heads/main"] == KEPT and "already continues" in (rep.refs[1].reason or "")
+    assert s.resolve("main") == ahead and s.runs()["run-a"] == tip
+
+
+def test_a_run_whose_branch_moved_on_here_publishes_only_its_run_ref(pair: tuple[Store, Store]) -> None:
+    w, s = pair
+    a = run(w, "run-a", 2)
+    run(w, "run-b", 1)  # another run of this store took main since
+    rep = w.publish_run(s, "run-a", "main")
+    assert statuses(rep) == {"refs/runs/run-a": "new", "refs/heads/main": SKIPPED}
+    assert s.runs() == {"run-a": a} and s.branches() == {}
+
+
+def test_a_run_ref_that_names_other_work_in_the_shared_store_is_rejected(pair: tuple[Store, Store]) -> None:
+    w, s = pair
+    other = s.commit({"not": "yours"}, branch="x", run_id="run-a")
+    run(w, "run-a", 1)
+    rep = w.publish_run(s, "run-a")
+    assert [r.ref for r in rep.rejected] == ["refs/runs/run-a"] and "nothing was published" in (rep.refs[0].reason or "")
+    assert s.runs() == {"run-a": other} and "main" not in s.branches() and len(s.list()) == 1
+
+
+def test_publishing_to_a_named_remote_moves_its_tracking_ref(pair: tuple[Store, Store]) -> None:
+    w, s = pair
+    w.add_remote("team", s.location)  # type: ignore[arg-type]
+    run(w, "run-a", 1)
+    b = run(w, "run-b", 1)
+    w.publish_run("team", "run-a")
+    rep = w.publish_run("team", "run-b")
+    assert rep.verb == "publish" and rep.remote == "team"
+    assert w.resolve("team/main") == b
+
+
+def test_an_unknown_run_is_one_clear_error(pair: tuple[Store, Store]) -> None:
+    w, s = pair
+    with pytest.raises(UnknownRevision, match="no run 'run-x' in this store"):
+        w.publish_run(s, "run-x")
+
+
+def test_push_rejection_messages_name_a_way_out_that_works(pair: tuple[Store, Store]) -> None:
+    """After a second kickoff, `push` used to say "pull first", and that pull refused (diverged)."""
+    w, s = pair
+    run(w, "run-a", 1)
+    w.push(s, "main")
+    run(w, "run-b", 1)
+    with pytest.raises(PushRejected) as e:
+        w.push(s, "main")
+    msg = str(e.value)
+    assert "pull" not in msg.replace("pull cannot", "") and "ckpt branch NEW main" in msg and "--force" in msg
+    with pytest.raises(PullDiverged) as d:
+        w.pull(s.location, "main")  # indeed no pull helps here; its advice names the remote as it was given
+    assert f"`ckpt push --force {s.location} main`" in str(d.value) and "`ckpt branch main-origin origin/main`" in str(d.value)
+    # the remote ahead of a behind local branch: then pull is the way out, and it works
+    with Store.memory() as behind:
+        behind.pull(s, "main", name="origin")
+        s.commit({"more": 1}, branch="main")
+        behind.fetch(s, name="origin")
+        with pytest.raises(PushRejected, match="the remote is ahead of yours.*ckpt pull"):
+            behind.push(s, "main")
+        behind.pull(s, "main", name="origin")
+        assert behind.resolve("main") == s.resolve("main")
+
+
+def test_ckpt_publish_catches_up_on_every_run_and_reports_like_push(tmp_path: Path) -> None:
+    """`ckpt publish` (what push_to does, for runs whose push failed): every run, oldest first, changed refs
+    only in the human form, every ref in --json; exit 1 with one line for an unknown or rejected run."""
+    from cli_helpers import ckpt, ok
+
+    w_loc, s_loc = str(tmp_path / "worker"), str(tmp_path / "shared")
+    with Store.init(w_loc) as w, Store.init(s_loc) as s:
+        tips = [run(w, f"run-{k}", 2) for k in "abc"]
+        s.commit({"x": 1}, branch="other", run_id="run-z")
+    out = ok(ckpt(w_loc, "publish", s_loc))
+    assert out.stdout.count("* [new]") == 4 and "(new lineage)" not in out.stdout  # 3 run refs + main
+    assert "[skipped]" not in out.stdout and "sent 6 checkpoint(s)" in out.stderr
+    with Store.open(s_loc) as s:
+        assert s.runs() == {"run-a": tips[0], "run-b": tips[1], "run-c": tips[2], "run-z": s.resolve("other")}
+        assert s.resolve("main") == tips[2]
+    assert ok(ckpt(w_loc, "publish", s_loc)).stdout.startswith("Everything up-to-date (3 run(s))")
+    rep = json.loads(ok(ckpt(w_loc, "publish", s_loc, "run-a", "--json")).stdout)
+    assert rep["verb"] == "publish" and [r["status"] for r in rep["refs"]] == ["up-to-date", "skipped"]
+    r = ckpt(w_loc, "publish", s_loc, "run-nope")
+    assert r.exit_code == 1 and r.stderr.strip().splitlines() == [
+        "ckpt: error: no run 'run-nope' in this store; its runs are listed by `ckpt log --all`"]
+    with Store.open(w_loc) as w:
+        run(w, "run-z", 1)  # the shared store's run-z is other work: never overwritten
+    r = ckpt(w_loc, "publish", s_loc, "run-z")
+    assert r.exit_code == 1 and "! [rejected]  refs/runs/run-z" in r.stdout and "nothing was published" in r.stdout
