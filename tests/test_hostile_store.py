@@ -22,6 +22,7 @@ from crewckpt.errors import (
     CkptError,
     CorruptStore,
     DocumentTooLarge,
+    GcAborted,
     IntegrityError,
     UnknownRevision,
 )
@@ -543,3 +544,99 @@ def test_an_object_answered_under_another_id_is_refused() -> None:
 
     with pytest.raises(IntegrityError, match="answered with object"):
         ObjectDB(backend).get_many([tree_a], reader=Swapping())  # type: ignore[arg-type]
+
+
+# -- fsck and gc under the read limit (attacker pass) ----------------------------------------------------------
+
+def _bomb_tree(s: Store, mib: int) -> tuple[bytes, str]:
+    """A commit whose root tree's frame is ~32 KB of zstd zeros declaring ``mib`` MiB (its id is made up)."""
+    n = mib << 20
+    frame = b"\x01" + zstandard.ZstdCompressor(level=1).compress(b"\x00" * n)
+    oid = ob.object_id(ob.TREE, b"not the body")
+    with s.backend.transaction() as txn:
+        txn.put_many([StoredObject(oid, ob.TREE, n, frame)], 1)
+    return oid, _commit_root(s, ob.Link(oid, ob.TREE))
+
+
+def test_fsck_and_gc_refuse_an_object_over_the_read_limit_without_inflating_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = Store.init(tmp_path / "s")
+    s.commit({"keep": 1})
+    oid, _ = _bomb_tree(s, 40)
+    monkeypatch.setenv("CKPT_MAX_READ_BYTES", str(10 << 20))  # the 40 MiB tree is over it: never decompressed
+    calls: list[int] = []
+    real = s.objects.codec.decode
+
+    def counting(frame: bytes, size: int | None = None) -> bytes:
+        calls.append(size or 0)
+        return real(frame, size)
+
+    monkeypatch.setattr(s.objects.codec, "decode", counting)
+    for full in (False, True):
+        rep = s.fsck(full=full)
+        lines = [p for p in rep.problems if oid.hex() in p]
+        assert len(lines) == 1 and f"declares {40 << 20} bytes, more than the read limit" in lines[0], rep.problems
+        assert "CKPT_MAX_READ_BYTES" in lines[0] and oid.hex() not in rep.broken
+    before = s.stats()["objects"]
+    for dry in (True, False):
+        with pytest.raises(GcAborted, match=f"{oid.hex()} declares .* nothing|deleting anything.*{oid.hex()}"):
+            s.gc(dry_run=dry)
+    assert max(calls) < 1 << 20, calls  # nothing near the declared size was inflated
+    assert s.stats()["objects"] == before  # G2: a failed read deletes nothing
+    s.close()
+    for args in (["fsck"], ["fsck", "--full"], ["gc", "-n"], ["gc"]):
+        code, out, err = _run(args, tmp_path / "s")
+        assert code == 1 and (out + err).count("declares") == 1, (args, out, err)
+
+
+def _damage(path: Path, sql: str, *args: Any) -> None:
+    with _db(path) as c:
+        c.execute(sql, args)
+
+
+@pytest.mark.parametrize("case", ["ref at a tree", "2-byte ref"])
+def test_fsck_and_reads_name_a_ref_that_cannot_name_a_commit(chain: tuple[Path, list[str]], case: str) -> None:
+    path, ids = chain
+    with Store.open(path) as s:
+        tree = s.objects.commit(bytes.fromhex(ids[0])).tree.oid
+    target = tree if case == "ref at a tree" else b"\x01\x02"
+    _damage(path, "UPDATE refs SET target=? WHERE name='refs/heads/main'", target)
+    want = "a tree, not a commit" if case == "ref at a tree" else "is malformed: it holds 2 byte(s) (0102)"
+    with Store.open(path) as s:
+        for full in (False, True):
+            lines = [p for p in s.fsck(full=full).problems if "refs/heads/main" in p]
+            assert len(lines) == 1 and want in lines[0] and "ckpt reflog main" in lines[0], (full, lines)
+    for args in (["log"], ["show", "main"], ["rev-parse", "main~1"]):
+        code, _, err = _run(args, path)
+        assert code == 1 and err.count("\n") == 1 and "ref refs/heads/main" in err and want in err, (args, err)
+        assert "pruned" not in err and "corrupt" not in err
+
+
+@pytest.mark.parametrize("column, value, want", [
+    ("seq", "abc", "its seq 'abc' is not a whole number"),
+    ("parents", b"\x01\x02", "malformed parent id 0102"),
+    ("branch", "../../x", "its branch '../../x' is not a valid branch name"),
+])
+def test_fsck_names_a_damaged_index_row_and_reads_say_so(chain: tuple[Path, list[str]], column: str, value: Any,
+                                                         want: str) -> None:
+    path, ids = chain
+    _damage(path, f"UPDATE commits SET {column}=? WHERE id=?", value, bytes.fromhex(ids[1]))
+    with Store.open(path) as s:
+        for full in (False, True):
+            rep = s.fsck(full=full)
+            assert len(rep.problems) == 1 and ids[1] in rep.problems[0] and want in rep.problems[0], rep.problems
+            assert "--rebuild-index" in rep.problems[0]
+        assert all("../" not in c.branch for c in s.list())  # a path-like branch is never shown as one
+        if column == "seq":  # walks need the order: one line naming the row, not a "parent cycle"
+            for walk in (lambda: list(s.log()), lambda: s.resolve("main~2")):
+                with pytest.raises(CkptError, match="commit-index row .* is damaged: its seq") as e:
+                    walk()
+                assert "cycle" not in str(e.value) and "--rebuild-index" in str(e.value)
+        else:  # the object still answers for the row's copies
+            assert [c.id for c in s.log()] == ids[::-1]
+            assert s.resolve("main~2") == ids[0]
+    code, _, err = _run(["fsck", "--rebuild-index"], path)
+    assert code == 0, err
+    with Store.open(path) as s:
+        assert s.fsck(full=True).ok
+        assert [c.id for c in s.log()] == ids[::-1]
