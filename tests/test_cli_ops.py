@@ -391,3 +391,33 @@ def test_list_or_info_of_a_store_folder(demo, tmp_path, monkeypatch):
         info.exit_code == 2
         and f"is a crewckpt store, not a checkpoint: ckpt --store {demo.path} info" in info.stderr
     )
+
+
+def test_gc_right_after_prune_says_what_the_grace_kept_and_when_it_can_go(demo, monkeypatch):
+    """A shared store's grace (60 s on PostgreSQL/S3) kept everything prune just cut off: gc must say so,
+    not report a bare "deleted 0"."""
+    import calendar
+    import dataclasses
+    import time as _time
+
+    from crewckpt.backends.sqlite import SqliteBackend
+    monkeypatch.setattr(SqliteBackend, "capabilities",
+                        dataclasses.replace(SqliteBackend.capabilities, gc_grace_s=60.0))
+    ok(ckpt(demo.path, "prune", "--keep", "2", "--branch", "main"))
+    started = _time.time()
+    human = ok(ckpt(demo.path, "gc", "--dry-run")).stdout
+    record = orjson.loads(ok(ckpt(demo.path, "gc", "--json")).stdout)
+    assert record["deleted_objects"] == 0 and record["kept_young"] > 0
+    assert record["grace_s"] == 60.0 and record["grace_shared"] is True
+    until = calendar.timegm(_time.strptime(record["kept_until"], "%Y-%m-%dT%H:%M:%SZ"))
+    assert started + 55 <= until <= _time.time() + 61
+    assert (f"{record['kept_young']} unreachable object(s) kept: younger than the 60 s grace (shared store); "
+            "run gc again after ") in human
+    text = ok(ckpt(demo.path, "gc")).stdout
+    assert text.startswith("gc: deleted 0 object(s)") and text.count("\n") == 1
+    assert f"; {record['kept_young']} unreachable object(s) kept: younger than the 60 s grace (shared store); " \
+           f"run gc again after {_time.strftime('%H:%M:%S', _time.localtime(until))}" in text
+    monkeypatch.undo()  # grace 0 (this machine's clock): the same objects go, and nothing is said about a grace
+    done = orjson.loads(ok(ckpt(demo.path, "gc", "--json")).stdout)
+    assert done["deleted_objects"] >= record["kept_young"] and done["kept_young"] == 0
+    assert done["kept_until"] is None and "kept" not in ok(ckpt(demo.path, "gc")).stdout

@@ -22,6 +22,7 @@ from crewckpt.errors import (
     CkptError,
     CorruptStore,
     DocumentTooLarge,
+    GcAborted,
     IntegrityError,
     UnknownRevision,
 )
@@ -543,3 +544,46 @@ def test_an_object_answered_under_another_id_is_refused() -> None:
 
     with pytest.raises(IntegrityError, match="answered with object"):
         ObjectDB(backend).get_many([tree_a], reader=Swapping())  # type: ignore[arg-type]
+
+
+# -- fsck and gc under the read limit (attacker pass) ----------------------------------------------------------
+
+def _bomb_tree(s: Store, mib: int) -> tuple[bytes, str]:
+    """A commit whose root tree's frame is ~32 KB of zstd zeros declaring ``mib`` MiB (its id is made up)."""
+    n = mib << 20
+    frame = b"\x01" + zstandard.ZstdCompressor(level=1).compress(b"\x00" * n)
+    oid = ob.object_id(ob.TREE, b"not the body")
+    with s.backend.transaction() as txn:
+        txn.put_many([StoredObject(oid, ob.TREE, n, frame)], 1)
+    return oid, _commit_root(s, ob.Link(oid, ob.TREE))
+
+
+def test_fsck_and_gc_refuse_an_object_over_the_read_limit_without_inflating_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = Store.init(tmp_path / "s")
+    s.commit({"keep": 1})
+    oid, _ = _bomb_tree(s, 40)
+    monkeypatch.setenv("CKPT_MAX_READ_BYTES", str(10 << 20))  # the 40 MiB tree is over it: never decompressed
+    calls: list[int] = []
+    real = s.objects.codec.decode
+
+    def counting(frame: bytes, size: int | None = None) -> bytes:
+        calls.append(size or 0)
+        return real(frame, size)
+
+    monkeypatch.setattr(s.objects.codec, "decode", counting)
+    for full in (False, True):
+        rep = s.fsck(full=full)
+        lines = [p for p in rep.problems if oid.hex() in p]
+        assert len(lines) == 1 and f"declares {40 << 20} bytes, more than the read limit" in lines[0], rep.problems
+        assert "CKPT_MAX_READ_BYTES" in lines[0] and oid.hex() not in rep.broken
+    before = s.stats()["objects"]
+    for dry in (True, False):
+        with pytest.raises(GcAborted, match=f"{oid.hex()} declares .* nothing|deleting anything.*{oid.hex()}"):
+            s.gc(dry_run=dry)
+    assert max(calls) < 1 << 20, calls  # nothing near the declared size was inflated
+    assert s.stats()["objects"] == before  # G2: a failed read deletes nothing
+    s.close()
+    for args in (["fsck"], ["fsck", "--full"], ["gc", "-n"], ["gc"]):
+        code, out, err = _run(args, tmp_path / "s")
+        assert code == 1 and (out + err).count("declares") == 1, (args, out, err)

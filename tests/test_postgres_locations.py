@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import orjson
 import pytest
 from cli_helpers import ckpt, ok
 from crewai_worker import run_worker
@@ -122,3 +123,15 @@ def test_import_into_and_export_from_a_postgresql_store_give_crewai_files_back_b
     ok(ckpt(pg_url, "export", "--to", str(dest)))
     files = sorted(f.relative_to(src) for f in src.rglob("*.json"))
     assert files and all((dest / f).read_bytes() == (src / f).read_bytes() for f in files)
+
+
+def test_gc_right_after_prune_on_postgresql_names_the_grace_that_kept_the_objects(pg_url: str) -> None:
+    with Store.init(pg_url) as store:
+        for i in range(4):
+            store.commit({"step": i, "blob": "x" * 1000 * (i + 1)}, branch="main")
+    ok(ckpt(pg_url, "prune", "--keep", "1", "--branch", "main"))
+    out = ok(ckpt(pg_url, "gc")).stdout
+    assert out.startswith("gc: deleted 0 object(s)") and out.count("\n") == 1
+    assert "unreachable object(s) kept: younger than the 60 s grace (shared store); run gc again after " in out
+    record = orjson.loads(ok(ckpt(pg_url, "gc", "--dry-run", "--json")).stdout)
+    assert record["kept_young"] >= 3 and record["grace_shared"] is True and record["kept_until"].endswith("Z")

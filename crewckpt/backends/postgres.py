@@ -55,8 +55,9 @@ from crewckpt.backends.base import (
     Txn,
     ref_conflict,
 )
-from crewckpt.backends.registry import Location, Opened, Opener
+from crewckpt.backends.registry import Location, Opened, Opener, is_secret_key, redact, repeated_key
 from crewckpt.errors import (
+    BadLocation,
     CkptError,
     CorruptStore,
     FormatVersionError,
@@ -114,7 +115,8 @@ _RETRYABLE = (pgerr.DeadlockDetected, pgerr.SerializationFailure, pgerr.LockNotA
 @dataclasses.dataclass(frozen=True)
 class PgLocation:
     """A parsed ``postgresql://`` location: ``conninfo`` for libpq (without ``schema``), the ``schema``, and
-    ``identity``: the canonical spelling (no password; port and schema explicit)."""
+    ``identity``: the canonical spelling (no password or other secret: it is shown and recorded; port and
+    schema explicit)."""
 
     conninfo: str
     schema: str
@@ -132,6 +134,9 @@ def parse_location(url: str) -> PgLocation:
     if parts.scheme.lower() not in SCHEMES or not parts.netloc and not parts.path.strip("/"):
         raise CkptError(f"{_redact(url)}: not a PostgreSQL location; write postgresql://user@host:port/db"
                         f"?schema=NAME")
+    twice = repeated_key(parts.query)
+    if twice is not None:  # libpq would silently take the last one
+        raise BadLocation(f"{_redact(url)}: {twice}= is given more than once; give it once")
     query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
     schemas = [v for k, v in query if k == "schema"]
     schema = schemas[-1] if schemas else DEFAULT_SCHEMA
@@ -145,21 +150,14 @@ def parse_location(url: str) -> PgLocation:
     user = f"{urllib.parse.quote(parts.username)}@" if parts.username else ""
     shown_host = f"[{host}]" if ":" in host else host
     db = parts.path.lstrip("/") or (parts.username or "")
-    tail = "".join(f"&{urllib.parse.urlencode([(k, v)])}" for k, v in sorted(rest) if k != "password")
+    tail = "".join(f"&{urllib.parse.urlencode([(k, v)])}" for k, v in sorted(rest) if not is_secret_key(k))
     identity = f"postgresql://{user}{shown_host}:{port}/{db}?schema={schema}{tail}"
     return PgLocation(conninfo, schema, identity, f"{shown_host}:{port}")
 
 
 def _redact(url: str) -> str:
-    """``url`` without its password (error messages end up in logs)."""
-    try:
-        p = urllib.parse.urlsplit(url)
-    except ValueError:
-        return "(unparsable URL)"
-    if p.password is None:
-        return url
-    netloc = p.netloc.replace(f":{p.password}@", ":***@", 1)
-    return urllib.parse.urlunsplit((p.scheme, netloc, p.path, p.query, p.fragment))
+    """``url`` with its password and secret query values masked (error messages end up in logs)."""
+    return redact(url)
 
 
 def _bin(v: object) -> bytes:

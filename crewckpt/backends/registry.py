@@ -92,8 +92,9 @@ class Opener:
     """Human name of the backend for messages ("SQLite", "PostgreSQL")."""
 
     def identity(self, loc: Location) -> str:
-        """The canonical identity of ``loc`` (no I/O). Default: the URL as given (scheme in lower case)."""
-        return loc.target
+        """The canonical identity of ``loc`` (no I/O). Default: the URL as given (scheme in lower case), without
+        its secrets (:func:`strip_secrets`: an identity is shown and recorded)."""
+        return strip_secrets(loc.target)
 
     def open(self, loc: Location) -> Opened:
         """Open the existing store at ``loc``; never creates anything.
@@ -209,7 +210,7 @@ def parse(location: str | os.PathLike[str]) -> Location:
     if m:
         scheme = m.group(1).lower()
         if scheme not in _KNOWN and scheme not in _openers and not _entry_point(scheme):
-            raise BadLocation(f"{text}: unknown store scheme {m.group(1)!r}; locations are a folder path or "
+            raise BadLocation(f"{redact(text)}: unknown store scheme {m.group(1)!r}; locations are a folder path or "
                               f"{', '.join(schemes())}")
         return Location(scheme, scheme + text[len(m.group(1)):], text)
     w = _WORD.match(text)
@@ -227,6 +228,96 @@ def _path_limits() -> tuple[int, int]:
         return os.pathconf("/", "PC_NAME_MAX"), os.pathconf("/", "PC_PATH_MAX") - 1
     except (AttributeError, OSError, ValueError):  # no pathconf (Windows): the common limits
         return 255, 4095
+
+
+# libpq's secret-bearing keys, and any key whose name says it holds a secret (a third-party backend's token=)
+SECRET_KEYS = frozenset({"password", "sslpassword"})
+_SECRET_WORDS = ("password", "passwd", "secret", "token", "credential")
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+://[^\s'\"<>`]+")
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a location query key carries a secret (its value must never be shown or recorded)."""
+    k = key.lower()
+    return k in SECRET_KEYS or any(w in k for w in _SECRET_WORDS)
+
+
+def _query_pairs(query: str) -> list[tuple[str, str, str]]:
+    """``(raw pair, decoded key, raw value)`` for each ``&``-separated pair of ``query`` (no decoding errors)."""
+    import urllib.parse
+
+    out = []
+    for pair in query.split("&") if query else ():
+        key, _, value = pair.partition("=")
+        out.append((pair, urllib.parse.unquote_plus(key), value))
+    return out
+
+
+def _secretless(text: str, *, drop: bool, nested: bool = False) -> str:
+    """``text`` with its secrets masked as ``***`` (``drop=False``) or removed (``drop=True``); see
+    :func:`redact`. ``nested``: a URL inside a query value (its whole userinfo is a secret)."""
+    import urllib.parse
+
+    m = _URL.match(text)
+    if not m:
+        return text
+    scheme = m.group(1).lower()
+    rest = text[m.end():]
+    cut = min([i for i in (rest.find(ch) for ch in "/?#") if i != -1], default=len(rest))  # authority's end
+    netloc, tail = rest[:cut], rest[cut:]
+    user, at, host = netloc.rpartition("@")
+    if at:
+        name, colon, _pw = user.partition(":")
+        if scheme == "s3" or nested:  # an access key pair: both halves are credentials
+            netloc = host if drop else f"***@{host}"
+        elif colon:
+            netloc = f"{name}@{host}" if drop else f"{name}:***@{host}"
+    path, hashmark, fragment = tail.partition("#")
+    path, qmark, query = path.partition("?")
+    if qmark:
+        pairs = []
+        for pair, key, value in _query_pairs(query):
+            inner = urllib.parse.unquote_plus(value)
+            if not is_secret_key(key) and "@" in inner and _URL.match(inner):  # endpoint=http://key:secret@host
+                pairs.append(f"{pair.partition('=')[0]}={urllib.parse.quote(_secretless(inner, drop=drop, nested=True), safe=':/@*')}")
+            elif not is_secret_key(key):
+                pairs.append(pair)
+            elif not drop:
+                pairs.append(f"{pair.partition('=')[0]}=***")
+        query = "&".join(pairs)
+        qmark = qmark if pairs or not drop else ""
+    return f"{text[:m.end()]}{netloc}{path}{qmark}{query}{hashmark}{fragment}"
+
+
+def redact(text: str, *, nested: bool = False) -> str:
+    """``text`` (a location URL) with every secret replaced by ``***``: the password in its userinfo (S3: the
+    whole userinfo, an access key pair) and the value of each secret-bearing query key (:func:`is_secret_key`).
+    A plain path, or anything that is not ``word://...``, comes back unchanged. ``nested``: mask a URL's whole
+    userinfo whatever its scheme (an endpoint). Never raises."""
+    return _secretless(text, drop=False, nested=nested)
+
+
+def scrub(message: str) -> str:
+    """``message`` with every URL in it passed through :func:`redact` (the last guard before printing or
+    logging an error that may quote a location)."""
+    return _URL_IN_TEXT.sub(lambda m: redact(m.group(0)), message)
+
+
+def strip_secrets(url: str) -> str:
+    """``url`` without its secrets at all (the userinfo password and each secret query pair): the form
+    recorded as an identity (remotes, trust file); the secret comes from the environment (PGPASSWORD,
+    ~/.pgpass, AWS credentials) when the location is used. Never raises."""
+    return _secretless(url, drop=True)
+
+
+def repeated_key(query: str) -> str | None:
+    """The first query key given more than once in ``query`` (a later one would silently win), else None."""
+    seen: set[str] = set()
+    for _pair, key, _v in _query_pairs(query):
+        if key in seen:
+            return key
+        seen.add(key)
+    return None
 
 
 def clip(text: str, keep: int = 60) -> str:
@@ -267,7 +358,7 @@ def opener(scheme: str, text: str = "") -> Opener:
     if got is not None:
         return got
     known = _KNOWN.get(scheme)
-    where = text or f"{scheme}://"
+    where = redact(text) or f"{scheme}://"
     if known is not None:
         module, label, extra = known
         try:
@@ -436,5 +527,5 @@ def split_rev(text: str) -> tuple[str, str | None]:
 __all__ = [
     "ENV_VAR", "BackendMissing", "BadLocation", "Location", "Opened", "Opener", "clip", "create_backend", "has_store",
     "identity", "instance", "local_folder", "named", "occupied", "open_backend", "opener", "parse", "register",
-    "schemes", "split_rev",
+    "schemes", "split_rev", "redact", "scrub", "strip_secrets", "is_secret_key", "repeated_key",
 ]

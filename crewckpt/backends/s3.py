@@ -36,6 +36,7 @@ import dataclasses
 import datetime
 import json
 import os
+import re
 import socket
 import struct
 import threading
@@ -61,8 +62,16 @@ from crewckpt.backends.base import (
     StoredObject,
     ref_conflict,
 )
-from crewckpt.backends.registry import Location, Opened, Opener
-from crewckpt.errors import BadLocation, CkptError, GcAborted, StoreExists, StoreNotFound, StoreWriteError
+from crewckpt.backends.registry import Location, Opened, Opener, redact, repeated_key
+from crewckpt.errors import (
+    BadLocation,
+    CkptError,
+    CorruptStore,
+    GcAborted,
+    StoreExists,
+    StoreNotFound,
+    StoreWriteError,
+)
 from crewckpt.format import objects as ob
 from crewckpt.format.frame import PACK_KEY, PACKED
 
@@ -82,18 +91,34 @@ class S3Location:
     """A parsed ``s3://bucket/prefix?endpoint=...&region=...`` location."""
 
     def __init__(self, url: str) -> None:
-        p = urllib.parse.urlsplit(url)
+        """Raises BadLocation (one line, secrets masked): not ``s3://bucket...``, credentials in the URL, an
+        unknown or repeated option, an endpoint that is not ``http(s)://host[:port]``, a region that is not a
+        plain name."""
+        shown = redact(url)
+        try:
+            p = urllib.parse.urlsplit(url)
+        except ValueError as e:
+            raise BadLocation(f"{shown}: not an S3 location ({e}); write s3://bucket/prefix?endpoint=...") from None
         if p.scheme.lower() != "s3" or not p.netloc:
-            raise BadLocation(f"{url}: an S3 location is s3://bucket/prefix?endpoint=http://host:port&region=...")
+            raise BadLocation(f"{shown}: an S3 location is s3://bucket/prefix?endpoint=http://host:port&region=...")
+        if "@" in p.netloc:  # a location is shown in messages and recorded with remotes: no place for a key pair
+            raise BadLocation(f"{shown}: credentials do not go in an S3 location; drop the part before '@' and set "
+                              f"AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE")
+        twice = repeated_key(p.query)
+        if twice is not None:
+            raise BadLocation(f"{shown}: {twice}= is given more than once; give it once")
         q = dict(urllib.parse.parse_qsl(p.query, keep_blank_values=True))
         unknown = set(q) - {"endpoint", "region"}
         if unknown:
-            raise BadLocation(f"{url}: unknown S3 location option(s) {', '.join(sorted(unknown))}; "
+            raise BadLocation(f"{shown}: unknown S3 location option(s) {', '.join(sorted(unknown))}; "
                               f"only endpoint= and region= are known")
         self.bucket = p.netloc
         self.prefix = p.path.strip("/")
-        self.endpoint = q.get("endpoint") or None
+        self.endpoint = _endpoint(q.get("endpoint") or None, shown)
         self.region = q.get("region") or None
+        if self.region is not None and not _REGION.fullmatch(self.region):
+            raise BadLocation(f"{shown}: region {self.region!r} is not a plain region name (letters, digits, "
+                              f"'-', '_', '.'), e.g. region=us-east-1")
         query = urllib.parse.urlencode({k: v for k, v in (("endpoint", self.endpoint), ("region", self.region))
                                         if v})
         self.identity = f"s3://{self.bucket}/{self.prefix}" + (f"?{query}" if query else "")
@@ -101,6 +126,35 @@ class S3Location:
     def key(self, *parts: str) -> str:
         """The object key of ``parts`` under the store's prefix."""
         return "/".join([self.prefix, *parts] if self.prefix else parts)
+
+
+_REGION = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def _endpoint(text: str | None, shown: str) -> str | None:
+    """``text`` if it is ``http(s)://host[:port]`` (an optional trailing ``/``), else BadLocation naming it."""
+    if text is None:
+        return None
+    why = None
+    e: urllib.parse.SplitResult | None
+    try:
+        e = urllib.parse.urlsplit(text)
+        _ = e.port  # ValueError when not a number in range
+    except ValueError:
+        e, why = None, "is not a URL"
+    if e is not None:
+        if e.scheme.lower() not in ("http", "https"):
+            why = "is not http:// or https://"
+        elif not e.hostname:
+            why = "names no host"
+        elif "@" in e.netloc:
+            why = "holds credentials (set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE instead)"
+        elif e.path not in ("", "/") or e.query or e.fragment or any(c.isspace() for c in text):
+            why = "has more than scheme, host and port"
+    if why is not None:
+        raise BadLocation(f"{shown}: endpoint {redact(text, nested=True)!r} {why}; write endpoint=http://host:port "
+                          f"(or https://)")
+    return text
 
 
 def _q(name: str) -> str:
@@ -370,12 +424,9 @@ class S3Backend(Backend):
                 with self._lock:
                     self._packs[k] = got
         for k, (body, _) in self._get_all(new_d).items():
-            rec = msgpack.unpackb(body)
+            rec = self._decode_dead(k, body)
             with self._lock:
-                if isinstance(rec, dict):  # a doomed record: packs a gc is about to delete
-                    self._dead[k] = (-1, [], [str(p) for p in rec.get("packs", ())])
-                else:
-                    self._dead[k] = (int(rec[0]), [bytes(o) for o in rec[1]], [])
+                self._dead[k] = rec
         with self._lock:
             listed_p, listed_d = set(packs), set(dead)
             for k in set(self._packs) - listed_p:
@@ -384,22 +435,53 @@ class S3Backend(Backend):
                 del self._dead[k]
             return self._rebuild()
 
+    def _decode_dead(self, key: str, body: bytes) -> tuple[int, list[bytes], list[str]]:
+        """A ``dead/`` record as ``(cutoff, ids, doomed packs)``: a tombstone ``[cutoff_ns, [oid...]]`` or a
+        doomed record ``{"packs": [key...]}`` (cutoff -1). Anything else is another party's object.
+
+        Raises:
+            CorruptStore: naming the key and the way out (one line).
+        """
+        try:
+            rec = msgpack.unpackb(body)
+            if isinstance(rec, dict):  # a doomed record: packs a gc is about to delete
+                packs = rec["packs"]
+                if not isinstance(packs, list) or not all(isinstance(p, str) for p in packs):
+                    raise ValueError("its pack list is not a list of keys")
+                return (-1, [], list(packs))
+            if not (isinstance(rec, list) and len(rec) == 2 and type(rec[0]) is int and isinstance(rec[1], list)
+                    and all(isinstance(o, bytes) and len(o) == 32 for o in rec[1])):
+                raise ValueError("not [cutoff, [object id...]]")
+            return (rec[0], list(rec[1]), [])
+        except (ValueError, TypeError, KeyError, msgpack.UnpackException) as e:
+            raise CorruptStore(f"{self.where}: {key} is not a gc record crewckpt wrote ({_why(e)}); if no gc is "
+                               f"running, delete that object, then run `ckpt fsck`") from None
+
     def _read_pack_index(self, key: str) -> tuple[int, list[_Entry]] | None:
-        """(pack time, entries) of the pack at ``key``; None when it is gone."""
+        """(pack time, entries) of the pack at ``key``; None when it is gone.
+
+        Raises:
+            CorruptStore: the index is not one crewckpt wrote (one line naming the pack and the way out).
+        """
         got = self._get(key, "bytes=0-65535")
         if got is None:
             return None
         head = got[0]
-        (n,) = _HEAD.unpack_from(head)
-        if 4 + n > len(head):
-            full = self._get(key, f"bytes=0-{3 + n}")
-            if full is None:
-                return None
-            head = full[0]
-        t, entries = msgpack.unpackb(head[4:4 + n])
-        return int(t), [_Entry(bytes(e[0]), e[1], e[2], e[3] + 4 + n if e[4] >= 0 else -1, e[4],
-                               bytes(e[5]) if len(e) > 5 and e[5] is not None else None,
-                               int(e[6]) if len(e) > 6 else int(t)) for e in entries]
+        try:
+            (n,) = _HEAD.unpack_from(head)
+            if 4 + n > len(head):
+                full = self._get(key, f"bytes=0-{3 + n}")
+                if full is None:
+                    return None
+                head = full[0]
+            t, entries = msgpack.unpackb(head[4:4 + n])
+            if type(t) is not int or not isinstance(entries, list):
+                raise ValueError("not [time, [entry...]]")
+            return t, [_entry(e, n, t) for e in entries]
+        except (ValueError, TypeError, IndexError, struct.error, msgpack.UnpackException) as e:
+            raise CorruptStore(f"{self.where}: pack {key} has a damaged index ({_why(e)}); move that object out "
+                               f"of the store's prefix, then run `ckpt fsck` (it names what only that pack held)") \
+                from None
 
     def _rebuild(self) -> dict[bytes, _Loc]:
         """The view from the cached packs and dead records (caller holds ``self._lock``). An object is present
@@ -533,9 +615,7 @@ class S3Backend(Backend):
         except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as e:
             raise self._error(what, e) from None
         base = 4 + len(index)
-        mine = [_Entry(bytes(e[0]), e[1], e[2], e[3] + base if e[4] >= 0 else -1, e[4],
-                       bytes(e[5]) if e[5] is not None else None, int(e[6]) if len(e) > 6 else now_ns)
-                for e in entries]
+        mine = [_entry(e, base - 4, now_ns) for e in entries]
         with self._lock:
             self._packs[key] = (now_ns, mine)
             if self._view is not None:
@@ -1029,6 +1109,33 @@ def _next_epoch(current: str | None) -> str:
     return str(int(text) + 1) if text.isdigit() and len(text) < 30 else str(time.time_ns())
 
 
+def _utc(ns: int) -> str:
+    """``ns`` since the epoch as a UTC time, or "the far future" past what datetime can show."""
+    try:
+        return datetime.datetime.fromtimestamp(ns / 1e9, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, ValueError, OSError):
+        return "the far future"
+
+
+def _why(e: Exception) -> str:
+    """A short reason for a decode failure, on one line."""
+    text = " ".join(str(e).split())[:120]
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def _entry(e: Any, n: int, t: int) -> _Entry:
+    """One pack index entry ``[oid, kind, size, offset, length, head?, time?]`` (offsets relative to the end
+    of the ``n``-byte index); raises ValueError on any other shape."""
+    if not (isinstance(e, list) and 5 <= len(e) <= 7 and isinstance(e[0], bytes) and len(e[0]) == 32
+            and all(type(x) is int for x in e[1:5]) and (len(e) <= 5 or e[5] is None or isinstance(e[5], bytes))
+            and (len(e) <= 6 or type(e[6]) is int)):
+        raise ValueError("an entry is not [id, kind, size, offset, length, head, time]")
+    if e[4] >= 0 and (e[3] < 0 or e[2] < 0):
+        raise ValueError("an entry has a negative offset or size")
+    return _Entry(e[0], e[1], e[2], e[3] + 4 + n if e[4] >= 0 else -1, e[4],
+                  e[5] if len(e) > 5 else None, e[6] if len(e) > 6 else t)
+
+
 class _Lease:
     """One holder's lease on ``locks/<name>`` (see :meth:`S3Backend.lock`)."""
 
@@ -1047,6 +1154,25 @@ class _Lease:
         return json.dumps({"owner": self.owner, "held": held,
                            "expires_ns": time.time_ns() + int(self.b.lease_s * 1e9)}).encode()
 
+    def _url(self) -> str:
+        return f"s3://{self.b.loc.bucket}/{self.key}"
+
+    def _state(self, body: bytes) -> tuple[bool, int, str]:
+        """``(held, expires_ns, owner)`` of a lease body ``{"owner", "held", "expires_ns"}``.
+
+        Raises:
+            StoreWriteError: the body is not a lease crewckpt wrote (one line naming the key and the way out).
+        """
+        try:
+            d = json.loads(body)
+            if not (isinstance(d, dict) and isinstance(d.get("held"), bool) and type(d.get("expires_ns")) is int
+                    and isinstance(d.get("owner"), str)):
+                raise ValueError('not {"owner": str, "held": bool, "expires_ns": int}')
+        except ValueError as e:
+            raise StoreWriteError(f"{self.b.where}: the {self.name} lease {self._url()} is not one crewckpt wrote "
+                                  f"({_why(e)}); if no gc is running, delete it and retry") from None
+        return d["held"], d["expires_ns"], " ".join(d["owner"].split())[:80]
+
     def acquire(self, wait_s: float) -> bool:
         deadline = time.monotonic() + wait_s
         pause = 0.02
@@ -1056,11 +1182,10 @@ class _Lease:
                 if got is None:
                     self.etag = self.b._put(self.key, self._body(True), if_none_match=True)
                 else:
-                    d = json.loads(got[0])
-                    if d.get("held") and int(d.get("expires_ns", 0)) > time.time_ns():
-                        until = datetime.datetime.fromtimestamp(int(d["expires_ns"]) / 1e9, datetime.timezone.utc)
-                        self.b._holders[self.name] = (f"held by {d.get('owner')} until "
-                                                      f"{until.strftime('%Y-%m-%d %H:%M:%S')} UTC unless renewed")
+                    held, expires_ns, owner = self._state(got[0])
+                    if held and expires_ns > time.time_ns():
+                        self.b._holders[self.name] = (f"held by {owner} until {_utc(expires_ns)} unless renewed; "
+                                                      f"if no gc is running, delete {self._url()}")
                         if time.monotonic() >= deadline:
                             return False
                         threading.Event().wait(min(pause, max(deadline - time.monotonic(), 0.0)))

@@ -403,7 +403,9 @@ class SqliteBackend(_SqlReader, TransactionalBackend):
                        for k, v in (meta or {}).items())
         try:
             os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, mode))  # SQLite would use 0644
-            conn = sqlite3.connect(tmp, isolation_level=None)
+            # a URI built from the absolute path: a bare "file:..." name would be read as a URI by SQLite
+            # (file:v/x -> "unable to open", file:w?mode=memory -> the schema goes to memory)
+            conn = sqlite3.connect(Path(os.path.abspath(tmp)).as_uri() + "?mode=rw", uri=True, isolation_level=None)
             try:
                 conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
                 conn.execute("PRAGMA journal_mode=WAL")
@@ -681,6 +683,13 @@ def _opened(folder: Path, backend: SqliteBackend) -> Opened:
     return Opened(backend, os.path.abspath(folder), folder)
 
 
+def _unmake(made: list[Path]) -> None:
+    """Remove the folders a failed create made (deepest first), each only while still empty."""
+    for folder in made:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
 class SqliteOpener(Opener):
     """Plain paths and ``sqlite:PATH``: a store folder holding ``store.db``. Opening a folder that holds a
     ``.ckpt`` store opens that one (``Store.open("myproject")``)."""
@@ -701,12 +710,17 @@ class SqliteOpener(Opener):
         exists = f"{p}: a crewckpt store already exists here; open it with Store.open({str(p)!r})"
         if (p / DB_NAME).exists():
             raise StoreExists(exists)
+        full = Path(os.path.abspath(p))
+        if full.parent == full:  # safety: store.db and its -wal/-shm directly in / (sqlite:/// by mistake)
+            raise CkptError(f"{loc.text}: refusing to create a store directly in the filesystem root {full}; "
+                            f"give a folder, e.g. {full / DEFAULT_DIR}")
         if p.exists() and not p.is_dir():
             raise CkptError(f"{p}: exists and is not a folder; choose another path")
         above = next((a for a in p.parents if a.exists()), None)  # mkdir would say only "File exists"
         if above is not None and not above.is_dir():
             raise CkptError(f"{p}: cannot create the store: {above} is a file, not a folder; choose another "
                             f"location")
+        made = [a for a in (p, *p.parents) if not os.path.lexists(a)]  # removed again if creating fails
         try:
             p.mkdir(parents=True, exist_ok=True, mode=0o700 if private else 0o777)
             # created complete (format version included) and published atomically: see SqliteBackend.create
@@ -714,7 +728,14 @@ class SqliteOpener(Opener):
         except FileExistsError:
             raise StoreExists(exists) from None
         except OSError as e:
+            _unmake(made)
             raise CkptError(f"{p}: cannot create the store ({e.strerror}); check the path and permissions") from None
+        except sqlite3.Error as e:
+            _unmake(made)
+            raise CkptError(f"{p}: cannot create the store ({e}); check the path and permissions") from None
+        except BaseException:
+            _unmake(made)
+            raise
         return _opened(p, backend)
 
     def discover(self) -> Location:

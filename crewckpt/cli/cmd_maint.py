@@ -100,6 +100,9 @@ def gc(dry_run: bool, as_json: bool) -> None:
     with app.progress("gc: scanning objects") as update:
         report = store.gc(dry_run=dry_run, progress=update)
     record = _report_dict(report)
+    until_ns = record.pop("kept_until_ns")
+    until_s = None if until_ns is None else -(-until_ns // 1_000_000_000)  # whole seconds, rounded up
+    record["kept_until"] = None if until_s is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(until_s))
     record["seconds"] = round(time.perf_counter() - start, 3)
     if dry_run:
         record["bytes_after"] = None  # not a prediction: repacking and VACUUM decide it
@@ -107,13 +110,19 @@ def gc(dry_run: bool, as_json: bool) -> None:
         emit_json(record)
         return
     freed = f"{record['deleted_objects']} object(s) ({human_bytes(record['deleted_bytes'])} uncompressed)"
+    kept = ""
+    if until_s is not None:  # otherwise "deleted 0" right after a prune looks like a bug
+        why = " (shared store)" if record["grace_shared"] else ""
+        kept = (f"; {record['kept_young']} unreachable object(s) kept: younger than the {record['grace_s']:g} s "
+                f"grace{why}; run gc again after {time.strftime('%H:%M:%S', time.localtime(until_s))}")
     if dry_run:  # the size after repacking and VACUUM is not predicted: say only what is known
         app.line(f"gc --dry-run: store on disk {human_bytes(record['bytes_before'])} now; gc would free {freed} "
-                 f"and compact the file; {record['live_objects']} live; nothing changed ({record['seconds']} s)")
+                 f"and compact the file; {record['live_objects']} live{kept}; nothing changed "
+                 f"({record['seconds']} s)")
         return
     app.line(
         f"gc: deleted {freed}; {record['live_objects']} live; store on disk {human_bytes(record['bytes_before'])} "
-        f"-> {human_bytes(record['bytes_after'])} in {record['seconds']} s"
+        f"-> {human_bytes(record['bytes_after'])} in {record['seconds']} s{kept}"
     )
 
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from crewckpt.backends.registry import redact
 from crewckpt.cli.context import UsageProblem, emit_json, json_option, obj
 from crewckpt.history.remotes import trust_remote
 
@@ -62,18 +63,18 @@ def remote(action: str | None, name: str | None, location: str | None, verbose: 
             raise UsageProblem("usage: ckpt remote add NAME LOCATION")
         loc = store.add_remote(name, location, check=not no_check)
         if as_json:
-            emit_json({"added": name, "location": loc})
+            emit_json({"added": name, "location": redact(loc)})
         else:
-            click.echo(f"Added remote {name} ({loc}); `{obj().command('fetch', name)}` brings its branches")
+            click.echo(f"Added remote {name} ({redact(loc)}); `{obj().command('fetch', name)}` brings its branches")
         return
     if action == "trust":
         if not name or location:
             raise UsageProblem("usage: ckpt remote trust NAME")
         loc = trust_remote(store, name)
         if as_json:
-            emit_json({"trusted": name, "location": loc})
+            emit_json({"trusted": name, "location": redact(loc)})
         else:
-            click.echo(f"Trusted remote {name} ({loc}) for this store on this machine")
+            click.echo(f"Trusted remote {name} ({redact(loc)}) for this store on this machine")
         return
     if action in ("remove", "rm"):
         if not name or location:
@@ -89,10 +90,10 @@ def remote(action: str | None, name: str | None, location: str | None, verbose: 
                            "ckpt remote trust NAME | ckpt remote prune NAME")
     conf = store.remotes()
     if as_json:
-        emit_json([{"name": n, "location": loc} for n, loc in conf.items()])
+        emit_json([{"name": n, "location": redact(loc)} for n, loc in conf.items()])
         return
-    for n, loc in conf.items():
-        click.echo(f"{n}\t{loc}" if verbose else n)
+    for n, loc in conf.items():  # redact: a remote recorded by an older crewckpt may hold a password
+        click.echo(f"{n}\t{redact(loc)}" if verbose else n)
 
 
 def _report(rep: SyncReport, as_json: bool) -> None:

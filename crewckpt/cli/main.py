@@ -172,8 +172,10 @@ def _report_click_error(exc: click.ClickException, json_asked: bool) -> None:
 def describe_error(exc: BaseException) -> tuple[int, str]:
     """(exit status, one-line message) for an exception raised by a verb."""
     from crewckpt import errors
+    from crewckpt.backends.registry import scrub
 
-    message = " ".join(str(exc).split()) or type(exc).__name__
+    # scrub: no password or key from a location URL quoted by any layer reaches the terminal or a log
+    message = scrub(" ".join(str(exc).split()) or type(exc).__name__)
     if isinstance(exc, (errors.BadRefName, errors.BadLocation)):
         return 2, message
     if isinstance(exc, errors.CkptError):

@@ -216,7 +216,8 @@ def write_checkpoint(state: RuntimeState, cfg: CheckpointConfig, event: Any = No
                                      trigger=commit_trigger or trigger, meta=entity_meta(state), profile=CREWAI)
         except Exception as exc:
             _count(location, exc)
-            logger.warning("crewckpt: checkpoint on %s failed (trigger=%s): %s", location, trigger, exc,
+            logger.warning("crewckpt: checkpoint on %s failed (trigger=%s): %s", _shown(location), trigger,
+                           scrub(str(exc)),
                            exc_info=logger.isEnabledFor(logging.DEBUG))
             _emit(cfg, CheckpointFailedEvent(location=location, provider=PROVIDER_NAME, trigger=trigger,
                                              branch=branch_name, parent_id=parent_id, error=str(exc),
@@ -290,13 +291,21 @@ def checkpoint_failures() -> dict[str, tuple[int, int, str]]:
         return {loc: (t[0], t[1], t[2]) for loc, t in _tally.items()}
 
 
+def _shown(location: object) -> str:
+    """A location for a log line: its secrets masked (a log outlives the terminal)."""
+    return registry.redact(str(location))
+
+
+scrub = registry.scrub
+
+
 def report_failures() -> None:
     """Log one warning per store where checkpoints failed (runs at interpreter exit): a best-effort run
     that kept going says at the end how many of its checkpoints were not written, and why."""
     for loc, (ok, failed, last) in checkpoint_failures().items():
         if failed:
             logger.warning("crewckpt: %d of %d checkpoints could not be written to %s; last error: %s",
-                           failed, ok + failed, loc, last)
+                           failed, ok + failed, _shown(loc), scrub(str(last)))
 
 
 atexit.register(report_failures)
@@ -307,7 +316,8 @@ def _prune(store: Store, cfg: CheckpointConfig, keep: int, branch: str, parent_i
     try:
         removed = store.prune(branch, keep=keep)
     except Exception as exc:
-        logger.warning("crewckpt: prune of branch %s in %s failed: %s", branch, cfg.location, exc)
+        logger.warning("crewckpt: prune of branch %s in %s failed: %s", branch, _shown(cfg.location),
+                       scrub(str(exc)))
         return
     _emit(cfg, CheckpointPrunedEvent(location=cfg.store_location(), provider=PROVIDER_NAME,
                                      trigger=trigger, branch=branch, parent_id=parent_id,

@@ -10,10 +10,11 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from crewckpt.errors import CkptError, CorruptStore, IntegrityError, MissingObject
+from crewckpt.errors import CkptError, CorruptStore, DocumentTooLarge, IntegrityError, MissingObject
 from crewckpt.format import objects as ob
 from crewckpt.history import head
 from crewckpt.history.commits import row_matches
+from crewckpt.history.limits import ObjectBound, ReadBudget
 from crewckpt.history.snapshot import links_in
 
 if TYPE_CHECKING:
@@ -49,18 +50,28 @@ def fsck(parts: StoreParts, *, full: bool = False, progress: Progress | None = N
     row with its commit object. A database file too damaged to read is one problem in the report (with the
     way out), not an exception."""
     try:
-        report = _fsck(parts, full, progress)
+        bound = ObjectBound(doing="check")  # every object is decoded under the read limit (never inflated past it)
+        report, too_large = _fsck(parts, full, progress, bound)
         extra = (_database_problems(parts, full) + _graph_problems(parts)
-                 + (_shape_problems(parts, report.broken) if full else []))
+                 + (_shape_problems(parts, {**report.broken, **dict.fromkeys(too_large, "")}, bound) if full else []))
         return dataclasses.replace(report, problems=report.problems + extra) if extra else report
     except CorruptStore as e:
         return FsckReport({}, {}, 0, [f"the store itself is damaged ({e}); {parts.backend.recovery_advice()}"])
 
 
-def _fsck(parts: StoreParts, full: bool, progress: Progress | None) -> FsckReport:
+def _fsck(parts: StoreParts, full: bool, progress: Progress | None,
+          bound: ObjectBound) -> tuple[FsckReport, set[str]]:
+    """The object walk; also returns the ids (hex) of objects over the read limit (one problem each)."""
     b, objects, refs, index = parts.objects.backend, parts.objects, parts.refs, parts.index
     broken: dict[bytes, str] = {}
     problems: list[str] = []
+    too_large: set[str] = set()
+
+    def over(oid: bytes, e: DocumentTooLarge) -> None:
+        if oid.hex() not in too_large:
+            too_large.add(oid.hex())
+            problems.append(f"{e} (fsck did not decompress it)")
+
     children: dict[bytes, list[bytes]] = {}
     checked = 0
     commits = {r.id: r for r in index.index_rows()}
@@ -71,7 +82,7 @@ def _fsck(parts: StoreParts, full: bool, progress: Progress | None) -> FsckRepor
     problems.extend(head.problems(refs))
     for cid, row in commits.items():
         try:
-            c = objects.commit(cid)
+            c = objects.commit(cid, budget=bound)
             checked += 1
             children[cid] = [c.tree.oid]
             # branch, seq and summary are the index's own (local) fields; the rest copies the object
@@ -79,6 +90,9 @@ def _fsck(parts: StoreParts, full: bool, progress: Progress | None) -> FsckRepor
                 problems.append(f"commit index row of {cid.hex()} disagrees with the commit object")
         except (MissingObject, IntegrityError) as e:
             broken[cid] = _why(e)
+            children[cid] = []
+        except DocumentTooLarge as e:
+            over(cid, e)
             children[cid] = []
     level = [x for cid in commits for x in children.get(cid, [])]
     while level:
@@ -95,11 +109,14 @@ def _fsck(parts: StoreParts, full: bool, progress: Progress | None) -> FsckRepor
                 checked += 1  # it exists; full re-hashes it, and counts it once too
                 continue
             try:
-                body = objects.verify(s)
+                body = objects.verify(s, budget=bound)
                 checked += 1
                 kids = [ln.oid for ln in links_in(ob.decode_tree(body)[1])] if s.kind == ob.TREE else []
             except (IntegrityError, MissingObject) as e:
                 broken[o] = _why(e) if isinstance(e, IntegrityError) else f"its pack {e.oid} is missing"
+                kids = []
+            except DocumentTooLarge as e:
+                over(o, e)
                 kids = []
             except Exception as e:  # a tree body that does not decode
                 broken[o] = f"does not decode: {e}"
@@ -112,18 +129,20 @@ def _fsck(parts: StoreParts, full: bool, progress: Progress | None) -> FsckRepor
     if full:
         for m in b.iter_objects():
             oid = m.oid
-            if oid in children or oid in broken:
+            if oid in children or oid in broken or oid.hex() in too_large:
                 continue
             s = b.get(oid)
             if s is None:
                 continue
             try:
-                objects.verify(s)
+                objects.verify(s, budget=bound)
                 other += 1
             except (IntegrityError, MissingObject) as e:
                 broken[oid] = _why(e)
+            except DocumentTooLarge as e:
+                over(oid, e)
     affected = _affected(commits, children, broken)
-    return FsckReport({k.hex(): v for k, v in broken.items()}, affected, checked, problems, other)
+    return FsckReport({k.hex(): v for k, v in broken.items()}, affected, checked, problems, other), too_large
 
 
 def _why(e: Exception) -> str:
@@ -183,7 +202,7 @@ def _graph_problems(parts: StoreParts) -> list[str]:
     return out
 
 
-def _shape_problems(parts: StoreParts, broken: Mapping[str, str]) -> list[str]:
+def _shape_problems(parts: StoreParts, broken: Mapping[str, str], bound: ObjectBound) -> list[str]:
     """What hashes cannot see (fsck --full): every link names an object of the kind it says (a tree link a
     tree, a string link a blob), chunk lists hold children of their form, strings decode as UTF-8 (WTF-8),
     refs name commits. Each distinct object is looked at once; objects already reported broken are skipped."""
@@ -196,7 +215,7 @@ def _shape_problems(parts: StoreParts, broken: Mapping[str, str]) -> list[str]:
     want: dict[bytes, tuple[int, bytes, tuple[int, ...] | None]] = {}  # oid -> (kind, referrer, forms allowed)
     for row in parts.index.index_rows():
         try:
-            c = objects.commit(row.id)
+            c = objects.commit(row.id, budget=bound)
         except CkptError:
             continue
         want.setdefault(c.tree.oid, (c.tree.kind, row.id, None))
@@ -206,7 +225,7 @@ def _shape_problems(parts: StoreParts, broken: Mapping[str, str]) -> list[str]:
     roots: list[tuple[bytes, ob.Link]] = []
     for row in parts.index.index_rows():
         with contextlib.suppress(CkptError):
-            roots.append((row.id, objects.commit(row.id).tree))
+            roots.append((row.id, objects.commit(row.id, budget=bound).tree))
     while want:
         batch, want = want, {}
         stored = b.get_many(list(batch))
@@ -222,9 +241,9 @@ def _shape_problems(parts: StoreParts, broken: Mapping[str, str]) -> list[str]:
             try:
                 if kind == ob.BLOB:
                     if forms is None:  # a whole string (chunk pieces may split a character)
-                        ob.bytes_str(objects.blobs([oid])[oid])
+                        ob.bytes_str(objects.blobs([oid], budget=bound)[oid])
                     continue
-                form, payload = trees[oid] = objects.trees([oid])[oid]
+                form, payload = trees[oid] = objects.trees([oid], budget=bound)[oid]
             except CkptError as e:
                 problems.append(f"object {oid.hex()}: {e}")
                 continue
@@ -243,7 +262,6 @@ def _size_problems(roots: list[tuple[bytes, ob.Link]], trees: dict[bytes, tuple[
                    blob_sizes: dict[bytes, int]) -> list[str]:
     """Live commits whose document is over the default read limits (a tree linking shared subtrees many
     times, nesting past 255 levels): `read` would refuse them; sized over distinct trees, memo shared."""
-    from crewckpt.history.limits import ReadBudget
     from crewckpt.history.snapshot import expanded_size
 
     memo: dict[bytes, tuple[int, int, int]] = {}
@@ -267,7 +285,9 @@ def _string_problem(objects: ObjectDB, oid: bytes) -> list[str]:
     from crewckpt.history.snapshot import _chunk_leaves, prefetch
 
     try:
-        t, blobs = prefetch(ob.Link(oid, ob.TREE), objects.trees, objects.blobs)
+        budget = ReadBudget(what=f"string tree {oid.hex()}", doing="check", kwargs=False)  # the string is joined
+        t, blobs = prefetch(ob.Link(oid, ob.TREE), lambda o: objects.trees(o, budget=budget),
+                            lambda o: objects.blobs(o, budget=budget))
         ob.bytes_str(b"".join(blobs[ln.oid] for ln in _chunk_leaves(oid, t, ob.STRING_CHUNKS, None)))
     except CkptError as e:
         return [f"string tree {oid.hex()}: {e}"]

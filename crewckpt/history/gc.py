@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from crewckpt.backends.base import HEAD_BYTES, ObjectMeta, writing
-from crewckpt.errors import GcAborted, GcBusy, MissingObject
+from crewckpt.errors import DocumentTooLarge, GcAborted, GcBusy, MissingObject
 from crewckpt.format import objects as ob
 from crewckpt.format.frame import PACK_KEY, PACK_LEVEL, PACKED
+from crewckpt.history.limits import ObjectBound
 from crewckpt.history.snapshot import links_in
 
 if TYPE_CHECKING:
@@ -40,7 +42,10 @@ COMPACT_BELOW = 256 << 20  # bytes: smaller stores are rewritten densely (VACUUM
 @dataclasses.dataclass(frozen=True)
 class GcReport:
     """What gc did: objects marked live, objects deleted (or that would be, for a dry run), their body
-    bytes, and the store folder's size before/after in bytes."""
+    bytes, and the store folder's size before/after in bytes. ``kept_young``: unreachable objects kept because
+    they were stored or reused less than ``grace_s`` seconds before gc started (``grace_shared``: that grace is
+    the backend's own, for writers on other machines' clocks); ``kept_until_ns``: the wall-clock time (ns since
+    the epoch) after which a new gc can delete all of them (None when none was kept)."""
 
     live_objects: int
     deleted_objects: int
@@ -48,6 +53,10 @@ class GcReport:
     bytes_before: int
     bytes_after: int
     dry_run: bool
+    kept_young: int = 0
+    grace_s: float = 0.0
+    grace_shared: bool = False
+    kept_until_ns: int | None = None
 
 
 def roots(parts: StoreParts) -> set[bytes]:
@@ -64,14 +73,25 @@ def mark(parts: StoreParts, progress: Progress | None = None, unread: set[bytes]
 
     Objects the walk needs but cannot get are added to ``unread`` (when given) and their subgraph is not
     walked: gc then refuses to sweep if any of them is listed (present but unreadable right now), since what
-    sits below them would look unreachable. Corrupt trees raise IntegrityError (nothing is deleted).
+    sits below them would look unreachable. Corrupt trees raise IntegrityError (nothing is deleted); a commit
+    or tree declaring more bytes than the read limit ($CKPT_MAX_READ_BYTES) raises GcAborted before it is
+    decompressed (nothing is deleted: what sits below it would look unreachable).
     """
+    try:
+        return _mark(parts, progress, unread, ObjectBound(doing="check"))
+    except DocumentTooLarge as e:
+        raise GcAborted(f"gc stopped before deleting anything: {e}; or run `ckpt fsck` to see what needs "
+                        f"it") from None
+
+
+def _mark(parts: StoreParts, progress: Progress | None, unread: set[bytes] | None,
+          bound: ObjectBound) -> set[bytes]:
     objs = parts.objects
     live: set[bytes] = {m.oid for m in objs.backend.iter_objects() if m.kind == ob.DICT}
     level: list[bytes] = []
     for cid in roots(parts):
         try:
-            c = objs.commit(cid)
+            c = objs.commit(cid, budget=bound)
         except MissingObject:
             if unread is not None:
                 unread.add(cid)
@@ -88,7 +108,7 @@ def mark(parts: StoreParts, progress: Progress | None = None, unread: set[bytes]
             unread.update(o for o in todo if o not in found)
         trees = [o for o, s in found.items() if s.kind == ob.TREE]
         for batch in size_batches(trees, {o: found[o].size for o in trees}):
-            got = objs.trees(batch)
+            got = objs.trees(batch, budget=bound)
             for _, payload in got.values():
                 level.extend(ln.oid for ln in links_in(payload))
         done += len(todo)
@@ -265,7 +285,9 @@ def gc(parts: StoreParts, *, dry_run: bool = False, grace_ns: int = 0, progress:
     """
     b = parts.backend
     caps = b.capabilities
-    grace_ns = max(grace_ns, int(caps.gc_grace_s * 1e9))
+    shared_ns = int(caps.gc_grace_s * 1e9)
+    grace_shared = shared_ns > 0 and shared_ns >= grace_ns
+    grace_ns = max(grace_ns, shared_ns)
     lock = b.lock("gc", wait_s=wait_s) if caps.locks else contextlib.nullcontext(True)
     with lock as got:  # a writer's automatic repack holds it for well under a second
         if not got:
@@ -289,13 +311,17 @@ def gc(parts: StoreParts, *, dry_run: bool = False, grace_ns: int = 0, progress:
             raise GcAborted(f"gc could not read object {first} that a live commit needs, though the store lists "
                             f"it; nothing was deleted; retry, and run `ckpt fsck` if it persists")
         dead = [o for o, m in metas.items() if m.kind != ob.PACK and o not in live and m.touched_ns < cutoff]
+        young = [m.touched_ns for o, m in metas.items() if m.kind != ob.PACK and o not in live
+                 and m.touched_ns >= cutoff]
+        kept = functools.partial(GcReport, kept_young=len(young), grace_s=grace_ns / 1e9, grace_shared=grace_shared,
+                                 kept_until_ns=max(young) + grace_ns if young else None)
         if dry_run:  # what the sweep deletes, then the packs nothing names once repack moved their members
             dead_set = set(dead) | (set(repack_plan(live, metas)) if caps.reframe and caps.locks else set())
             used = {_pack_of(m.head) for o, m in metas.items() if o not in dead_set}
             packs = [o for o, m in metas.items()
                      if m.kind == ob.PACK and o[:PACK_KEY] not in used and m.touched_ns < cutoff]
             gone = dead + packs
-            return GcReport(len(live), len(gone), sum(metas[o].size for o in gone), before, before, True)
+            return kept(len(live), len(gone), sum(metas[o].size for o in gone), before, before, True)
         if caps.reframe and caps.locks:  # packing is tuning for backends that can rewrite frames in place
             repack(parts, live, metas, progress)
         deleted = 0
@@ -313,4 +339,4 @@ def gc(parts: StoreParts, *, dry_run: bool = False, grace_ns: int = 0, progress:
         b.maintain(compact=before < COMPACT_BELOW)  # the backend's own tuning (SQLite: vacuum, WAL)
         after = parts.size_bytes()
         freed = sum(metas[o].size for o in dead) + sum(metas[o].size for o in gone_packs)
-        return GcReport(len(live), deleted, freed, before, after, False)
+        return kept(len(live), deleted, freed, before, after, False)

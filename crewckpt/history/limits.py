@@ -64,6 +64,10 @@ class ReadBudget:
         if self.used_bytes > self.max_bytes:
             raise self.too_large(f"more than {self.max_bytes} bytes to decompress", ENV_BYTES, "max_bytes")
 
+    def charge_object(self, oid: bytes, n: int) -> None:
+        """Account object ``oid`` whose frame declares ``n`` body bytes, before decompressing it."""
+        self.charge_bytes(n)
+
     def check_expanded(self, nodes: int, nbytes: int, depth: int) -> None:
         """Refuse an expanded document of ``nodes`` values, ``nbytes`` string bytes, ``depth`` levels."""
         if depth > MAX_DEPTH:
@@ -81,3 +85,16 @@ class ReadBudget:
         alt = f" (or Store.read(..., {kwarg}=N))" if self.kwargs else ""
         return DocumentTooLarge(f"{self.what} is too large to {self.doing}: {why}; if you trust this store, raise "
                                 f"the limit with ${env}{alt}")
+
+
+class ObjectBound(ReadBudget):
+    """A bound on each object's declared body size, not a running total: for verbs that decode objects one at
+    a time and keep none (fsck, gc's mark). An object over it is refused before anything is decompressed, so a
+    small frame declaring a huge body costs neither memory nor time. ``max_bytes``: as for ReadBudget."""
+
+    def charge_object(self, oid: bytes, n: int) -> None:
+        """Raise DocumentTooLarge (naming ``oid`` and its declared ``n`` bytes) when ``n`` is over the bound."""
+        if n > self.max_bytes:
+            raise DocumentTooLarge(f"object {oid.hex()} declares {n} bytes, more than the read limit of "
+                                   f"{self.max_bytes} bytes; if you trust this store, raise the limit with "
+                                   f"${ENV_BYTES}")

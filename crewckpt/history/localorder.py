@@ -16,6 +16,7 @@ import heapq
 from collections.abc import Callable
 
 from crewckpt.backends.base import IndexRow, Parts
+from crewckpt.history.refnames import HEADS
 
 
 def index_commit(w: Parts, cid: bytes, row_for: Callable[[int], IndexRow], *, may_revive: bool) -> None:
@@ -30,13 +31,27 @@ def index_commit(w: Parts, cid: bytes, row_for: Callable[[int], IndexRow], *, ma
     commit's row is added.
     """
     seq = w.counter_next("seq")
-    if may_revive and w.index_get(cid) is None:
-        kids = w.index_children([cid])
-        if kids:
-            moved = _descendants(w, cid, kids)
-            fresh = [w.counter_next("seq") for _ in moved]
-            w.index_renumber({r.id: s for r, s in reversed(list(zip(moved, fresh, strict=True)))})
+    if may_revive and w.index_get(cid) is None and w.index_children([cid]):
+        moved = _stable_descendants(w, cid)
+        fresh = [w.counter_next("seq") for _ in moved]
+        w.index_renumber({r.id: s for r, s in reversed(list(zip(moved, fresh, strict=True)))})
     w.index_add(row_for(seq))
+
+
+def _stable_descendants(w: Parts, cid: bytes) -> list[IndexRow]:
+    """:func:`_descendants`, after reading the branch refs they belong to: a backend that serializes writers
+    per ref rather than per store (PostgreSQL: a transaction that reads a ref waits for its writers) then
+    orders this renumbering against a checkpoint adding a child on one of those branches meanwhile; the set
+    is recomputed until no new branch appears (elsewhere transactions are serialized and one pass does)."""
+    read: set[str] = set()
+    while True:
+        moved = _descendants(w, cid, w.index_children([cid]))
+        new = {r.branch for r in moved if isinstance(r.branch, str) and r.branch} - read
+        if not new:
+            return moved
+        for b in sorted(new):
+            w.get_ref(HEADS + b)
+        read |= new
 
 
 def _descendants(w: Parts, cid: bytes, kids: list[IndexRow]) -> list[IndexRow]:

@@ -81,7 +81,7 @@ class ObjectDB:
             if stored.frame[:1] == b"\x03":
                 return self._unpack(stored, reader, budget)
             if budget is not None:
-                budget.charge_bytes(stored.size)
+                budget.charge_object(stored.oid, stored.size)
             body = self.codec.decode(stored.frame, stored.size)
             oid = ob.object_id(stored.kind, body)
         except DecodeError as e:
@@ -130,9 +130,11 @@ class ObjectDB:
                 self._pack_bytes -= sum(len(b) for b in old)
         return out
 
-    def get(self, oid: bytes, reader: ObjectStore | None = None) -> tuple[int, bytes]:
-        """``(kind, body)`` of one object. Raises MissingObject or IntegrityError."""
-        got = self.get_many([oid], reader)
+    def get(self, oid: bytes, reader: ObjectStore | None = None,
+            budget: ReadBudget | None = None) -> tuple[int, bytes]:
+        """``(kind, body)`` of one object. Raises MissingObject or IntegrityError (DocumentTooLarge over
+        ``budget``)."""
+        got = self.get_many([oid], reader, budget)
         if oid not in got:
             raise MissingObject(oid.hex())
         return got[oid]
@@ -193,9 +195,10 @@ class ObjectDB:
                     self._trees.popitem(last=False)
         return out
 
-    def commit(self, cid: bytes, reader: ObjectStore | None = None) -> ob.Commit:
-        """Decoded commit object. Raises MissingObject, IntegrityError."""
-        kind, body = self.get(cid, reader)
+    def commit(self, cid: bytes, reader: ObjectStore | None = None,
+               budget: ReadBudget | None = None) -> ob.Commit:
+        """Decoded commit object. Raises MissingObject, IntegrityError (DocumentTooLarge over ``budget``)."""
+        kind, body = self.get(cid, reader, budget)
         return decode_commit(cid, kind, body)
 
     def blobs(self, oids: Iterable[bytes], reader: ObjectStore | None = None,

@@ -706,11 +706,14 @@ def store_model(factory: BackendFactory) -> type[RuleBasedStateMachine]:
             self.collected: set[str] = set()
             self.head = "main"
             self.head_log: list[str] = []  # where HEAD moved, oldest first (HEAD's reflog)
+            self.made_docs: dict[str, Any] = {}  # id -> the document committed
+            self.made: dict[str, tuple[Any, tuple[str, ...], int, str]] = {}  # id -> doc, parents, time, run
 
         def teardown(self) -> None:
             self.store.close()
 
         def _committed(self, cid: str, doc: Any, branch: str) -> str:
+            self.made_docs[cid] = doc
             self.docs[cid] = _doc_text(doc)
             self.branch_of[cid] = branch
             self.order.append(cid)
@@ -725,6 +728,12 @@ def store_model(factory: BackendFactory) -> type[RuleBasedStateMachine]:
             expected = (self.tips[branch],) if branch in self.tips else ()
             assert self.store.info(cid).parents == expected
             return self._committed(cid, doc, branch)
+
+        @rule(branch=branch_names, docs=st.lists(json_docs, min_size=2, max_size=3))
+        def run(self, branch: str, docs: list[Any]) -> None:
+            """A few checkpoints in a row on one branch (a CrewAI run), so prune has history to remove."""
+            for doc in docs:
+                self.commit(branch, doc)
 
         @precondition(lambda self: bool(self.order))
         @rule(target=commits, branch=branch_names, doc=json_docs, data=st.data())
@@ -799,6 +808,32 @@ def store_model(factory: BackendFactory) -> type[RuleBasedStateMachine]:
                 del self.branch_of[c]
                 self.pruned.add(c)
 
+        @precondition(lambda self: bool(self.pruned or self.collected))
+        @rule(branch=branch_names, data=st.data())
+        def write_again(self, branch: str, data: st.DataObject) -> None:
+            """A pruned or collected commit written again from the same inputs: the same id (format 2 holds
+            no seq) comes back live, and its live descendants are renumbered after it (I6)."""
+            cid = data.draw(st.sampled_from(sorted(self.pruned | self.collected)))
+            doc, parents, time_ns, run = self.made[cid]
+            if any(p in self.collected for p in parents):
+                with pytest.raises(UnknownRevision):
+                    self.store.commit(doc, branch=branch, parents=list(parents), run_id=run, time_ns=time_ns)
+                return
+            assert self.store.commit(doc, branch=branch, parents=list(parents), run_id=run, time_ns=time_ns) == cid
+            self.pruned.discard(cid)
+            self.collected.discard(cid)
+            below = {cid}
+            for c in self.order:  # write order is parents first: one pass finds every live descendant
+                if below.intersection(self.made[c][1]):
+                    below.add(c)
+            moved = [c for c in self.order if c in below]
+            self.order = [c for c in self.order if c not in below]
+            self.order += [cid, *moved]
+            self.branch_of[cid] = branch
+            self.tips[branch] = cid
+            if branch == self.head:
+                self.head_log.append(cid)
+
         @rule()
         def gc(self) -> None:
             self.store.gc()
@@ -825,6 +860,8 @@ def store_model(factory: BackendFactory) -> type[RuleBasedStateMachine]:
             if self.head in self.tips:
                 assert self.store.resolve("HEAD") == self.tips[self.head] == self.store.resolve("@{0}")
             live = self.store.list()
+            for c in live:  # what write_again needs, read from the listing every step makes anyway
+                self.made.setdefault(c.id, (self.made_docs[c.id], c.parents, c.time_ns, c.run_id))
             assert [c.id for c in live] == self.order
             assert all(c.branch == self.branch_of[c.id] for c in live)
             for cid in [*self.order, *self.pruned]:  # pruned, not yet collected: still readable by id
@@ -1019,16 +1056,17 @@ class StoreContract:
             s.close()
 
     @staticmethod
-    def _revival_history(s: Any) -> tuple[list[dict[str, Any]], list[str], str]:
-        """b: c0 <- c1 <- c2 <- c3 and f: fork (a child of c2); prune b to its tip and collect: c0..c2 are
-        gone while their children c3 and fork stay live."""
+    def _revival_history(s: Any, collect: bool = True) -> tuple[list[dict[str, Any]], list[str], str]:
+        """b: c0 <- c1 <- c2 <- c3 and f: fork (a child of c2); prune b to its tip and (``collect``) gc: c0..c2
+        are not live (gone) while their children c3 and fork stay live."""
         docs = [{"n": i, "s": "x" * 300 * (i + 1)} for i in range(4)]
         ids: list[str] = []
         for i, d in enumerate(docs):
             ids.append(s.commit(d, branch="b", parents=ids[-1:], run_id="r1", time_ns=REVIVAL_T0 + i))
         fork = s.commit({"fork": 1}, branch="f", parents=[ids[2]])
         assert s.prune("b", keep=1) == ids[:3]
-        s.gc()
+        if collect:
+            s.gc()
         return docs, ids, fork
 
     @staticmethod
@@ -1062,7 +1100,7 @@ class StoreContract:
         for k in range(100):
             inner = backend_factory.create()
             s = new_store(Faulty(inner))
-            docs, ids, _ = self._revival_history(s)
+            docs, ids, _ = self._revival_history(s, collect=False)  # pruned, not collected: revived alike
             again: list[str] = []
             for i in range(2):
                 again.append(s.commit(docs[i], branch="b2", parents=again[-1:], run_id="r1", time_ns=REVIVAL_T0 + i))
