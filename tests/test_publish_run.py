@@ -181,3 +181,46 @@ def test_ckpt_publish_catches_up_on_every_run_and_reports_like_push(tmp_path: Pa
         run(w, "run-z", 1)  # the shared store's run-z is other work: never overwritten
     r = ckpt(w_loc, "publish", s_loc, "run-z")
     assert r.exit_code == 1 and "! [rejected]  refs/runs/run-z" in r.stdout and "nothing was published" in r.stdout
+
+
+def _state(store: Store) -> tuple[object, ...]:
+    b = store.backend
+    return (b.refs(""), sorted(m.oid for m in b.iter_objects()), [(e.ref, e.new) for e in _all_reflogs(store)])
+
+
+def _all_reflogs(store: Store) -> list[object]:
+    return [e for ref in store.backend.refs("") for e in store.backend.reflog(ref)]
+
+
+def test_publish_dry_run_says_what_would_move_and_writes_nothing(pair: tuple[Store, Store]) -> None:
+    w, s = pair
+    w.add_remote("team", s.location)
+    run(w, "run-a", 3)
+    w.publish_run("team", "run-a")
+    run(w, "run-b", 2)  # a second kickoff: publishing would replace main's lineage
+    before = _state(w), _state(s)
+    dry = w.publish_run("team", "run-b", dry_run=True)
+    assert dry.dry_run and statuses(dry) == {"refs/runs/run-b": "new", "refs/heads/main": REPLACED}
+    assert dry.commits == 2 and dry.objects > 0 and dry.bytes > 0
+    assert (_state(w), _state(s)) == before  # nothing in either store, not even the tracking ref
+    real = w.publish_run("team", "run-b")
+    assert not real.dry_run and statuses(real) == statuses(dry) and real.commits == dry.commits
+    assert statuses(w.publish_run("team", "run-b", dry_run=True)) == {
+        "refs/runs/run-b": "up-to-date", "refs/heads/main": "up-to-date"}
+
+
+def test_ckpt_publish_dry_run_writes_nothing(tmp_path: Path) -> None:
+    from cli_helpers import ckpt, ok
+
+    w_loc, s_loc = str(tmp_path / "worker"), str(tmp_path / "shared")
+    with Store.init(w_loc) as w, Store.init(s_loc):
+        run(w, "run-a", 2)
+    for flag in ("--dry-run", "-n"):
+        out = ok(ckpt(w_loc, "publish", s_loc, flag))
+        assert "publish " in out.stderr and "would send 2 checkpoint(s)" in out.stderr
+        assert out.stdout.count("* [new]") == 2  # refs/runs/run-a and main
+    rep = json.loads(ok(ckpt(w_loc, "publish", "-n", s_loc, "--json")).stdout)
+    assert rep["dry_run"] is True and [r["status"] for r in rep["refs"]] == ["new", "new"]
+    with Store.open(s_loc) as s:
+        assert s.runs() == {} and s.branches() == {} and not list(s.backend.iter_objects())
+    assert "sent 2 checkpoint(s)" in ok(ckpt(w_loc, "publish", s_loc)).stderr

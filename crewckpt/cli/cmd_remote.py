@@ -236,8 +236,9 @@ def push(remote: str | None, branch: str | None, all_branches: bool, force: bool
 @click.command()
 @click.argument("remote", required=False)
 @click.argument("runs", nargs=-1, metavar="[RUN]...")
+@click.option("--dry-run", "-n", is_flag=True, help="Say what would move; change nothing.")
 @json_option
-def publish(remote: str | None, runs: tuple[str, ...], as_json: bool) -> None:
+def publish(remote: str | None, runs: tuple[str, ...], dry_run: bool, as_json: bool) -> None:
     """Publish runs to REMOTE (default `origin`, or a location): each run under its own ref
     `refs/runs/<run id>`, and its branch when no tip loses its name there (a fast-forward, or a new lineage
     whose previous run keeps its run ref; a branch holding checkpoints pushed by hand is kept). What
@@ -248,6 +249,7 @@ def publish(remote: str | None, runs: tuple[str, ...], as_json: bool) -> None:
     \b
     Examples:
       ckpt publish team
+      ckpt publish -n team
       ckpt publish /shared/team.ckpt run-3f2a9c1d04be --json
     """
     from crewckpt.history import remotes
@@ -257,11 +259,11 @@ def publish(remote: str | None, runs: tuple[str, ...], as_json: bool) -> None:
     store = app.store()
     known = store.runs()
     names = list(runs) or sorted(known, key=lambda r: store.info(known[r]).seq)
-    total = remotes.SyncReport(verb="publish")
+    total = remotes.SyncReport(verb="publish", dry_run=dry_run)
     with remotes.connect(store, remote) as (label, other):
         total.remote = remotes._where(other, label)
         for run in names:
-            rep = publish_run(store, other, run, name=label)
+            rep = publish_run(store, other, run, name=label, dry_run=dry_run)
             total.commits += rep.commits
             total.objects += rep.objects
             total.bytes += rep.bytes

@@ -56,10 +56,13 @@ _ATTEMPTS = 5  # plans redone when another publisher moved the shared branch bet
 
 
 def publish_run(store: Store, remote: str | Store | None, run_id: str, branch: str | None = None, *,
-                name: str | None = None, progress: Progress | None = None) -> remotes.SyncReport:
+                name: str | None = None, progress: Progress | None = None,
+                dry_run: bool = False) -> remotes.SyncReport:
     """Publish run ``run_id`` of ``store`` to ``remote`` (a remote name, a location or an open Store) by the
     module's rule; ``branch`` (default: the branch the run's last checkpoint was written on) is the shared
     branch that may follow it. ``name``: the tracking namespace for a location (as :func:`remotes.push`).
+    ``dry_run``: plan and count what would be sent and which refs would move (same statuses and reasons),
+    write nothing in either store (report ``dry_run`` true).
 
     Returns:
         The report (``verb`` "publish"): ``refs`` holds the run ref's result, then the branch's (status
@@ -83,7 +86,7 @@ def publish_run(store: Store, remote: str | Store | None, run_id: str, branch: s
     where = remotes.location_of(store) or "memory"
     with remotes.connect(store, remote) as (label, other):
         here, there = remotes.side(store, "this store"), remotes.side(other, remotes._where(other, label))
-        total = TransferReport()
+        total = TransferReport(dry_run=dry_run)
         results: list[RefResult] = []
         tip = first
         for attempt in range(_ATTEMPTS):
@@ -94,7 +97,7 @@ def publish_run(store: Store, remote: str | Store | None, run_id: str, branch: s
                 break
             b_update, b_result = _branch_update(here, there, bref, tip, mine, branch, run_id, where)
             updates = [u for u in (run_update, b_update) if u is not None]
-            rep = transfer(here, there, updates, progress=progress) if updates else TransferReport()
+            rep = transfer(here, there, updates, dry_run=dry_run, progress=progress) if updates else TransferReport()
             total.commits += rep.commits
             total.objects += rep.objects
             total.bytes += rep.bytes
@@ -105,13 +108,13 @@ def publish_run(store: Store, remote: str | Store | None, run_id: str, branch: s
             if b_result is not None:
                 results.append(b_result)
             lost = [r for r in results if r.status == "rejected"]
-            if not lost or lost[0].ref == rref or attempt + 1 == _ATTEMPTS:
+            if dry_run or not lost or lost[0].ref == rref or attempt + 1 == _ATTEMPTS:
                 break  # the run ref's loser does not retry: only its own run moves it
         total.refs = results
         report = remotes._report("publish", there.name, total)
     label = remotes.check_remote_name(name) if name else label
     moved = any(r.ref == bref and r.status not in ("rejected", KEPT, SKIPPED) for r in report.refs)
-    if label and moved:  # the tracking ref records what the remote's branch now holds, as after a push
+    if label and moved and not dry_run:  # the tracking ref records what the remote's branch now holds, as after a push
         dst = remotes.tracking_prefix(label) + branch
         move_refs(here, [RefUpdate(dst, tip, store.backend.get_ref(dst), "", "push", f"publish to {label}")])
     return report

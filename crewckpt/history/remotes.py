@@ -520,7 +520,8 @@ def fetch(store: Store, remote: str | Store | None = None, branches: Sequence[st
             old = store.backend.get_ref(dst)
             status = ("new" if old is None else "up-to-date" if old == tip
                       else "fast-forward" if is_ancestor(there, old, tip) else "forced")
-            updates.append(RefUpdate(dst, tip, old, f"{ns}/{b}", status, f"fetch: {status} from {there.name}"))
+            updates.append(RefUpdate(dst, tip, old, f"{ns}/{b}", status, f"fetch: {status} from {there.name}",
+                                     source_branch=b))
         rep = _report("fetch", there.name, transfer(there, here, updates, dry_run=dry_run, progress=progress),
                       [] if branches else invalid)
         if prune and not branches:  # after the transfer: a kill in between leaves stale refs, never a lost one
@@ -631,7 +632,8 @@ def push(store: Store, remote: str | Store | None = None, branch: str | None = N
                 rejected.append(RefResult(ref, theirs.hex(), mine.hex(), "rejected",
                                           _not_ff(here, b, theirs, mine, label or there.name, there.name)))
                 continue
-            updates.append(RefUpdate(ref, mine, theirs, b, status, f"push: {status} from {location_of(store) or 'memory'}"))
+            updates.append(RefUpdate(ref, mine, theirs, b, status, f"push: {status} from {location_of(store) or 'memory'}",
+                                     source_branch=b))
         rep = _report("push", there.name, transfer(here, there, updates, dry_run=dry_run, progress=progress), rejected)
     label = check_remote_name(name) if name else label
     if label and not dry_run:  # the tracking refs record what the remote now holds
@@ -810,7 +812,7 @@ def _clone_into(d: Store, other: Store, label: str, origin: str, dest: str | os.
         if status == "forced" and old != tracked:  # not what the interrupted clone set: local work
             raise StoreExists(f"{dest}: branch {b} has commits the interrupted clone did not write; "
                               f"finish with `ckpt --store {dest} fetch` instead")
-        updates.append(RefUpdate(ref, tip, old, b, status, f"clone: from {there.name}"))
+        updates.append(RefUpdate(ref, tip, old, b, status, f"clone: from {there.name}", source_branch=b))
     rep = _report("clone", there.name, transfer(there, here, updates, progress=progress), invalid)
     for u in updates:  # received as they are (the source's data), but `origin/x` would name two refs here
         if u.ref.startswith(f"{refnames.HEADS}{origin}/"):

@@ -41,7 +41,15 @@ from crewckpt.errors import (
 )
 from crewckpt.format import objects as ob
 from crewckpt.history import head, refnames, revisions
-from crewckpt.history.commits import CommitInfo, PrunedCommit, from_commit, from_row, to_row
+from crewckpt.history.commits import (
+    CommitInfo,
+    PrunedCommit,
+    branch_ok,
+    damaged_row,
+    from_commit,
+    from_row,
+    to_row,
+)
 from crewckpt.history.limits import ReadBudget
 from crewckpt.history.localorder import index_commit
 from crewckpt.history.objectdb import ObjectDB
@@ -446,13 +454,13 @@ class Store:
                 raise e from None
             if isinstance(row.seq, int) and not isinstance(row.seq, bool):
                 info.seq = row.seq
-            if isinstance(row.branch, str):
+            if branch_ok(row.branch):
                 info.branch = row.branch
             return info
 
     def _parents(self, cid: bytes) -> tuple[bytes, ...]:
         row = self.backend.index_get(cid)
-        if row is not None:
+        if row is not None and all(len(p) == ob.ID_BYTES for p in row.parents):
             return row.parents
         try:
             return self.objects.commit(cid).parents
@@ -462,6 +470,8 @@ class Store:
     def _seq(self, cid: bytes) -> int | None:
         """Local write order from the commit index; None outside it (commits carry no order)."""
         row = self.backend.index_get(cid)
+        if row is not None and (not isinstance(row.seq, int) or isinstance(row.seq, bool)):
+            raise damaged_row(row)  # not a parent cycle: the row's order is unreadable
         return row.seq if row is not None else None
 
     def _check_edge(self, child: bytes, parent: bytes) -> None:
@@ -509,10 +519,11 @@ class Store:
         if r.reflog is not None:
             return self._reflog_base(r)
         if b in (head.HEAD, "@"):  # git: '@' alone is HEAD
-            t = self.backend.get_ref(head.head_ref(self.backend))
+            name = head.head_ref(self.backend)
+            t = self.backend.get_ref(name)
             if t is None:
                 raise head.unborn(self.backend, r.text)
-            return t
+            return self._ref_commit(name, t)
         if b == "latest":  # the last commit written on any LOCAL branch (HEAD before it was the current branch)
             return self._latest()
         if len(b) == 64 and revisions.is_hex(b):
@@ -528,17 +539,17 @@ class Store:
         if b.startswith("refs/"):
             t = self.backend.get_ref(b)
             if t:
-                return t
+                return self._ref_commit(b, t)
         else:  # git's order: a local branch first, then a remote-tracking ref (origin/main)
             t = self.backend.get_ref(refnames.HEADS + b)
-            tracked = self.backend.get_ref(refnames.REMOTES + b) if "/" in b else None
+            tracked = self.backend.get_ref(refnames.REMOTES + b)
             if t and tracked:  # git warns too ("refname 'origin/main' is ambiguous")
                 _log.warning("crewckpt: refname %r is ambiguous: using the local branch %s (%s), not the "
                              "remote-tracking refs/remotes/%s (%s); rename the branch with `ckpt branch -m %s "
                              "NEW`", b, b, t.hex()[:12], b, tracked.hex()[:12], b)
-            found = t or tracked
-            if found:
-                return found
+            for name, target in ((refnames.HEADS + b, t), (refnames.REMOTES + b, tracked)):
+                if target:
+                    return self._ref_commit(name, target)
         a = self.backend.alias_get(b)
         if a:
             return a
@@ -563,10 +574,10 @@ class Store:
         Raises:
             UnknownRevision: no local branch yet (fetched branches are named in the message).
         """
-        best: tuple[int, bytes] | None = None
-        for tip in self.backend.refs(refnames.HEADS).values():
+        best: tuple[int, bytes, str] | None = None
+        for name, tip in self.backend.refs(refnames.HEADS).items():
             row = self.backend.index_get(tip)
-            key = (row.seq if row is not None else -1, tip)
+            key = (row.seq if row is not None else -1, tip, name)
             if best is None or key > best:
                 best = key
         if best is None:
@@ -574,7 +585,21 @@ class Store:
             hint = (f"; fetched branches are not local: make one with `ckpt branch NAME "
                     f"{fetched[0][len(refnames.REMOTES):]}`" if fetched else "")
             raise UnknownRevision(f"revision 'latest': no local branch has checkpoints yet{hint}")
-        return best[1]
+        return self._ref_commit(best[2], best[1])
+
+    def _ref_commit(self, name: str, t: bytes) -> bytes:
+        """Ref ``name``'s target ``t`` when it can name a commit; a malformed target (not 32 bytes) or one
+        naming another kind of object raises UnknownRevision naming the ref (not "pruned", not "corrupt")."""
+        if len(t) != ob.ID_BYTES:
+            raise UnknownRevision(f"ref {name} is malformed: it holds {len(t)} byte(s) ({t[:32].hex()}), not a "
+                                  f"{ob.ID_BYTES}-byte commit id; {refnames.ref_fix(name)}")
+        if self.backend.index_get(t) is None:  # live commits are indexed: only then look at the object
+            got = self.backend.get(t)
+            if got is not None and got.kind != ob.COMMIT:
+                kind = ob.KIND_NAMES.get(got.kind, b"object").decode()
+                raise UnknownRevision(f"ref {name} names {t.hex()}, a {kind}, not a commit: the ref is damaged; "
+                                      f"{refnames.ref_fix(name)}")
+        return t
 
     def _reflog_base(self, r: revisions.Revision) -> bytes:
         """``REF@{N}`` (N-th prior value of REF; ``@{N}``: of the current branch; ``HEAD@{N}``: of HEAD) and
@@ -629,6 +654,7 @@ class Store:
                 yield PrunedCommit(cid.hex())
                 return
             if child is not None and child.live and info.live and info.seq >= child.seq:
+                self._check_edge(bytes.fromhex(child.id), cid)  # a damaged seq is named as such
                 raise _cycle(bytes.fromhex(child.id), cid)
             if cid in seen:  # e.g. an index row's parents leading back through unindexed commits
                 raise _cycle(cid)
@@ -847,13 +873,14 @@ class Store:
         return remotes.push_or_raise(rep) if check else rep
 
     def publish_run(self, remote: str | Store | None, run_id: str, branch: str | None = None, *,
-                    name: str | None = None, progress: Progress | None = None) -> SyncReport:
+                    name: str | None = None, progress: Progress | None = None,
+                    dry_run: bool = False) -> SyncReport:
         """Publish run ``run_id`` (its ``refs/runs/<run id>``, and its branch when no tip loses its name) to a
         shared store: what ``CheckpointConfig(push_to=...)`` does when a run ends (see
-        :func:`crewckpt.history.publish.publish_run`; rejections are in the report). Raises UnknownRevision
-        (no such run here) and push's errors."""
+        :func:`crewckpt.history.publish.publish_run`; rejections are in the report; ``dry_run``: say what would
+        move, write nothing). Raises UnknownRevision (no such run here) and push's errors."""
         from crewckpt.history import publish
-        return publish.publish_run(self, remote, run_id, branch, name=name, progress=progress)
+        return publish.publish_run(self, remote, run_id, branch, name=name, progress=progress, dry_run=dry_run)
 
     @classmethod
     def clone(cls, src: str | Store, dest: str | os.PathLike[str], *, origin: str = "origin",
