@@ -610,6 +610,12 @@ def test_fsck_and_reads_name_a_ref_that_cannot_name_a_commit(chain: tuple[Path, 
         code, _, err = _run(args, path)
         assert code == 1 and err.count("\n") == 1 and "ref refs/heads/main" in err and want in err, (args, err)
         assert "pruned" not in err and "corrupt" not in err
+    if case == "ref at a tree":  # gc keeps what a ref names: it stops, naming the ref, deleting nothing
+        for args in (["gc", "-n"], ["gc"]):
+            code, _, err = _run(args, path)
+            assert code == 1 and err.count("\n") == 1 and "ref refs/heads/main names" in err and want in err, err
+        with Store.open(path) as s:
+            assert s.read(ids[0]) == {"n": 0}
 
 
 @pytest.mark.parametrize("column, value, want", [

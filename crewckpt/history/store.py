@@ -385,14 +385,14 @@ class Store:
                     raise _EpochChanged
             if self._old_version:  # the first format-2 commit marks a format-1 store (nothing is rewritten)
                 txn.meta_set("format_version", str(ob.FORMAT_VERSION))
-            txn.put_many(frames, now)
+            txn.put_many_uncounted(frames, now)
             for attempt in range(_CAS_RETRIES):
                 tip = txn.get_ref(ref)
                 parents = parent_ids if parent_ids is not None else ([tip] if tip else [])
                 c = ob.Commit(root, tuple(parents), now if time_ns is None else time_ns, run, trigger, meta_json,
                               alias)
                 cobj = self.objects.frame(ob.COMMIT, c.encode())
-                fresh = txn.put_many([cobj], now) > 0
+                fresh = txn.put_many([cobj], now) > 0  # counted: index_commit needs to know
                 try:
                     txn.set_ref_if_equals(ref, tip, cobj.oid)
                     break
@@ -510,6 +510,8 @@ class Store:
                     raise UnknownRevision(f"revision {rev!r}: commit {cid.hex()[:12]} has {len(ps)} parent(s)")
                 cid = ps[parent_no - 1]
                 walked += 1
+        if not walked and r.reflog is None and len(r.base) == 64 and revisions.is_hex(r.base):
+            return cid.hex()  # _base found this very commit (index row or object): no second round trip
         if self.backend.index_get(cid) is None and not self.backend.has_many([cid]):
             raise UnknownRevision(f"revision {rev!r}: commit {cid.hex()[:12]} was pruned and collected")
         return cid.hex()
