@@ -24,6 +24,7 @@ from crewckpt.errors import (
     PullDiverged,
     PushRejected,
     UnknownRemote,
+    UnknownRevision,
 )
 from crewckpt.format import objects as ob
 from crewckpt.history import remotes, sync
@@ -187,6 +188,22 @@ def test_local_branch_shadows_a_tracking_ref_of_the_same_name(make: Callable[[st
     b.fetch(a, name="origin")
     mine = b.commit({"mine": 1}, branch="origin/main")
     assert b.resolve("origin/main") == mine and b.resolve("refs/remotes/origin/main") == theirs
+
+
+def test_latest_is_the_newest_local_branch_tip_never_a_fetched_one(make: Callable[[str], Store]) -> None:
+    """`latest` (`resume latest`, restore_from="latest") must not start from a remote's checkpoint that a
+    fetch brought after the last local one."""
+    a, b, c = make("memory"), make("memory"), make("memory")
+    mine = b.commit({"mine": 1}, branch="main")
+    theirs = commit_chain(a, 2)[-1]
+    b.fetch(a, name="origin")
+    assert b.resolve("refs/remotes/origin/main") == theirs
+    assert b.resolve("latest") == mine
+    newer = b.commit({"mine": 2}, branch="side")
+    assert b.resolve("latest") == newer
+    c.fetch(a, name="origin")  # only fetched branches: nothing local to resume
+    with pytest.raises(UnknownRevision, match="no local branch has checkpoints yet.*ckpt branch NAME origin/main"):
+        c.resolve("latest")
 
 
 @pytest.mark.parametrize("kind", [*KINDS, pytest.param("postgres", marks=pytest.mark.postgres)])

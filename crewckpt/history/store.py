@@ -526,11 +526,8 @@ class Store:
             if t is None:
                 raise head.unborn(self.backend, r.text)
             return self._ref_commit(name, t)
-        if b == "latest":  # the last commit written on any branch (HEAD before it was the current branch)
-            last = self.backend.index_last()
-            if last is None:
-                raise UnknownRevision(f"revision {b!r}: the store has no checkpoints yet")
-            return last
+        if b == "latest":  # the last commit written on any LOCAL branch (HEAD before it was the current branch)
+            return self._latest()
         if len(b) == 64 and revisions.is_hex(b):
             cid = bytes.fromhex(b)
             if self.backend.index_get(cid):
@@ -546,10 +543,15 @@ class Store:
             if t:
                 return self._ref_commit(b, t)
         else:  # git's order: a local branch first, then a remote-tracking ref (origin/main)
-            for name in (refnames.HEADS + b, refnames.REMOTES + b):
-                t = self.backend.get_ref(name)
-                if t:
-                    return self._ref_commit(name, t)
+            t = self.backend.get_ref(refnames.HEADS + b)
+            tracked = self.backend.get_ref(refnames.REMOTES + b)
+            if t and tracked:  # git warns too ("refname 'origin/main' is ambiguous")
+                _log.warning("crewckpt: refname %r is ambiguous: using the local branch %s (%s), not the "
+                             "remote-tracking refs/remotes/%s (%s); rename the branch with `ckpt branch -m %s "
+                             "NEW`", b, b, t.hex()[:12], b, tracked.hex()[:12], b)
+            for name, target in ((refnames.HEADS + b, t), (refnames.REMOTES + b, tracked)):
+                if target:
+                    return self._ref_commit(name, target)
         a = self.backend.alias_get(b)
         if a:
             return a
@@ -565,6 +567,27 @@ class Store:
                 and all(c in "0123456789abcdefABCDEF" for c in b) else "; see `ckpt list`")
         shown = r.text if len(r.text) <= 80 else r.text[:77] + "..."
         raise UnknownRevision(f"unknown revision {shown!r}: not a commit id, branch or checkpoint id{hint}")
+
+    def _latest(self) -> bytes:
+        """``latest``: the newest (highest local seq) tip among the local branches (refs/heads). Never a
+        remote-tracking or run ref: a fetch must not make a remote's checkpoint what `resume latest` starts
+        from. A branch's tip is its newest commit (a parent's seq is below its child's), so the tips suffice.
+
+        Raises:
+            UnknownRevision: no local branch yet (fetched branches are named in the message).
+        """
+        best: tuple[int, bytes, str] | None = None
+        for name, tip in self.backend.refs(refnames.HEADS).items():
+            row = self.backend.index_get(tip)
+            key = (row.seq if row is not None else -1, tip, name)
+            if best is None or key > best:
+                best = key
+        if best is None:
+            fetched = sorted(self.backend.refs(refnames.REMOTES))
+            hint = (f"; fetched branches are not local: make one with `ckpt branch NAME "
+                    f"{fetched[0][len(refnames.REMOTES):]}`" if fetched else "")
+            raise UnknownRevision(f"revision 'latest': no local branch has checkpoints yet{hint}")
+        return self._ref_commit(best[2], best[1])
 
     def _ref_commit(self, name: str, t: bytes) -> bytes:
         """Ref ``name``'s target ``t`` when it can name a commit; a malformed target (not 32 bytes) or one
@@ -686,6 +709,8 @@ class Store:
         """
         ref = refnames.branch_ref(branch)
         branch = head.branch_of(ref)
+        if create:
+            self._refuse_remote_prefix(ref)
         start_id = bytes.fromhex(self.resolve(start)) if create else None
         with self._writing() as txn:
             now = time.time_ns()
@@ -735,10 +760,21 @@ class Store:
     def create_branch(self, name: str, rev: str = "HEAD") -> str:
         """Create branch ``name`` at ``rev``; returns the commit id. Raises BadRefName, BranchExists."""
         ref = refnames.branch_ref(name)
+        self._refuse_remote_prefix(ref)
         cid = bytes.fromhex(self.resolve(rev))
         with self._writing() as txn:
             self._create_ref(txn, ref, cid, rev, time.time_ns())
         return cid.hex()
+
+    def _refuse_remote_prefix(self, ref: str) -> None:
+        """Refuse a new local branch named ``REMOTE/...`` for a configured REMOTE: it would shadow the
+        remote-tracking ref of that name (``origin/main`` would name two things). Raises BadRefName."""
+        from crewckpt.history import remotes
+        b = head.branch_of(ref)
+        first, _, rest = b.partition("/")
+        if rest and first in remotes.remotes(self):
+            raise refnames.BadRefName(f"branch {b!r} begins with '{first}/', the name of remote {first}: it would shadow the "
+                             f"remote-tracking {b}; choose another name, e.g. {first}-{rest}")
 
     @staticmethod
     def _create_ref(txn: Parts, ref: str, cid: bytes, rev: str, now: int) -> None:
@@ -769,6 +805,7 @@ class Store:
         """Rename a branch: its ref, reflog and the branch of its live commits; HEAD follows a rename of the
         current branch (one entry in HEAD's reflog). Raises BranchExists, UnknownRevision, BadRefName."""
         oref, nref = refnames.branch_ref(old), refnames.branch_ref(new)
+        self._refuse_remote_prefix(nref)
         with self._writing() as txn:
             current = head.head_ref_stored(txn)  # before the refs change: a legacy HEAD is read from them
             cur = txn.get_ref(oref)
