@@ -123,3 +123,20 @@ def test_bad_branch_names_are_skipped_not_fatal(tmp_path: Path) -> None:
     report = import_crewai(Store.memory(), loc, progress=False)
     assert len(report.imported) == 3
     assert len(report.skipped) == 2 and all("'bad..name' is not a valid name" in p.reason for p in report.skipped)
+
+
+def test_an_export_to_a_db_named_like_an_sqlite_uri_writes_that_file(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """This SQLite reads a plain name starting with "file:" as a URI: "?mode=memory" exported into memory and
+    wrote nothing (attacker finding). The name is a file name, whatever it looks like."""
+    s = Store.init(tmp_path / "s")
+    import_crewai(s, FIXTURES / "agent_json")
+    monkeypatch.chdir(tmp_path)  # the name must be relative to look like a URI
+    name = "file:x.db?mode=memory"
+    n = len(s.list())
+    export_crewai(s, name, "sqlite")
+    s.close()
+    db = tmp_path / name
+    assert db.is_file()
+    with sqlite3.connect(db.as_uri() + "?mode=ro", uri=True) as c:
+        assert c.execute("SELECT count(*) FROM checkpoints").fetchone()[0] == n

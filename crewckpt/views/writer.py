@@ -174,7 +174,9 @@ class SqliteWriter:
         Path(self.db_path).parent.mkdir(parents=True, exist_ok=True)
         if Path(self.db_path).exists() and Path(self.db_path).stat().st_size and not layout.is_sqlite_file(self.db_path):
             raise ViewWriteError(f"{self.db_path} exists and is not an SQLite database; pick another --to path")
-        self.conn = sqlite3.connect(self.db_path, timeout=30)
+        # a URI built from the absolute path: this SQLite reads a plain name starting with "file:" as a URI
+        # (a "?mode=memory" there would export into memory and write nothing)
+        self.conn = sqlite3.connect(Path(self.db_path).resolve().as_uri() + "?mode=rwc", uri=True, timeout=30)
         try:
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute(layout.CREATE_TABLE)
