@@ -3,7 +3,9 @@ step by step to its own branch, into ONE PostgreSQL store (a throwaway local ser
 fsync on, synchronous_commit on) and, side by side, into one SQLite store per worker (what a fleet without a
 shared store does). Printed: checkpoints per second in total, p50/p99 write latency, bytes stored
 (PostgreSQL: ``pg_total_relation_size`` of the store's tables; SQLite: the files), round trips per
-checkpoint, and lost = acknowledged checkpoints not readable afterwards (must be 0).
+checkpoint, client CPU per checkpoint, and lost = acknowledged checkpoints not readable afterwards (must be 0).
+Beside them, ``memory``: the same writer processes with an in-memory store (their CPU work without storage),
+whose 1-to-W ratio is the ceiling this machine's cores put on any CPU-bound fleet.
 
     python benchmarks/bench_postgres.py [--writers 1,4,8] [--steps 60]
 
@@ -37,38 +39,47 @@ def doc(worker: int, step: int) -> dict[str, Any]:
                        for i in range(step)]}
 
 
-def _writer(args: tuple[str, str, int, int]) -> tuple[list[float], float, float, list[str], int]:
-    kind, location, worker, steps = args
+def _writer(args: tuple[str, str, int, int, Any]) -> tuple[list[float], float, float, list[str], int, float]:
+    kind, location, worker, steps, barrier = args
     from crewckpt.history.store import Store
+    backend: Any = None
     if kind == "postgres":
         from crewckpt.backends.postgres import PgBackend
         backend = PgBackend.open(location)
         store = Store(backend, None)
+    elif kind == "memory":  # the same CPU work (split, hash, compress) without any storage: the ceiling
+        store = Store.memory()
     else:
         store = Store.open(location)
-        backend = None
+    docs = [doc(worker, step) for step in range(steps)]
     lat, ids = [], []
+    barrier.wait()  # every worker starts together (spawned processes take seconds to import)
+    c0 = time.process_time()
     t0 = time.time()
-    for step in range(steps):
-        d = doc(worker, step)
+    for d in docs:
         s = time.perf_counter()
         ids.append(store.commit(d, branch=f"w{worker}", run_id=f"w{worker}"))
         lat.append(time.perf_counter() - s)
     t1 = time.time()
+    cpu = time.process_time() - c0
     rt = backend.round_trips if backend is not None else 0
     store.close()
-    return lat, t0, t1, ids, rt
+    return lat, t0, t1, ids, rt, cpu
 
 
 def run(kind: str, locations: list[str], steps: int) -> dict[str, float]:
+    """``len(locations)`` writer processes at once; rate (all writers), latency, round trips and client CPU
+    per checkpoint."""
     ctx = mp.get_context("spawn")
-    with ctx.Pool(len(locations)) as pool:
-        results = pool.map(_writer, [(kind, loc, w, steps) for w, loc in enumerate(locations)])
+    with ctx.Manager() as m, ctx.Pool(len(locations)) as pool:
+        barrier = m.Barrier(len(locations))
+        results = pool.map(_writer, [(kind, loc, w, steps, barrier) for w, loc in enumerate(locations)])
     lat = sorted(x for r in results for x in r[0])
     wall = max(r[2] for r in results) - min(r[1] for r in results)
     n = len(lat)
     return {"rate": n / wall, "p50": lat[n // 2] * 1e3, "p99": lat[min(n - 1, int(n * 0.99))] * 1e3,
-            "rt": sum(r[4] for r in results) / n, "ids": [i for r in results for i in r[3]]}  # type: ignore[dict-item]
+            "rt": sum(r[4] for r in results) / n, "cpu": sum(r[5] for r in results) / n * 1e3,
+            "ids": [i for r in results for i in r[3]]}  # type: ignore[dict-item]
 
 
 def lost(store: Any, ids: list[str], steps: int, offset: int = 0) -> int:
@@ -173,10 +184,18 @@ def main() -> None:
         raise SystemExit("no PostgreSQL server binaries found (see tests/pg_server.py)")
     srv = pg_server.PgServer.start(bindir, settings={})  # default durability: fsync and synchronous_commit on
     print(f"{a.steps} growing checkpoints per writer; PostgreSQL 1 store on a local server; SQLite 1 file per writer")
-    print(f"{'writers':>7} {'store':<10} {'ckpt/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'bytes':>12} {'RT/ckpt':>8} "
-          f"{'lost':>5}")
+    print(f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
+    print(f"{'writers':>7} {'store':<10} {'ckpt/s':>8} {'x of 1':>7} {'p50 ms':>8} {'p99 ms':>8} {'bytes':>12} "
+          f"{'RT/ckpt':>8} {'CPU ms':>7} {'lost':>5}")
+    base: dict[str, float] = {}
+
+    def row(w: int, kind: str, r: dict[str, Any], size: str, rt: str, n_lost: int) -> None:
+        base.setdefault(kind, r["rate"])
+        print(f"{w:>7} {kind:<10} {r['rate']:>8.1f} {r['rate'] / base[kind]:>6.2f}x {r['p50']:>8.1f} "
+              f"{r['p99']:>8.1f} {size:>12} {rt:>8} {r['cpu']:>7.1f} {n_lost:>5}", flush=True)
+
     try:
-        for w in (int(x) for x in a.writers.split(",")):
+        for w in (int(x) for x in a.writers.split(",") if x):
             url = f"{srv.url}?schema=bench{w}"
             PgBackend.create(url, {"format_version": str(ob.FORMAT_VERSION), "gc_epoch": "0"}).close()
             r = run("postgres", [url] * w, a.steps)
@@ -184,8 +203,7 @@ def main() -> None:
             pg_lost = lost(Store(b, None), r["ids"], a.steps)  # type: ignore[arg-type]
             size = b.disk_bytes()
             b.close()
-            print(f"{w:>7} {'postgres':<10} {r['rate']:>8.1f} {r['p50']:>8.1f} {r['p99']:>8.1f} {size:>12,} "
-                  f"{r['rt']:>8.1f} {pg_lost:>5}")
+            row(w, "postgres", r, f"{size:,}", f"{r['rt']:.1f}", pg_lost)
             with tempfile.TemporaryDirectory() as tmp:
                 paths = []
                 for k in range(w):
@@ -199,8 +217,12 @@ def main() -> None:
                         sq_lost += lost(s, r["ids"][k * a.steps:(k + 1) * a.steps], a.steps,  # type: ignore[index]
                                         k * a.steps)
                 size = sum(f.stat().st_size for f in Path(tmp).rglob("*") if f.is_file())
-            print(f"{w:>7} {'sqlite':<10} {r['rate']:>8.1f} {r['p50']:>8.1f} {r['p99']:>8.1f} {size:>12,} "
-                  f"{'-':>8} {sq_lost:>5}")
+            row(w, "sqlite", r, f"{size:,}", "-", sq_lost)
+            r = run("memory", [""] * w, a.steps)
+            row(w, "memory", r, "-", "-", 0)
+        print("memory: the same writers with an in-memory store (no storage: their CPU work only); its 'x of 1' "
+              "is what this machine's cores allow CPU-bound writers")
+        print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
         if a.versus_steps:
             versus_langgraph(srv.url, a.versus_steps)
     finally:

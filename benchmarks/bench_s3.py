@@ -1,6 +1,7 @@
 """S3 vs local SQLite for the same crew (issue 17): every checkpoint of crew_json_star_n6 (CrewAI 1.15.30,
 6 tasks, on_events=["*"]) committed in parent order into an S3 store (a throwaway SeaweedFS on 127.0.0.1,
-tests/s3_server.py) and into a local SQLite store. Printed side by side: checkpoint write latency p50/p99,
+tests/s3_server.py), into a pg+s3:// store (refs and index in a throwaway PostgreSQL, tests/pg_server.py;
+skipped with --no-pg or without server binaries) and into a local SQLite store. Printed side by side: checkpoint write latency p50/p99,
 S3 requests per checkpoint (counted on the client: PUT, GET, LIST), and bytes stored (S3: the sizes of every
 object under the store's prefix; SQLite: the store files).
 
@@ -51,9 +52,32 @@ def _commit_all(s: Store, files: list[Path], docs: list[object], counts: collect
     return ms, reqs
 
 
+def _split_run(endpoint: str, files: list[Path], docs: list[object]
+               ) -> tuple[list[float], list[int], int] | None:
+    """The same checkpoints into pg+s3:// (a throwaway PostgreSQL server, tests/pg_server.py): latency, S3
+    requests per checkpoint, bytes (S3 objects + the schema's tables). None without server binaries."""
+    import pg_server as pgs
+    bindir = pgs.find_bindir()
+    if bindir is None:
+        return None
+    with pgs.PgServer.start(bindir) as pg:
+        url = pg.url.replace("postgresql://", "pg+s3://", 1) + (f"?schema=bench&objects=s3://bench/split"
+                                                                 f"&endpoint={endpoint}&region=us-east-1")
+        st = Store.init(url, profile=CREWAI)
+        counts: collections.Counter[str] = collections.Counter()
+        st.backend.objects.s3.meta.events.register(  # type: ignore[attr-defined]
+            "before-send.s3", lambda request, **_: counts.update([request.method]))
+        ms, reqs = _commit_all(st, files, docs, counts)
+        stored = st.backend.disk_bytes()  # type: ignore[attr-defined]
+        assert all(st.read(f.stem.split("_p-")[0]) == d for f, d in zip(files, docs, strict=True))
+        st.close()
+    return ms, reqs, stored
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--fixture", default="crew_json_star_n6")
+    ap.add_argument("--no-pg", action="store_true", help="skip the pg+s3:// column")
     args = ap.parse_args()
     files = parent_order(FIXTURES / args.fixture / "main")
     docs = [json.loads(f.read_bytes()) for f in files]
@@ -90,15 +114,21 @@ def main() -> None:
         lite_ms, _ = _commit_all(lite, files, docs, None)
         lite_bytes = lite.stats()["file_bytes"]
         lite.close()
+        split = None if args.no_pg else _split_run(srv.endpoint, files, docs)
     json_bytes = sum(f.stat().st_size for f in files)
     n = len(files)
     print(f"fixture {args.fixture}: {n} checkpoints, CrewAI JSON files {json_bytes:,} bytes")
-    print(f"{'':28}{'S3 (SeaweedFS, loopback)':>26}{'SQLite (local file)':>22}")
-    print(f"{'write latency p50 ms':28}{statistics.median(s3_ms):>26.1f}{statistics.median(lite_ms):>22.1f}")
-    print(f"{'write latency p99 ms':28}{_pct(s3_ms, 99):>26.1f}{_pct(lite_ms, 99):>22.1f}")
+    sp_ms, sp_reqs, sp_bytes = split if split is not None else ([0.0], [0], 0)
+    print(f"{'':28}{'S3 (SeaweedFS, loopback)':>26}{'pg+s3 (refs/index in PG)':>26}{'SQLite (local file)':>22}")
+    print(f"{'write latency p50 ms':28}{statistics.median(s3_ms):>26.1f}{statistics.median(sp_ms):>26.1f}"
+          f"{statistics.median(lite_ms):>22.1f}")
+    print(f"{'write latency p99 ms':28}{_pct(s3_ms, 99):>26.1f}{_pct(sp_ms, 99):>26.1f}{_pct(lite_ms, 99):>22.1f}")
     by = ", ".join(f"{k} {v / n:.1f}" for k, v in sorted(writes.items()))
-    print(f"{'requests per checkpoint':28}{statistics.mean(s3_reqs):>26.1f}{'-':>22}   (S3 by method: {by})")
-    print(f"{'bytes stored':28}{s3_bytes:>26,}{lite_bytes:>22,}")
+    print(f"{'S3 requests per checkpoint':28}{statistics.mean(s3_reqs):>26.1f}{statistics.mean(sp_reqs):>26.1f}"
+          f"{'-':>22}   (S3 by method: {by})")
+    print(f"{'bytes stored':28}{s3_bytes:>26,}{sp_bytes:>26,}{lite_bytes:>22,}")
+    if split is None:
+        print("(pg+s3 not run: --no-pg, or no PostgreSQL server binaries)")
     print("S3 requests per checkpoint by kind: " + ", ".join(f"{k} {v / n:.2f}" for k, v in sorted(by_kind.items())))
     print("all checkpoints read back exactly from S3: yes")
 

@@ -59,7 +59,12 @@ SLOW: tuple[str, ...] = (
     "tests/test_s3.py::TestS3Contract::test_processes_commit_to_one_branch_and_lose_nothing_long",
     "tests/test_s3.py::TestS3Contract::test_threads_moving_one_ref_lose_no_update_long",
     "tests/test_s3.py::TestS3Contract::test_store_matches_model",
+    "tests/test_split.py::TestSplitContract::test_store_matches_model_long",
+    "tests/test_split.py::TestSplitContract::test_processes_commit_to_one_branch_and_lose_nothing_long",
+    "tests/test_split.py::TestSplitContract::test_threads_moving_one_ref_lose_no_update_long",
+    "tests/test_split.py::TestSplitContract::test_store_matches_model",
     "tests/test_s3.py::TestS3Contract::test_a_crash_while_reviving_keeps_parents_older",  # ~20 stores, 80 s
+    "tests/test_split.py::TestSplitContract::test_a_crash_while_reviving_keeps_parents_older",  # ~20 stores
     "tests/test_s3.py::test_16_writers_moving_one_ref_have_exactly_one_winner_20_times",
     "tests/test_s3_gc.py::test_kill_9_of_gc_at_random_points_keeps_every_live_commit",  # 7 gc processes
     "tests/test_s3_crewai.py::test_a_crewai_run_into_s3_is_resumed_by_another_process",  # 2 crew processes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,72 @@ def test_fetch_prune_deletes_tracking_refs_of_branches_deleted_on_the_remote(tmp
     assert ok(ckpt(b, "remote", "prune", "origin", "--json")).stdout.count("pruned") == 0
     with Store.open(b) as s:
         assert set(s.backend.refs("refs/remotes/")) == {"refs/remotes/origin/main"}
+
+
+def test_fetch_of_a_bare_location_never_touches_a_configured_remotes_tracking_refs(tmp_path: Path) -> None:
+    """`ckpt fetch B` (a location, not a remote name) while remote origin is A: git writes only FETCH_HEAD.
+    origin's tracking refs stay as A left them, `--prune B` is refused (it would delete origin/exp and
+    un-index what came from A), A's own location spelled out is origin, and `ckpt pull B` still works."""
+    a, b, here = str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "here")
+    with Store.init(a) as s:
+        s.commit({"a": 1}, branch="main")
+        s.create_branch("exp", "main")
+        s.commit({"a": 2}, branch="exp")
+        a_tips = {f"refs/remotes/origin/{br}": bytes.fromhex(s.resolve(br)) for br in ("main", "exp")}
+    with Store.init(b) as s:
+        b_main = s.commit({"b": 1}, branch="main")
+    ok(ckpt(None, "init", here))
+    ok(ckpt(here, "remote", "add", "origin", a))
+    ok(ckpt(here, "fetch"))
+    r = ok(ckpt(here, "fetch", b))
+    assert "refs/remotes/origin/" not in r.stdout and "refs/remotes/FETCH_HEAD/main" in r.stdout
+    r = ckpt(here, "fetch", "--prune", b)
+    assert r.exit_code != 0 and "--prune needs a configured remote" in r.stderr and "ckpt remote add" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    with Store.open(here) as s:
+        assert s.backend.refs("refs/remotes/origin/") == a_tips
+        assert s.resolve("FETCH_HEAD/main") == b_main
+        listed = {c.id for c in s.list()}
+        assert {t.hex() for t in a_tips.values()} <= listed
+    r = ok(ckpt(here, "fetch", "--prune", a + "/"))  # origin's location in another spelling: origin's refs
+    assert "refs/remotes/origin/main" in r.stdout and "FETCH_HEAD" not in r.stdout
+    ok(ckpt(here, "pull", b, "main"))
+    with Store.open(here) as s:
+        assert s.resolve("main") == b_main and s.backend.refs("refs/remotes/origin/") == a_tips
+    with pytest.raises(CkptError, match="reserved"):
+        with Store.open(here) as s:
+            s.add_remote("FETCH_HEAD", b)
+
+
+def test_a_branch_named_like_a_tracking_ref_is_warned_about_and_not_created_here(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A source's local branch literally named origin/main comes with the clone (its data), with a warning;
+    `origin/main` then names two refs: git's "refname 'origin/main' is ambiguous" (one line, saying which
+    was used). Creating or renaming a local branch to REMOTE/... of a configured remote is refused."""
+    a, dest = str(tmp_path / "a"), str(tmp_path / "dest")
+    with Store.init(a) as s:
+        main = s.commit({"m": 1}, branch="main")
+        odd = s.commit({"odd": 1}, branch="origin/main")
+    def warnings() -> list[str]:  # the CLI prints these on stderr, one line each (logging's last resort)
+        out = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        caplog.clear()
+        return out
+
+    with caplog.at_level(logging.WARNING, logger="crewckpt"):
+        ok(ckpt(None, "clone", a, dest))
+        (w,) = warnings()
+        assert "has a branch named origin/main" in w and "ckpt branch -m origin/main NEW" in w
+        assert ok(ckpt(dest, "rev-parse", "origin/main")).stdout.strip() == odd
+        (w,) = warnings()
+        assert "refname 'origin/main' is ambiguous: using the local branch origin/main" in w and "\n" not in w
+        assert ok(ckpt(dest, "rev-parse", "refs/remotes/origin/main")).stdout.strip() == main
+        ok(ckpt(dest, "rev-parse", "main"))
+        assert warnings() == []
+    for args in (("branch", "origin/exp", "main"), ("switch", "-c", "origin/exp"), ("branch", "-m", "main",
+                                                                                     "origin/x")):
+        r = ckpt(dest, *args)
+        assert r.exit_code != 0 and "begins with 'origin/', the name of remote origin" in r.stderr, args
+        assert len(r.stderr.strip().splitlines()) == 1
+    ok(ckpt(dest, "branch", "originals/exp", "main"))  # only REMOTE + '/' is taken
+    with Store.open(dest) as s:
+        assert set(s.branches()) == {"main", "origin/main", "originals/exp"}

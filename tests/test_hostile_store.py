@@ -587,3 +587,62 @@ def test_fsck_and_gc_refuse_an_object_over_the_read_limit_without_inflating_it(
     for args in (["fsck"], ["fsck", "--full"], ["gc", "-n"], ["gc"]):
         code, out, err = _run(args, tmp_path / "s")
         assert code == 1 and (out + err).count("declares") == 1, (args, out, err)
+
+
+def _damage(path: Path, sql: str, *args: Any) -> None:
+    with _db(path) as c:
+        c.execute(sql, args)
+
+
+@pytest.mark.parametrize("case", ["ref at a tree", "2-byte ref"])
+def test_fsck_and_reads_name_a_ref_that_cannot_name_a_commit(chain: tuple[Path, list[str]], case: str) -> None:
+    path, ids = chain
+    with Store.open(path) as s:
+        tree = s.objects.commit(bytes.fromhex(ids[0])).tree.oid
+    target = tree if case == "ref at a tree" else b"\x01\x02"
+    _damage(path, "UPDATE refs SET target=? WHERE name='refs/heads/main'", target)
+    want = "a tree, not a commit" if case == "ref at a tree" else "is malformed: it holds 2 byte(s) (0102)"
+    with Store.open(path) as s:
+        for full in (False, True):
+            lines = [p for p in s.fsck(full=full).problems if "refs/heads/main" in p]
+            assert len(lines) == 1 and want in lines[0] and "ckpt reflog main" in lines[0], (full, lines)
+    for args in (["log"], ["show", "main"], ["rev-parse", "main~1"]):
+        code, _, err = _run(args, path)
+        assert code == 1 and err.count("\n") == 1 and "ref refs/heads/main" in err and want in err, (args, err)
+        assert "pruned" not in err and "corrupt" not in err
+    if case == "ref at a tree":  # gc keeps what a ref names: it stops, naming the ref, deleting nothing
+        for args in (["gc", "-n"], ["gc"]):
+            code, _, err = _run(args, path)
+            assert code == 1 and err.count("\n") == 1 and "ref refs/heads/main names" in err and want in err, err
+        with Store.open(path) as s:
+            assert s.read(ids[0]) == {"n": 0}
+
+
+@pytest.mark.parametrize("column, value, want", [
+    ("seq", "abc", "its seq 'abc' is not a whole number"),
+    ("parents", b"\x01\x02", "malformed parent id 0102"),
+    ("branch", "../../x", "its branch '../../x' is not a valid branch name"),
+])
+def test_fsck_names_a_damaged_index_row_and_reads_say_so(chain: tuple[Path, list[str]], column: str, value: Any,
+                                                         want: str) -> None:
+    path, ids = chain
+    _damage(path, f"UPDATE commits SET {column}=? WHERE id=?", value, bytes.fromhex(ids[1]))
+    with Store.open(path) as s:
+        for full in (False, True):
+            rep = s.fsck(full=full)
+            assert len(rep.problems) == 1 and ids[1] in rep.problems[0] and want in rep.problems[0], rep.problems
+            assert "--rebuild-index" in rep.problems[0]
+        assert all("../" not in c.branch for c in s.list())  # a path-like branch is never shown as one
+        if column == "seq":  # walks need the order: one line naming the row, not a "parent cycle"
+            for walk in (lambda: list(s.log()), lambda: s.resolve("main~2")):
+                with pytest.raises(CkptError, match="commit-index row .* is damaged: its seq") as e:
+                    walk()
+                assert "cycle" not in str(e.value) and "--rebuild-index" in str(e.value)
+        else:  # the object still answers for the row's copies
+            assert [c.id for c in s.log()] == ids[::-1]
+            assert s.resolve("main~2") == ids[0]
+    code, _, err = _run(["fsck", "--rebuild-index"], path)
+    assert code == 0, err
+    with Store.open(path) as s:
+        assert s.fsck(full=True).ok
+        assert [c.id for c in s.log()] == ids[::-1]

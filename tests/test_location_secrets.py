@@ -155,3 +155,24 @@ def test_no_store_is_created_directly_in_the_filesystem_root() -> None:
         for leftover in ("/store.db", "/store.db-wal", "/store.db-shm"):  # main made these; never leave them
             if os.path.exists(leftover) and leftover != "/":
                 os.unlink(leftover)
+
+
+def test_crewai_log_lines_never_hold_a_location_secret(monkeypatch: pytest.MonkeyPatch,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """The exit reports of failed checkpoints and failed pushes (a log outlives the terminal)."""
+    import logging
+
+    from crewckpt.crewai import publish, writer
+
+    store = "postgresql://u:S3CRETpw@h:5432/db?schema=a&sslpassword=SSLS3CRET"
+    dest = "postgresql://u@h2:5432/db?password=S3CRETpw&schema=b"
+    pub = publish.Publisher(store, dest)
+    pub.failed, pub.last_error = 2, f"{dest}: cannot connect"
+    monkeypatch.setattr(publish, "_publishers", {(store, dest): pub})
+    monkeypatch.setattr(writer, "_tally", {store: [1, 3, f"{store}: cannot connect"]})
+    with caplog.at_level(logging.WARNING, logger="crewckpt"):
+        publish.report_push_failures()
+        writer.report_failures()
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "2 of 2 pushes" in text and "3 of 4 checkpoints" in text and "h2:5432" in text
+    assert not any(s in text for s in SECRETS), text

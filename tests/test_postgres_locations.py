@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -111,6 +112,42 @@ def test_a_best_effort_run_into_an_unreachable_server_finishes_and_reports_its_l
              if "could not be written" in m and loc in m]  # the tally also holds other tests' stores
     assert summary == [f"crewckpt: 3 of 3 checkpoints could not be written to {loc}; last error: {last}"]
     assert list(crewai_offline.glob("postgres*")) == []  # no local folder named after the URL
+
+
+@pytest.mark.crewai
+def test_a_crewai_checkpoint_costs_few_round_trips_whatever_the_number_of_branches(
+        crewai_offline: Path, pg_url: str) -> None:  # noqa: F811
+    """Placing a checkpoint reads its branch's tip (one ref, not every branch of a fleet's store) and
+    resolves its parent once: 11 round trips with the checkpoint's own 7."""
+    from crewai.events.event_bus import crewai_event_bus
+
+    from crewckpt.crewai import CheckpointConfig, hooks, writer
+    from crewckpt.testing import research_crew
+
+    with Store.open(pg_url, create=True) as s:
+        for k in range(30):  # other workers' branches
+            s.commit({"k": k}, branch=f"other-{k}")
+    store = writer.open_store(pg_url)
+    b = store.backend
+    costs: list[int] = []
+    real = hooks.write_checkpoint
+
+    def counted(*a: Any, **k: Any) -> Any:
+        before = b.round_trips  # type: ignore[attr-defined]
+        try:
+            return real(*a, **k)
+        finally:
+            costs.append(b.round_trips - before)  # type: ignore[attr-defined]
+
+    hooks.write_checkpoint = counted
+    try:
+        research_crew(1, checkpoint=CheckpointConfig(location=pg_url, on_events=["*"])).kickoff(
+            inputs={"topic": "otters"})
+        crewai_event_bus.flush()
+    finally:
+        hooks.write_checkpoint = real
+    assert len(costs) >= 5
+    assert max(costs[1:]) <= 11, costs  # the first one is a root: fewer
 
 
 def test_import_into_and_export_from_a_postgresql_store_give_crewai_files_back_byte_for_byte(

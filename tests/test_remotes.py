@@ -24,6 +24,7 @@ from crewckpt.errors import (
     PullDiverged,
     PushRejected,
     UnknownRemote,
+    UnknownRevision,
 )
 from crewckpt.format import objects as ob
 from crewckpt.history import remotes, sync
@@ -187,6 +188,22 @@ def test_local_branch_shadows_a_tracking_ref_of_the_same_name(make: Callable[[st
     b.fetch(a, name="origin")
     mine = b.commit({"mine": 1}, branch="origin/main")
     assert b.resolve("origin/main") == mine and b.resolve("refs/remotes/origin/main") == theirs
+
+
+def test_latest_is_the_newest_local_branch_tip_never_a_fetched_one(make: Callable[[str], Store]) -> None:
+    """`latest` (`resume latest`, restore_from="latest") must not start from a remote's checkpoint that a
+    fetch brought after the last local one."""
+    a, b, c = make("memory"), make("memory"), make("memory")
+    mine = b.commit({"mine": 1}, branch="main")
+    theirs = commit_chain(a, 2)[-1]
+    b.fetch(a, name="origin")
+    assert b.resolve("refs/remotes/origin/main") == theirs
+    assert b.resolve("latest") == mine
+    newer = b.commit({"mine": 2}, branch="side")
+    assert b.resolve("latest") == newer
+    c.fetch(a, name="origin")  # only fetched branches: nothing local to resume
+    with pytest.raises(UnknownRevision, match="no local branch has checkpoints yet.*ckpt branch NAME origin/main"):
+        c.resolve("latest")
 
 
 @pytest.mark.parametrize("kind", [*KINDS, pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -809,3 +826,82 @@ def test_a_transfer_killed_between_its_ref_move_and_the_index_heals_without_tran
     healed = Store(WithoutTransactions(inner))
     assert [c.id for c in healed.list()] == tips and healed.lookup_alias("cp-main-1") == tips[1]
     assert_clean(healed)
+
+
+def _forked(s: Store) -> dict[str, int]:
+    """sea-otters with 25 checkpoints and ``edited`` forked at sea-otters~7 with one (as `ckpt fork` with an
+    edit writes it); returns the per-branch counts of ``ckpt list``."""
+    tips = [s.commit({"step": i}, branch="sea-otters") for i in range(25)]
+    s.commit({"step": 17, "edited": True}, branch="edited", parents=[tips[-8]])
+    return _counts(s)
+
+
+def _counts(s: Store) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in s.list():
+        out[c.branch] = out.get(c.branch, 0) + 1
+    return out
+
+
+FORK_PAIRS = [("sqlite", "memory"), ("memory", "sqlite"),
+              pytest.param("sqlite", "postgres", marks=pytest.mark.postgres)]
+
+
+@pytest.mark.parametrize("verb", ["clone", "push-all"])
+@pytest.mark.parametrize(("src_kind", "dst_kind"), FORK_PAIRS)
+def test_a_forked_history_keeps_its_branches_through_clone_and_push_all(
+        make: Callable[[str], Store], tmp_path: Path, request: pytest.FixtureRequest, src_kind: str, dst_kind: str,
+        verb: str) -> None:
+    """Regression (data loss): the ancestors edited shares with sea-otters were indexed on `edited` (the
+    first branch sent, by name) at the receiver, so `prune --branch edited` there pruned sea-otters' history.
+    Each commit keeps the sender's branch; prune of edited leaves every sea-otters checkpoint."""
+    a = make(src_kind)
+    want = _forked(a)
+    assert want == {"sea-otters": 25, "edited": 1}
+    if verb == "clone":
+        dest = {"memory": f"memory:fork-{os.getpid()}-{src_kind}", "sqlite": str(tmp_path / "clone")}.get(
+            dst_kind) or f"{request.getfixturevalue('pg_url')}clone"
+        b = Store.clone(a, dest)
+    else:
+        b = make(dst_kind)
+        b.commit({"other": 1}, branch="main")  # the receiver's own work stays its own
+        a.push(b, all_branches=True)
+        want = {**want, "main": 1}
+    assert _counts(b) == want
+    sea = ids(b, "sea-otters")
+    assert len(sea) == 25 and ids(a, "sea-otters") == sea
+    b.prune("edited", keep=1)
+    assert ids(b, "sea-otters") == sea  # every sea-otters checkpoint still live, none pruned
+    assert _counts(b) == want
+    assert_clean(a, b)
+    if verb == "clone":
+        b.close()
+
+
+def test_fetch_labels_a_fork_by_the_senders_branches_and_pull_makes_them_local(make: Callable[[str], Store]) -> None:
+    """fetch indexes each commit on the tracking name of its sender branch (origin/sea-otters, not the first
+    name sent); pull of each branch then gives the local branch exactly the sender's counts."""
+    a, b = make("sqlite"), make("memory")
+    want = _forked(a)
+    b.fetch(a, name="origin")
+    assert _counts(b) == {f"origin/{k}": n for k, n in want.items()}
+    for br in ("edited", "sea-otters"):
+        b.pull(a, br, name="origin")
+    assert _counts(b) == want
+
+
+def test_commits_of_a_branch_not_sent_go_to_the_update_that_reached_them_first_in_local_order(
+        make: Callable[[str], Store]) -> None:
+    """The sender's branch of the shared commits (``base``, deleted) is not sent: they go to the branch whose
+    next commit after them was written first there (zeta, forked earlier), not to the first name (alpha)."""
+    a, b = make("sqlite"), make("memory")
+    base = [a.commit({"step": i}, branch="base") for i in range(10)]
+    z = a.commit({"z": 0}, branch="zeta", parents=[base[6]])
+    a.commit({"z": 1}, branch="zeta", parents=[z])
+    a.commit({"alpha": 0}, branch="alpha", parents=[base[4]])
+    a.switch("zeta")
+    a.delete_branch("base")
+    a.push(b, all_branches=True)
+    assert _counts(b) == {"zeta": 9, "alpha": 1}
+    b.prune("alpha", keep=1)
+    assert len(ids(b, "zeta")) == 9

@@ -52,6 +52,12 @@ class TestS3Contract(BackendContract, StoreContract):
     # 300 s timeout on 2 busy cores (160 steps instead of the 1,000 local backends run)
     long_examples = 10
     long_steps = 16
+    def test_threads_moving_one_ref_lose_no_update_long(self, backend_factory: BackendFactory,
+                                                        backend: Backend) -> None:
+        """The contract's 8 x 200 contended moves are ~1,600 rounds of 3-4 requests each: ~8 minutes on 2
+        busy cores; 8 x 50 keeps the same race well inside pytest's 300 s timeout."""
+        self._cas_race(backend_factory, backend, threads=8, each=50)
+
     @pytest.fixture
     def backend_factory(self, s3_url: str) -> Iterator[BackendFactory]:
         yield S3Factory(s3_url)

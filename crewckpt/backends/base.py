@@ -148,6 +148,12 @@ class ObjectStore(abc.ABC):
         the same object may each count it). Durable when it returns (outside a transaction) or when the
         transaction commits."""
 
+    def put_many_uncounted(self, objs: Iterable[StoredObject], now_ns: int) -> None:
+        """:meth:`put_many` for a caller that does not need the count (the store's checkpoint): a backend
+        may then send it with the transaction's next round trip instead of waiting for its answer (PostgreSQL).
+        Same guarantees once the transaction commits; outside one, durable when it returns (default)."""
+        self.put_many(objs, now_ns)
+
     @abc.abstractmethod
     def iter_objects(self, prefix: bytes = b"") -> Iterator[ObjectMeta]:
         """Every object whose id starts with ``prefix`` as :class:`ObjectMeta`, in no particular order."""

@@ -464,18 +464,34 @@ class PgTxn(_PgReader, Txn):
         return super().get_ref(name)
 
     def put_many(self, objs: Iterable[StoredObject], now_ns: int) -> int:
-        rows = sorted({o.oid: o for o in objs}.values(), key=lambda o: o.oid)  # one lock order: no deadlocks
+        rows = self._put_rows(objs)
         if not rows:
             return 0
+        # one round trip: count the present ones, insert the absent
+        count: _Op = (f"SELECT count(*) FROM {self._s}.objects WHERE oid = ANY(%s)", ([o.oid for o in rows],),
+                      False, "rows")
+        before = self._run([count, *self._inserts(rows, now_ns)])[0]
+        assert isinstance(before, list)
+        return len(rows) - int(before[0][0])
+
+    def put_many_uncounted(self, objs: Iterable[StoredObject], now_ns: int) -> None:
+        """Queued: sent with the transaction's next round trip (a checkpoint saves one of its round trips)."""
+        self._pending.extend(self._inserts(self._put_rows(objs), now_ns))
+
+    def _put_rows(self, objs: Iterable[StoredObject]) -> list[StoredObject]:
+        """Distinct objects in id order (one lock order: no deadlocks); raises before anything is sent when
+        one is over PostgreSQL's field limit."""
+        rows = sorted({o.oid: o for o in objs}.values(), key=lambda o: o.oid)
         for o in rows:
             if len(o.frame) > MAX_FIELD:
                 self._abort()
                 raise StoreWriteError(f"{self._b.where}: object {o.oid.hex()[:12]} is {len(o.frame)} bytes at "
                                       f"rest, over PostgreSQL's 1 GB field limit; nothing was written")
-        ids = [o.oid for o in rows]
-        # one round trip: count the present ones, insert the absent; a present one's stored time becomes at
-        # least now_ns (gc's grace rule) without rewriting rows that are already as fresh
-        count: _Op = (f"SELECT count(*) FROM {self._s}.objects WHERE oid = ANY(%s)", (ids,), False, "rows")
+        return rows
+
+    def _inserts(self, rows: list[StoredObject], now_ns: int) -> list[_Op]:
+        """Insert the absent; a present one's stored time becomes at least now_ns (gc's grace rule) without
+        rewriting rows that are already as fresh."""
         inserts: list[_Op] = []
         for chunk in _chunks(rows):  # unnest(): one statement per chunk, ~3x faster than executemany here
             inserts.append((
@@ -485,9 +501,7 @@ class PgTxn(_PgReader, Txn):
                 f"ON CONFLICT (oid) DO UPDATE SET touched = excluded.touched WHERE o.touched < excluded.touched",
                 (now_ns, [o.oid for o in chunk], [o.kind for o in chunk], [o.size for o in chunk],
                  [o.frame for o in chunk]), False, None))
-        before = self._run([count, *inserts])[0]
-        assert isinstance(before, list)
-        return len(rows) - int(before[0][0])
+        return inserts
 
     def reframe(self, frames: Iterable[tuple[bytes, bytes]]) -> int:
         items = list(frames)

@@ -148,6 +148,7 @@ _KNOWN: dict[str, tuple[str, str, str | None]] = {
     "postgresql": ("crewckpt.backends.postgres", "PostgreSQL", "postgres"),
     "postgres": ("crewckpt.backends.postgres", "PostgreSQL", "postgres"),
     "s3": ("crewckpt.backends.s3", "S3", "s3"),
+    "pg+s3": ("crewckpt.backends.split", "PostgreSQL + S3", "postgres,s3"),
 }
 _PREFIXES = ("sqlite:", "memory:")  # the only schemes written without "//"
 _URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+)://")  # two characters at least: "C://x" is a drive path

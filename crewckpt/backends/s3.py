@@ -254,6 +254,7 @@ class S3Backend(Backend):
         self.epoch_meta: MetaStore | None = None  # where writers read gc_epoch, when not here (a split store)
         self._ref_tags: dict[str, tuple[bytes | None, str | None]] = {}  # ref -> (value, etag) last seen
         self._counter_tags: dict[str, tuple[int, str]] = {}  # counter -> (value, etag) this handle wrote
+        self._calm: dict[str, int] = {}  # counter -> < 0 while recently contended (see _counter_bump)
         self._holders: dict[str, str] = {}
         self._rows: dict[str, tuple[str, IndexRow]] = {}  # index key -> (etag, row)
         self._tested = False
@@ -309,18 +310,19 @@ class S3Backend(Backend):
         return str(r.get("ETag", ""))
 
     def _get(self, key: str, range_: str | None = None) -> tuple[bytes, str] | None:
-        kw: dict[str, Any] = {"Bucket": self.loc.bucket, "Key": key}
-        if range_:
-            kw["Range"] = range_
+        r = self._read_call(key, self.s3.get_object, **({"Range": range_} if range_ else {}))
+        return None if r is None else (r["Body"].read(), str(r.get("ETag", "")))
+
+    def _read_call(self, key: str, op: Any, **kw: Any) -> Any:
+        """``op(Bucket=..., Key=key, **kw)`` (a GET or HEAD); None when the key is missing."""
         try:
-            r = self.s3.get_object(**kw)
+            return op(**{"Bucket": self.loc.bucket, "Key": key, **kw})
         except botocore.exceptions.ClientError as e:
             if _is_missing(e) and _code(e) != "NoSuchBucket":
                 return None
             raise self._error(f"read {key}", e) from None
         except botocore.exceptions.BotoCoreError as e:
             raise self._error(f"read {key}", e) from None
-        return r["Body"].read(), str(r.get("ETag", ""))
 
     def _list(self, sub: str) -> list[tuple[str, str]]:
         """(key, etag) of every object under ``sub`` (a folder of the store), sorted by key."""
@@ -571,16 +573,19 @@ class S3Backend(Backend):
 
     def put_many(self, objs: Iterable[StoredObject], now_ns: int) -> int:
         """One PUT of a new pack. Objects the view does not show are sent with their frame without listing
-        again (a duplicate frame is harmless); whether a shown object is skipped or touched is decided from a
-        listing made in this call (T1-T3 in docs/backends.md, 'Reclaiming space on S3')."""
+        again (a duplicate frame is harmless); whether a shown object is skipped or touched is decided after a
+        listing of ``dead/`` made in this call and a HEAD of each pack relied on (T1-T3 in docs/backends.md,
+        'Reclaiming space on S3')."""
         self._check_writable()
         batch = list({o.oid: o for o in objs}.values())
         if not batch:
             return 0
         with self._lock:
             view = self._view
-        if view is None or any(o.oid in view for o in batch):
+        if view is None:
             view = self._refresh()
+        elif any(o.oid in view for o in batch):
+            view = self._recheck(view, [o.oid for o in batch if o.oid in view])
         entries: list[list[Any]] = []
         frames: list[bytes] = []
         off = new = 0
@@ -604,6 +609,43 @@ class S3Backend(Backend):
             return 0
         self._put_pack(now_ns, entries, frames, "store objects")
         return new
+
+    def _recheck(self, view: dict[bytes, _Loc], seen: list[bytes]) -> dict[bytes, _Loc]:
+        """Before skipping or touching ``seen`` (objects the cached view shows): list ``dead/`` (new tombstones
+        and doomed records enter the view), then HEAD each pack those objects (and the PACK objects their
+        frames name) are read from; a pack that is gone means a gc moved frames: list everything again."""
+        dead = [k for k, _ in self._list("dead")]
+        with self._lock:
+            new_d = [k for k in dead if k not in self._dead]
+            gone_d = set(self._dead) - set(dead)
+        for k, (body, _) in self._get_all(new_d).items():
+            rec = self._decode_dead(k, body)
+            with self._lock:
+                self._dead[k] = rec
+        if new_d or gone_d:
+            with self._lock:
+                for k in gone_d:
+                    self._dead.pop(k, None)
+                view = self._rebuild()
+        relied: set[str] = set()
+        for o in seen:
+            w = view.get(o)
+            if w is None:
+                continue
+            relied.add(w.pack)
+            dep = self._reusable(view, w)
+            if isinstance(dep, bytes):
+                relied.add(view[dep].pack)
+        keys = sorted(relied)
+        if len(keys) <= 1:
+            there = [self._exists(k) for k in keys]
+        else:
+            with concurrent.futures.ThreadPoolExecutor(min(16, len(keys))) as ex:
+                there = list(ex.map(self._exists, keys))
+        return view if all(there) else self._refresh()
+
+    def _exists(self, key: str) -> bool:
+        return self._read_call(key, self.s3.head_object) is not None
 
     def _put_pack(self, now_ns: int, entries: list[list[Any]], frames: list[bytes], what: str) -> str:
         """PUT one pack (entries ``[oid, kind, size, offset, length, head(, time)]``) and add it to the view
@@ -1055,7 +1097,9 @@ class S3Backend(Backend):
         handle's last write (no GET: a counter's values only grow, so an etag names one state)."""
         key = self.loc.key("counters", _q(name))
         with self._lock:
-            mine = self._counter_tags.get(name) if floor is None else None
+            calm = self._calm.get(name, 0) >= 0
+            mine = self._counter_tags.pop(name, None) if floor is None and calm else None
+        first = True
         for _ in range(200):
             got: tuple[bytes, str] | None
             if mine is not None:
@@ -1073,12 +1117,16 @@ class S3Backend(Backend):
                     tag = self._put(key, str(nxt).encode(), if_match=got[1])
                 with self._lock:
                     self._seen[name] = max(self._seen.get(name, 0), nxt)
+                    # a counter other writers move (a lost first try) is read before each write for the next
+                    # 16 advances; a calm one skips the read
+                    self._calm[name] = min(self._calm.get(name, 0) + 1, 0) if first else -16
                     if tag:
                         self._counter_tags[name] = (nxt, tag)
                 return nxt
             except botocore.exceptions.ClientError as e:
                 if not (_is_conflict(e) or _is_missing(e)):
                     raise self._error(f"advance counter {name}", e) from None
+                first = False
         raise StoreWriteError(f"{self.where}: counter {name} kept moving under 200 tries; retry")
 
     def meta_get(self, key: str) -> str | None:

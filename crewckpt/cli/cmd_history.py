@@ -391,7 +391,7 @@ def rev_parse(rev: str, as_json: bool) -> None:
     """Print the full commit id that REV names.
 
     REV: a full id, a unique prefix of 4+ hex digits, a branch, HEAD or @ (the current branch's tip),
-    latest (the last checkpoint written on any branch), X~N, X^, X^N, BRANCH@{N}, HEAD@{N}, @{N} (the
+    latest (the last checkpoint written on any local branch), X~N, X^, X^N, BRANCH@{N}, HEAD@{N}, @{N} (the
     current branch's reflog), @{-N} (the N-th branch checked out before), or a CrewAI checkpoint id
     (``20261129T234223_1e1c9b77``).
 

@@ -25,6 +25,8 @@ import shlex
 import threading
 from typing import Any
 
+from crewckpt.backends import registry
+
 logger = logging.getLogger("crewckpt")
 
 RUN_END_EVENTS = frozenset({"crew_kickoff_completed", "crew_kickoff_failed", "flow_finished",
@@ -107,7 +109,7 @@ class Publisher:
             self._streak = 0
             self.kept += bool(kept)
         logger.info("crewckpt: published run %s (%s) to %s (%d checkpoint(s), %d bytes)%s", run_id, branch,
-                    self.push_to, rep.commits, rep.bytes, f"; {kept[0].reason}" if kept else "")
+                    registry.redact(self.push_to), rep.commits, rep.bytes, f"; {kept[0].reason}" if kept else "")
 
 
 def _report_failure(cfg: Any, location: str, branch: str, error: str) -> None:
@@ -179,8 +181,10 @@ def report_push_failures() -> None:
     for p in pubs:
         if p.failed:
             logger.warning("crewckpt: %d of %d pushes %s -> %s failed; last error: %s; publish what is missing "
-                           "with `ckpt --store %s publish %s`", p.failed, p.pushed + p.failed, p.store_path,
-                           p.push_to, p.last_error, shlex.quote(p.store_path), shlex.quote(p.push_to))
+                           "with `ckpt --store %s publish %s`", p.failed, p.pushed + p.failed,
+                           registry.redact(p.store_path), registry.redact(p.push_to), registry.scrub(str(p.last_error)),
+                           shlex.quote(registry.strip_secrets(p.store_path)),
+                           shlex.quote(registry.strip_secrets(p.push_to)))  # a log line holds no password
 
 
 atexit.register(report_push_failures)  # atexit runs last-registered first: the flush, then this report

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 from typing import Any
 
 import msgpack
@@ -111,14 +112,54 @@ def from_row(r: IndexRow) -> CommitInfo:
     try:
         info = CommitInfo(r.id.hex(), r.tree.hex(), tuple(p.hex() for p in r.parents), r.time_ns, r.seq,
                           r.branch, r.run_id, r.trigger, _summary(r.summary), _meta(r.meta_json), r.alias)
-        ok = (isinstance(r.seq, int) and isinstance(r.time_ns, int) and isinstance(r.branch, str)
-              and isinstance(r.run_id, str) and all(isinstance(x, (str, type(None))) for x in (r.trigger, r.alias))
-              and len(r.id) == ob.ID_BYTES and all(len(p) == ob.ID_BYTES for p in r.parents))
+        ok = (row_damage(r) is None and isinstance(r.time_ns, int)
+              and isinstance(r.run_id, str) and all(isinstance(x, (str, type(None))) for x in (r.trigger, r.alias)))
     except (DecodeError, ValueError, TypeError):  # orjson.JSONDecodeError is a ValueError
         ok = False
     if not ok:
         raise DecodeError(f"the commit-index row of {r.id.hex()[:64]} is damaged; run `ckpt fsck --full`")
     return info
+
+
+REBUILD = "rebuild the commit index with `ckpt fsck --rebuild-index`"
+"""The fix for an index row whose local fields (seq, branch) or copies of the object's are damaged."""
+
+
+def row_damage(r: IndexRow) -> str | None:
+    """What is wrong with an index row's own fields (its id, seq, parents or branch), one clause, or None.
+    A row that fails here is a damaged cache: the commit object may still be intact."""
+    if not isinstance(r.id, bytes) or len(r.id) != ob.ID_BYTES:
+        return f"its id {bytes(r.id).hex()[:64]!r} is not a {ob.ID_BYTES}-byte id"
+    if not isinstance(r.seq, int) or isinstance(r.seq, bool):
+        return f"its seq {str(r.seq)[:30]!r} is not a whole number"
+    bad = [p for p in r.parents if len(p) != ob.ID_BYTES]
+    if bad:
+        return f"it lists a malformed parent id {bad[0].hex()[:64]} ({len(bad[0])} bytes, not {ob.ID_BYTES})"
+    if not branch_ok(r.branch):
+        return f"its branch {str(r.branch)[:60]!r} is not a valid branch name"
+    return None
+
+
+def branch_ok(name: object) -> bool:
+    """Whether an index row's branch column is usable: a valid branch name, or "" (none known: a rebuilt
+    row of a commit no branch reaches)."""
+    return isinstance(name, str) and (name == "" or _valid_branch(name))
+
+
+@functools.lru_cache(maxsize=256)
+def _valid_branch(name: str) -> bool:
+    from crewckpt.history.refnames import check_branch  # refnames imports nothing of history
+
+    try:
+        return check_branch(name) == name
+    except ValueError:
+        return False
+
+
+def damaged_row(r: IndexRow) -> DecodeError:
+    """The one-line error for an index row :func:`row_damage` refuses (names the row and the fix)."""
+    return DecodeError(f"the commit-index row of {bytes(r.id).hex()[:64]} is damaged: {row_damage(r)} (the "
+                       f"index is a cache; its commit object is not affected); {REBUILD}")
 
 
 UNINDEXED_SEQ = 0

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 from crewckpt.errors import CkptError, CorruptStore, DocumentTooLarge, IntegrityError, MissingObject
 from crewckpt.format import objects as ob
 from crewckpt.history import head
-from crewckpt.history.commits import row_matches
+from crewckpt.history.commits import REBUILD, row_damage, row_matches
 from crewckpt.history.limits import ObjectBound, ReadBudget
+from crewckpt.history.refnames import ref_fix
 from crewckpt.history.snapshot import links_in
 
 if TYPE_CHECKING:
@@ -76,17 +77,31 @@ def _fsck(parts: StoreParts, full: bool, progress: Progress | None,
     checked = 0
     commits = {r.id: r for r in index.index_rows()}
     ref_targets = refs.refs()
+    stored = b.get_many([t for t in ref_targets.values() if len(t) == ob.ID_BYTES and t not in commits])
     for name, t in ref_targets.items():
-        if t not in commits and not b.has_many([t]):
+        if len(t) != ob.ID_BYTES:
+            problems.append(f"ref {name} is malformed: it holds {len(t)} byte(s) ({t[:32].hex()}), not a "
+                            f"{ob.ID_BYTES}-byte commit id; {ref_fix(name)}")
+        elif t in commits:
+            continue
+        elif t not in stored:
             problems.append(f"ref {name} points at missing commit {t.hex()}")
+        elif stored[t].kind != ob.COMMIT:
+            problems.append(f"ref {name} names {t.hex()}, a {_kind(stored[t].kind)}, not a commit; {ref_fix(name)}")
     problems.extend(head.problems(refs))
+    damaged = set()
+    for row in commits.values():  # the index's own fields: reads cannot fall back to the object for these
+        why = row_damage(row)
+        if why is not None:
+            damaged.add(row.id)
+            problems.append(f"commit index row of {bytes(row.id).hex()[:64]} is damaged: {why}; {REBUILD}")
     for cid, row in commits.items():
         try:
             c = objects.commit(cid, budget=bound)
             checked += 1
             children[cid] = [c.tree.oid]
             # branch, seq and summary are the index's own (local) fields; the rest copies the object
-            if full and not row_matches(row, c):
+            if full and cid not in damaged and not row_matches(row, c):
                 problems.append(f"commit index row of {cid.hex()} disagrees with the commit object")
         except (MissingObject, IntegrityError) as e:
             broken[cid] = _why(e)
@@ -208,10 +223,6 @@ def _shape_problems(parts: StoreParts, broken: Mapping[str, str], bound: ObjectB
     refs name commits. Each distinct object is looked at once; objects already reported broken are skipped."""
     b, objects = parts.objects.backend, parts.objects
     problems: list[str] = []
-    for name, target in parts.refs.refs().items():
-        got = b.get_many([target]).get(target)
-        if got is not None and got.kind != ob.COMMIT:
-            problems.append(f"ref {name} names {target.hex()}, a {_kind(got.kind)}, not a commit")
     want: dict[bytes, tuple[int, bytes, tuple[int, ...] | None]] = {}  # oid -> (kind, referrer, forms allowed)
     for row in parts.index.index_rows():
         try:

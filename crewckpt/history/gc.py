@@ -19,10 +19,11 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from crewckpt.backends.base import HEAD_BYTES, ObjectMeta, writing
-from crewckpt.errors import DocumentTooLarge, GcAborted, GcBusy, MissingObject
+from crewckpt.errors import DocumentTooLarge, GcAborted, GcBusy, IntegrityError, MissingObject
 from crewckpt.format import objects as ob
 from crewckpt.format.frame import PACK_KEY, PACK_LEVEL, PACKED
 from crewckpt.history.limits import ObjectBound
+from crewckpt.history.refnames import ref_fix
 from crewckpt.history.snapshot import links_in
 
 if TYPE_CHECKING:
@@ -96,6 +97,9 @@ def _mark(parts: StoreParts, progress: Progress | None, unread: set[bytes] | Non
             if unread is not None:
                 unread.add(cid)
             continue
+        except IntegrityError:
+            _not_a_commit(parts, cid)
+            raise
         live.add(cid)
         level.append(c.tree.oid)
     done = 0
@@ -115,6 +119,19 @@ def _mark(parts: StoreParts, progress: Progress | None, unread: set[bytes] | Non
         if progress:
             progress("mark", done, None)
     return live
+
+
+def _not_a_commit(parts: StoreParts, cid: bytes) -> None:
+    """Raise GcAborted naming the ref when root ``cid`` is a ref's target that is stored as another kind of
+    object (the ref is damaged, not the object); return otherwise."""
+    got = parts.objects.backend.get(cid)
+    if got is None or got.kind == ob.COMMIT:
+        return
+    for name, target in sorted(parts.refs.refs().items()):
+        if target == cid:
+            kind = ob.KIND_NAMES.get(got.kind, b"object").decode()
+            raise GcAborted(f"gc stopped before deleting anything: ref {name} names {cid.hex()}, a {kind}, not a "
+                            f"commit; {ref_fix(name)}")
 
 
 BATCH_BYTES = 64 << 20  # declared body bytes decoded per batch (frames never decode past their declared size)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from crewckpt.history import refnames
+
 if TYPE_CHECKING:
     from crewckpt.history.store import Store
 
@@ -33,7 +35,9 @@ def free_branch(store: Store, base: str) -> str:
 def continuation_branch(store: Store, parent_id: str, branch: str) -> str:
     """The branch a child of commit ``parent_id`` (64 hex) that wants ``branch`` is written on: ``branch``
     when its tip is the parent or it does not exist, else a new ``<branch>-from-<parent[:8]>``."""
-    tip = store.branches().get(branch)
+    # one ref read, not a listing of every branch (a fleet's store has a branch per run)
+    tip_id = store.backend.get_ref(refnames.HEADS + branch)
+    tip = tip_id.hex() if tip_id is not None else None
     if tip is None or tip == parent_id:
         return branch
     return free_branch(store, f"{branch}-from-{parent_id[:8]}")

@@ -92,3 +92,10 @@ def branch_ref(branch: str) -> str:
 def run_ref(run_id: str) -> str:
     """Per-run (lineage) ref: ``refs/runs/<run_id>``; run ids follow the branch rules."""
     return RUNS + check_branch(run_id)
+
+
+def ref_fix(name: str) -> str:
+    """How to mend ref ``name`` when it names no commit (its reflog keeps what it held before)."""
+    short = name[len(HEADS):] if name.startswith(HEADS) else name
+    delete = f"delete it with `ckpt branch -d {short}` or " if short != name else ""
+    return f"{delete}see its earlier values with `ckpt reflog {short}`"

@@ -29,7 +29,7 @@ from crewckpt.backends.base import IndexRow, writing
 from crewckpt.errors import CkptError, MissingObject
 from crewckpt.format import objects as ob
 from crewckpt.history import head, refnames
-from crewckpt.history.commits import to_row
+from crewckpt.history.commits import branch_ok, to_row
 from crewckpt.history.snapshot import assemble
 
 if TYPE_CHECKING:
@@ -154,7 +154,7 @@ def _recompute(parts: StoreParts, c: ob.Commit) -> dict[str, Any]:
 def _branches(commits: dict[bytes, ob.Commit], heads: dict[str, bytes], old: dict[bytes, IndexRow],
               written_on: dict[bytes, str]) -> dict[bytes, str]:
     """The branch each commit belongs to (module docstring, 'branch')."""
-    out = {cid: old[cid].branch for cid in commits if cid in old and isinstance(old[cid].branch, str)}
+    out = {cid: old[cid].branch for cid in commits if cid in old and branch_ok(old[cid].branch)}
     for cid, name in written_on.items():
         if cid in commits:
             out.setdefault(cid, name)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
@@ -49,8 +50,13 @@ from crewckpt.history.sync import (
 if TYPE_CHECKING:
     from crewckpt.history.store import Store
 
+_log = logging.getLogger("crewckpt")
 META_KEY = "remotes"
 DEFAULT_REMOTE = "origin"
+# Tracking namespace of a fetch/pull from a bare location (not a configured remote) while a configured remote
+# holds the default namespace: git writes only FETCH_HEAD then; here refs/remotes/FETCH_HEAD/<branch> keeps
+# what was fetched reachable (`ckpt log FETCH_HEAD/main`) without touching the configured remote's refs.
+FETCH_HEAD = "FETCH_HEAD"
 
 
 # -- configuration ---------------------------------------------------------------------------------------------
@@ -95,6 +101,9 @@ def add_remote(store: Store, name: str, location: str | os.PathLike[str], *, che
         name exists already, or the location is this store itself (any spelling: ``./x``, ``x/``, a symlink).
     """
     name = check_remote_name(name)
+    if name == FETCH_HEAD:
+        raise refnames.BadRefName(f"bad remote name {name!r}: reserved for fetches from a bare location; "
+                                  f"choose another name")
     loc = canonical(location)
     if is_this_store(store, location):
         raise CkptError(f"{location}: that is this store itself; a remote is another store (give its location)")
@@ -234,7 +243,7 @@ def prune_remote(store: Store, remote: str | Store | None = None, *, name: str |
         UnknownRemote, UntrustedRemote, CkptError: as :func:`fetch`.
     """
     with connect(store, remote) as (label, other):
-        ns = check_remote_name(name or label or DEFAULT_REMOTE)
+        ns = namespace(store, label, name, other, prune=True)
         rep = SyncReport(dry_run=dry_run, remote=_where(other, label), verb="prune")
         rep.refs = _prune_stale(store, ns, other.backend.refs(refnames.HEADS), dry_run)
     return rep
@@ -285,7 +294,7 @@ def connect(store: Store, remote: str | Store | None) -> Iterator[tuple[str | No
     """
     if not isinstance(remote, (str, os.PathLike)) and remote is not None:  # an open Store
         _refuse_self(store, remote, None, "that store")
-        yield None, remote
+        yield _name_of(remotes(store), remote), remote
         return
     Store = type(store)  # noqa: N806 (the class that opens locations; history.store imports this module)
     conf = remotes(store)
@@ -301,6 +310,9 @@ def connect(store: Store, remote: str | Store | None) -> Iterator[tuple[str | No
     elif remote is None:
         raise UnknownRemote("no remote named 'origin'; add one with `ckpt remote add origin LOCATION` or name a "
                             "remote")
+    elif (known := _configured_name(conf, remote)) is not None:  # a remote's own location: use its name
+        other = _open_remote(Store, known, conf[known])
+        label = known
     else:
         if is_this_store(store, remote):  # before opening: "x/../.ckpt" names it though "x" does not exist
             raise CkptError(f"{remote} ({location_of(store)}) is this store itself; fetch, pull and push need "
@@ -312,12 +324,44 @@ def connect(store: Store, remote: str | Store | None) -> Iterator[tuple[str | No
             why = why_not_a_store(remote) if isinstance(e, StoreNotFound) and local_location(remote) else None
             raise UnknownRemote(f"{remote!r} is neither a remote ({known}) nor a store: "
                                 f"{f'{remote}: {why}; check the name or location' if why else e}") from None
-        label = None
+        label = _name_of(conf, other)
     try:
         _refuse_self(store, other, label, str(remote))
         yield label, other
     finally:
         other.close()
+
+
+def _configured_name(conf: dict[str, str], location: str | os.PathLike[str]) -> str | None:
+    """The configured remote whose recorded (canonical) location ``location`` spells, else None."""
+    try:
+        loc = canonical(location)
+    except CkptError:
+        return None
+    return next((n for n, v in conf.items() if v == loc), None)
+
+
+def _name_of(conf: dict[str, str], other: Store) -> str | None:
+    """The configured remote at ``other``'s location (another spelling of it), else None."""
+    loc = location_of(other)
+    return next((n for n, v in conf.items() if loc is not None and v == loc), None)
+
+
+def namespace(store: Store, label: str | None, name: str | None, other: Store, *, prune: bool = False) -> str:
+    """The tracking namespace of a fetch/pull: ``name`` if given, else the remote's name ``label``, else (a bare
+    location) ``origin`` unless a configured remote already holds that name, then :data:`FETCH_HEAD`: a bare
+    location never writes another remote's tracking refs.
+
+    Raises:
+        CkptError: ``prune`` with a bare location (pruning would delete refs that location never wrote).
+    """
+    if name or label:
+        return check_remote_name(name or label)
+    if prune:
+        where = location_of(other) or "that store"
+        raise CkptError(f"--prune needs a configured remote: {where} is not one; add it with `ckpt remote add "
+                        f"NAME {where}`, then `ckpt fetch --prune NAME`")
+    return FETCH_HEAD if DEFAULT_REMOTE in remotes(store) else DEFAULT_REMOTE
 
 
 def _open_remote(store_cls: type[Store], name: str, location: str) -> Store:
@@ -453,7 +497,7 @@ def fetch(store: Store, remote: str | Store | None = None, branches: Sequence[st
             is damaged (nothing written).
     """
     with connect(store, remote) as (label, other):
-        ns = check_remote_name(name or label or DEFAULT_REMOTE)
+        ns = namespace(store, label, name, other, prune=prune and not branches)
         heads, invalid = _remote_heads(other, _where(other, label))
         if branches:
             want = {}
@@ -476,7 +520,8 @@ def fetch(store: Store, remote: str | Store | None = None, branches: Sequence[st
             old = store.backend.get_ref(dst)
             status = ("new" if old is None else "up-to-date" if old == tip
                       else "fast-forward" if is_ancestor(there, old, tip) else "forced")
-            updates.append(RefUpdate(dst, tip, old, f"{ns}/{b}", status, f"fetch: {status} from {there.name}"))
+            updates.append(RefUpdate(dst, tip, old, f"{ns}/{b}", status, f"fetch: {status} from {there.name}",
+                                     source_branch=b))
         rep = _report("fetch", there.name, transfer(there, here, updates, dry_run=dry_run, progress=progress),
                       [] if branches else invalid)
         if prune and not branches:  # after the transfer: a kill in between leaves stale refs, never a lost one
@@ -497,7 +542,7 @@ def pull(store: Store, remote: str | Store | None = None, branch: str | None = N
     ref = refnames.HEADS + b
     here = side(store, "this store")
     with connect(store, remote) as (label, other):
-        ns = check_remote_name(name or label or DEFAULT_REMOTE)
+        ns = namespace(store, label, name, other)
         rep = fetch(store, other, [b], name=ns, dry_run=dry_run, progress=progress)
         rep.verb, rep.remote = "pull", _where(other, label)
         there = side(other, rep.remote)
@@ -587,7 +632,8 @@ def push(store: Store, remote: str | Store | None = None, branch: str | None = N
                 rejected.append(RefResult(ref, theirs.hex(), mine.hex(), "rejected",
                                           _not_ff(here, b, theirs, mine, label or there.name, there)))
                 continue
-            updates.append(RefUpdate(ref, mine, theirs, b, status, f"push: {status} from {location_of(store) or 'memory'}"))
+            updates.append(RefUpdate(ref, mine, theirs, b, status, f"push: {status} from {location_of(store) or 'memory'}",
+                                     source_branch=b))
         rep = _report("push", there.name, transfer(here, there, updates, dry_run=dry_run, progress=progress), rejected)
     label = check_remote_name(name) if name else label
     if label and not dry_run:  # the tracking refs record what the remote now holds
@@ -776,8 +822,14 @@ def _clone_into(d: Store, other: Store, label: str, origin: str, dest: str | os.
         if status == "forced" and old != tracked:  # not what the interrupted clone set: local work
             raise StoreExists(f"{dest}: branch {b} has commits the interrupted clone did not write; "
                               f"finish with `ckpt --store {dest} fetch` instead")
-        updates.append(RefUpdate(ref, tip, old, b, status, f"clone: from {there.name}"))
+        updates.append(RefUpdate(ref, tip, old, b, status, f"clone: from {there.name}", source_branch=b))
     rep = _report("clone", there.name, transfer(there, here, updates, progress=progress), invalid)
+    for u in updates:  # received as they are (the source's data), but `origin/x` would name two refs here
+        if u.ref.startswith(f"{refnames.HEADS}{origin}/"):
+            b = u.ref[len(refnames.HEADS):]
+            _log.warning("crewckpt: %s has a branch named %s, like the remote-tracking ref of its %s: `%s` "
+                         "names the local branch here; rename it with `ckpt branch -m %s NEW`", there.name, b,
+                         b[len(origin) + 1:], b, b)
     track = [tracking_prefix(origin) + u.ref[len(refnames.HEADS):] for u in updates]
     rep.refs += move_refs(here, [RefUpdate(t, u.new, d.backend.get_ref(t), "", "new", f"clone: from {there.name}")
                                  for t, u in zip(track, updates, strict=True)])

@@ -1,7 +1,8 @@
 """Revision syntax, parsed in one place (git's gitrevisions(7) subset plus CrewAI ids).
 
 Grammar: ``BASE SUFFIX*`` where BASE is ``HEAD`` or ``@`` (the tip of the current branch, which the
-symbolic ref HEAD names), ``latest`` (the last commit written on any branch), a full 64-hex id, a branch
+symbolic ref HEAD names), ``latest`` (the last commit written on any local branch; never a
+remote-tracking or run ref), a full 64-hex id, a branch
 name, a remote-tracking name ``REMOTE/BRANCH`` (``refs/remotes/REMOTE/BRANCH``; a local branch of the same
 name wins, as in git), a ``refs/...`` name, a CrewAI checkpoint id kept as an alias (``20261129T234227_0d859366``), or a
 unique hex prefix of at least 4 characters, optionally followed by ``@{N}`` (the ref's N-th prior value from

@@ -41,7 +41,15 @@ from crewckpt.errors import (
 )
 from crewckpt.format import objects as ob
 from crewckpt.history import head, refnames, revisions
-from crewckpt.history.commits import CommitInfo, PrunedCommit, from_commit, from_row, to_row
+from crewckpt.history.commits import (
+    CommitInfo,
+    PrunedCommit,
+    branch_ok,
+    damaged_row,
+    from_commit,
+    from_row,
+    to_row,
+)
 from crewckpt.history.limits import ReadBudget
 from crewckpt.history.localorder import index_commit
 from crewckpt.history.objectdb import ObjectDB
@@ -377,14 +385,14 @@ class Store:
                     raise _EpochChanged
             if self._old_version:  # the first format-2 commit marks a format-1 store (nothing is rewritten)
                 txn.meta_set("format_version", str(ob.FORMAT_VERSION))
-            txn.put_many(frames, now)
+            txn.put_many_uncounted(frames, now)
             for attempt in range(_CAS_RETRIES):
                 tip = txn.get_ref(ref)
                 parents = parent_ids if parent_ids is not None else ([tip] if tip else [])
                 c = ob.Commit(root, tuple(parents), now if time_ns is None else time_ns, run, trigger, meta_json,
                               alias)
                 cobj = self.objects.frame(ob.COMMIT, c.encode())
-                fresh = txn.put_many([cobj], now) > 0
+                fresh = txn.put_many([cobj], now) > 0  # counted: index_commit needs to know
                 try:
                     txn.set_ref_if_equals(ref, tip, cobj.oid)
                     break
@@ -446,13 +454,13 @@ class Store:
                 raise e from None
             if isinstance(row.seq, int) and not isinstance(row.seq, bool):
                 info.seq = row.seq
-            if isinstance(row.branch, str):
+            if branch_ok(row.branch):
                 info.branch = row.branch
             return info
 
     def _parents(self, cid: bytes) -> tuple[bytes, ...]:
         row = self.backend.index_get(cid)
-        if row is not None:
+        if row is not None and all(len(p) == ob.ID_BYTES for p in row.parents):
             return row.parents
         try:
             return self.objects.commit(cid).parents
@@ -462,6 +470,8 @@ class Store:
     def _seq(self, cid: bytes) -> int | None:
         """Local write order from the commit index; None outside it (commits carry no order)."""
         row = self.backend.index_get(cid)
+        if row is not None and (not isinstance(row.seq, int) or isinstance(row.seq, bool)):
+            raise damaged_row(row)  # not a parent cycle: the row's order is unreadable
         return row.seq if row is not None else None
 
     def _check_edge(self, child: bytes, parent: bytes) -> None:
@@ -500,6 +510,8 @@ class Store:
                     raise UnknownRevision(f"revision {rev!r}: commit {cid.hex()[:12]} has {len(ps)} parent(s)")
                 cid = ps[parent_no - 1]
                 walked += 1
+        if not walked and r.reflog is None and len(r.base) == 64 and revisions.is_hex(r.base):
+            return cid.hex()  # _base found this very commit (index row or object): no second round trip
         if self.backend.index_get(cid) is None and not self.backend.has_many([cid]):
             raise UnknownRevision(f"revision {rev!r}: commit {cid.hex()[:12]} was pruned and collected")
         return cid.hex()
@@ -509,15 +521,13 @@ class Store:
         if r.reflog is not None:
             return self._reflog_base(r)
         if b in (head.HEAD, "@"):  # git: '@' alone is HEAD
-            t = self.backend.get_ref(head.head_ref(self.backend))
+            name = head.head_ref(self.backend)
+            t = self.backend.get_ref(name)
             if t is None:
                 raise head.unborn(self.backend, r.text)
-            return t
-        if b == "latest":  # the last commit written on any branch (HEAD before it was the current branch)
-            last = self.backend.index_last()
-            if last is None:
-                raise UnknownRevision(f"revision {b!r}: the store has no checkpoints yet")
-            return last
+            return self._ref_commit(name, t)
+        if b == "latest":  # the last commit written on any LOCAL branch (HEAD before it was the current branch)
+            return self._latest()
         if len(b) == 64 and revisions.is_hex(b):
             cid = bytes.fromhex(b)
             if self.backend.index_get(cid):
@@ -531,11 +541,17 @@ class Store:
         if b.startswith("refs/"):
             t = self.backend.get_ref(b)
             if t:
-                return t
+                return self._ref_commit(b, t)
         else:  # git's order: a local branch first, then a remote-tracking ref (origin/main)
-            t = self.backend.get_ref(refnames.HEADS + b) or self.backend.get_ref(refnames.REMOTES + b)
-            if t:
-                return t
+            t = self.backend.get_ref(refnames.HEADS + b)
+            tracked = self.backend.get_ref(refnames.REMOTES + b)
+            if t and tracked:  # git warns too ("refname 'origin/main' is ambiguous")
+                _log.warning("crewckpt: refname %r is ambiguous: using the local branch %s (%s), not the "
+                             "remote-tracking refs/remotes/%s (%s); rename the branch with `ckpt branch -m %s "
+                             "NEW`", b, b, t.hex()[:12], b, tracked.hex()[:12], b)
+            for name, target in ((refnames.HEADS + b, t), (refnames.REMOTES + b, tracked)):
+                if target:
+                    return self._ref_commit(name, target)
         a = self.backend.alias_get(b)
         if a:
             return a
@@ -551,6 +567,41 @@ class Store:
                 and all(c in "0123456789abcdefABCDEF" for c in b) else "; see `ckpt list`")
         shown = r.text if len(r.text) <= 80 else r.text[:77] + "..."
         raise UnknownRevision(f"unknown revision {shown!r}: not a commit id, branch or checkpoint id{hint}")
+
+    def _latest(self) -> bytes:
+        """``latest``: the newest (highest local seq) tip among the local branches (refs/heads). Never a
+        remote-tracking or run ref: a fetch must not make a remote's checkpoint what `resume latest` starts
+        from. A branch's tip is its newest commit (a parent's seq is below its child's), so the tips suffice.
+
+        Raises:
+            UnknownRevision: no local branch yet (fetched branches are named in the message).
+        """
+        best: tuple[int, bytes, str] | None = None
+        for name, tip in self.backend.refs(refnames.HEADS).items():
+            row = self.backend.index_get(tip)
+            key = (row.seq if row is not None else -1, tip, name)
+            if best is None or key > best:
+                best = key
+        if best is None:
+            fetched = sorted(self.backend.refs(refnames.REMOTES))
+            hint = (f"; fetched branches are not local: make one with `ckpt branch NAME "
+                    f"{fetched[0][len(refnames.REMOTES):]}`" if fetched else "")
+            raise UnknownRevision(f"revision 'latest': no local branch has checkpoints yet{hint}")
+        return self._ref_commit(best[2], best[1])
+
+    def _ref_commit(self, name: str, t: bytes) -> bytes:
+        """Ref ``name``'s target ``t`` when it can name a commit; a malformed target (not 32 bytes) or one
+        naming another kind of object raises UnknownRevision naming the ref (not "pruned", not "corrupt")."""
+        if len(t) != ob.ID_BYTES:
+            raise UnknownRevision(f"ref {name} is malformed: it holds {len(t)} byte(s) ({t[:32].hex()}), not a "
+                                  f"{ob.ID_BYTES}-byte commit id; {refnames.ref_fix(name)}")
+        if self.backend.index_get(t) is None:  # live commits are indexed: only then look at the object
+            got = self.backend.get(t)
+            if got is not None and got.kind != ob.COMMIT:
+                kind = ob.KIND_NAMES.get(got.kind, b"object").decode()
+                raise UnknownRevision(f"ref {name} names {t.hex()}, a {kind}, not a commit: the ref is damaged; "
+                                      f"{refnames.ref_fix(name)}")
+        return t
 
     def _reflog_base(self, r: revisions.Revision) -> bytes:
         """``REF@{N}`` (N-th prior value of REF; ``@{N}``: of the current branch; ``HEAD@{N}``: of HEAD) and
@@ -605,6 +656,7 @@ class Store:
                 yield PrunedCommit(cid.hex())
                 return
             if child is not None and child.live and info.live and info.seq >= child.seq:
+                self._check_edge(bytes.fromhex(child.id), cid)  # a damaged seq is named as such
                 raise _cycle(bytes.fromhex(child.id), cid)
             if cid in seen:  # e.g. an index row's parents leading back through unindexed commits
                 raise _cycle(cid)
@@ -657,6 +709,8 @@ class Store:
         """
         ref = refnames.branch_ref(branch)
         branch = head.branch_of(ref)
+        if create:
+            self._refuse_remote_prefix(ref)
         start_id = bytes.fromhex(self.resolve(start)) if create else None
         with self._writing() as txn:
             now = time.time_ns()
@@ -706,10 +760,21 @@ class Store:
     def create_branch(self, name: str, rev: str = "HEAD") -> str:
         """Create branch ``name`` at ``rev``; returns the commit id. Raises BadRefName, BranchExists."""
         ref = refnames.branch_ref(name)
+        self._refuse_remote_prefix(ref)
         cid = bytes.fromhex(self.resolve(rev))
         with self._writing() as txn:
             self._create_ref(txn, ref, cid, rev, time.time_ns())
         return cid.hex()
+
+    def _refuse_remote_prefix(self, ref: str) -> None:
+        """Refuse a new local branch named ``REMOTE/...`` for a configured REMOTE: it would shadow the
+        remote-tracking ref of that name (``origin/main`` would name two things). Raises BadRefName."""
+        from crewckpt.history import remotes
+        b = head.branch_of(ref)
+        first, _, rest = b.partition("/")
+        if rest and first in remotes.remotes(self):
+            raise refnames.BadRefName(f"branch {b!r} begins with '{first}/', the name of remote {first}: it would shadow the "
+                             f"remote-tracking {b}; choose another name, e.g. {first}-{rest}")
 
     @staticmethod
     def _create_ref(txn: Parts, ref: str, cid: bytes, rev: str, now: int) -> None:
@@ -740,6 +805,7 @@ class Store:
         """Rename a branch: its ref, reflog and the branch of its live commits; HEAD follows a rename of the
         current branch (one entry in HEAD's reflog). Raises BranchExists, UnknownRevision, BadRefName."""
         oref, nref = refnames.branch_ref(old), refnames.branch_ref(new)
+        self._refuse_remote_prefix(nref)
         with self._writing() as txn:
             current = head.head_ref_stored(txn)  # before the refs change: a legacy HEAD is read from them
             cur = txn.get_ref(oref)

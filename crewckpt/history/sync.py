@@ -54,6 +54,7 @@ Progress = Callable[[str, int, "int | None"], None]
 
 LOOSE_MIN = 1 << 20  # bytes: bodies larger than this travel (and are stored) loose, as Store.commit does
 STAGE_BYTES = 64 << 20  # frames kept in memory between reading and writing; beyond this they are re-read
+_NO_SEQ = 1 << 62  # a sender commit with no index row sorts after every seq (see _assign_branches)
 _RETRIES = 3  # plans redone when a gc ran on the receiver meanwhile
 
 
@@ -71,8 +72,11 @@ class Side:
 class RefUpdate:
     """One ref to move on the receiver: ``ref`` (full name there), ``new`` (raw id, on the sender),
     ``expected`` (its value on the receiver when the update was decided: the CAS old value), ``branch``
-    (the commit-index branch given to commits that arrive for it) and ``status`` (what it is: "new",
-    "fast-forward", "forced", "up-to-date"); ``message`` goes to the reflog."""
+    (the commit-index branch given to commits that arrive for it, unless :func:`plan` finds a better one)
+    and ``status`` (what it is: "new",
+    "fast-forward", "forced", "up-to-date"); ``message`` goes to the reflog; ``source_branch`` is the
+    sender's branch this update carries ("" when it carries no branch, e.g. a run ref): a sent commit the
+    sender indexes on that branch gets ``branch`` here (see :func:`plan`)."""
 
     ref: str
     new: bytes
@@ -80,6 +84,7 @@ class RefUpdate:
     branch: str
     status: str
     message: str = "sync"
+    source_branch: str = ""
 
 
 @dataclasses.dataclass
@@ -185,7 +190,7 @@ def plan(sender: Side, receiver: Side, updates: Sequence[RefUpdate],
     Raises:
         SyncError, IntegrityError: see :func:`transfer`.
     """
-    commits, branch_of = missing_commits(sender, receiver, [u.new for u in updates], [u.branch for u in updates])
+    commits, _ = missing_commits(sender, receiver, [u.new for u in updates], [u.branch for u in updates])
     if progress:
         progress("negotiate", len(commits), len(commits))
     scheduled: set[bytes] = set()
@@ -197,18 +202,57 @@ def plan(sender: Side, receiver: Side, updates: Sequence[RefUpdate],
         size = sum(len(b) for b in bodies.values())
         keep = staged + size <= STAGE_BYTES
         staged += size if keep else 0
-        out.append(_CommitPlan(cid, body, c, branch_of[cid], sender.backend.index_get(cid), order,
+        out.append(_CommitPlan(cid, body, c, "", sender.backend.index_get(cid), order,
                                bodies if keep else None, cid in arrived))
         if progress:
             progress("read", i + 1, len(commits))
+    _assign_branches(out, updates)
     return out
+
+
+def _assign_branches(plans: Sequence[_CommitPlan], updates: Sequence[RefUpdate]) -> None:
+    """Give each planned commit the receiver's branch a git user expects: the branch the sender indexes it
+    on, under the receiver's name for it (``RefUpdate.source_branch`` -> ``branch``: the same name on clone
+    and push, ``origin/<b>`` on fetch). Otherwise (that branch is not sent, or the sender has no row) the
+    branch of an update whose tip it is, else that of its child written first on the sender (lowest sender
+    seq: the line that continued it first in the sender's local order), never the order of branch names.
+    An unknown seq sorts last; ties keep plan order."""
+    names: dict[str, str] = {}
+    tips: dict[bytes, str] = {}
+    for u in updates:
+        if u.branch:
+            if u.source_branch:
+                names.setdefault(u.source_branch, u.branch)
+            tips.setdefault(u.new, u.branch)
+    planned = {p.cid: p for p in plans}
+    kids: dict[bytes, list[_CommitPlan]] = {}
+    for p in plans:
+        for parent in p.commit.parents:
+            if parent in planned:
+                kids.setdefault(parent, []).append(p)
+    for p in reversed(plans):  # children before parents
+        row = p.summary_row
+        mapped = names.get(row.branch) if row is not None else None  # type: ignore[attr-defined]
+        if mapped is not None:
+            p.branch = mapped
+        elif p.cid in tips:
+            p.branch = tips[p.cid]
+        elif p.cid in kids:
+            first = min(kids[p.cid], key=lambda k: _sender_seq(k))
+            p.branch = first.branch
+        # else: reached only by updates that name no branch; _index then uses the update's
+
+
+def _sender_seq(p: _CommitPlan) -> int:
+    row = p.summary_row
+    return row.seq if row is not None and row.seq > 0 else _NO_SEQ  # type: ignore[attr-defined]
 
 
 def missing_commits(sender: Side, receiver: Side, tips: Sequence[bytes],
                     branches: Sequence[str]) -> tuple[list[tuple[bytes, bytes, ob.Commit]], dict[bytes, str]]:
     """The commits reachable from ``tips`` on the sender that the receiver does not have live, parents first,
     as ``(id, verified body, decoded commit)``, and the branch each belongs to (that of the first tip in
-    ``tips`` that reaches it). The walk reads commit objects a level at a time (verified) and stops at
+    ``tips`` that reaches it; :func:`plan` assigns branches its own way). The walk reads commit objects a level at a time (verified) and stops at
     commits live on the receiver and at parents the sender does not have live (pruned there).
 
     Raises:
@@ -400,11 +444,12 @@ def _reached(plans: Sequence[_CommitPlan], tip: bytes) -> list[_CommitPlan]:
 
 
 def _index(w: Parts, plans: Sequence[_CommitPlan], branch: str) -> None:
-    """Index-rows and aliases of ``plans`` not indexed yet, parents first (they are live from now on)."""
+    """Index-rows and aliases of ``plans`` not indexed yet, parents first (they are live from now on), each on
+    its planned branch (:func:`_assign_branches`), else ``branch``."""
     for p in plans:
         if w.index_get(p.cid) is not None:
             continue
-        index_commit(w, p.cid, functools.partial(_row, p, branch), may_revive=p.revive)
+        index_commit(w, p.cid, functools.partial(_row, p, p.branch or branch), may_revive=p.revive)
         if p.commit.alias:
             w.alias_set(p.commit.alias, p.cid)
 
