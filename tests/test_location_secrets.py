@@ -176,3 +176,21 @@ def test_crewai_log_lines_never_hold_a_location_secret(monkeypatch: pytest.Monke
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "2 of 2 pushes" in text and "3 of 4 checkpoints" in text and "h2:5432" in text
     assert not any(s in text for s in SECRETS), text
+
+
+@pytest.mark.parametrize("url", [
+    "pg+s3://u@h/db?schema=a&objects=s3://b/p&endpoint=http://h:1&endpoint=http://h:2",
+    "pg+s3://u@h/db?objects=s3://b/p&objects=s3://c/q",
+    "pg+s3://u@h/db?objects=s3://b/p&schema=a&schema=b",
+])
+def test_a_repeated_key_in_a_split_location_is_one_bad_location_line(url: str) -> None:
+    with pytest.raises(BadLocation, match="is given more than once"):
+        registry.identity(url)
+    assert "given more than once" in _one_clean_line(ckpt(url, "log"), 2)
+
+
+def test_a_split_location_never_shows_its_secrets() -> None:
+    url = "pg+s3://u:S3CRETpw@127.0.0.1:1/db?sslpassword=SSLS3CRET&objects=gs://b/p"
+    assert "objects=" in _one_clean_line(ckpt(url, "log"), 2)
+    assert "S3CRETpw" not in registry.identity(
+        "pg+s3://u:S3CRETpw@h/db?sslpassword=SSLS3CRET&objects=s3://b/p&endpoint=http://h:1")

@@ -32,7 +32,7 @@ from crewckpt.backends.base import (
     StoredObject,
 )
 from crewckpt.backends.postgres import PgBackend, parse_location
-from crewckpt.backends.registry import Location, Opened, Opener
+from crewckpt.backends.registry import Location, Opened, Opener, redact, repeated_key
 from crewckpt.backends.s3 import GC_GRACE_S, S3Backend, S3Location
 from crewckpt.errors import BadLocation, StoreNotFound
 
@@ -43,7 +43,10 @@ def split_location(url: str) -> tuple[str, str]:
     """(postgresql:// URL, s3:// URL) of a ``pg+s3://`` location. Raises BadLocation (one line)."""
     p = urllib.parse.urlsplit(url)
     if p.scheme.lower() != "pg+s3":
-        raise BadLocation(f"{url}: a split location is pg+s3://host/db?schema=NAME&objects=s3://bucket/prefix")
+        raise BadLocation(f"{redact(url)}: a split location is pg+s3://host/db?schema=NAME&objects=s3://bucket/prefix")
+    twice = repeated_key(p.query)
+    if twice is not None:  # the dict below would silently keep the last one
+        raise BadLocation(f"{redact(url)}: {twice}= is given more than once; give it once")
     query = urllib.parse.parse_qsl(p.query, keep_blank_values=True)
     s3 = {k: v for k, v in query if k in _S3_KEYS}
     objects = s3.get("objects", "")
@@ -58,12 +61,8 @@ def split_location(url: str) -> tuple[str, str]:
 
 
 def _redact(url: str) -> str:
-    """``url`` without its password (for messages)."""
-    p = urllib.parse.urlsplit(url)
-    if p.password is None:
-        return url
-    netloc = p.netloc.replace(f":{p.password}@", ":***@")
-    return urllib.parse.urlunsplit((p.scheme, netloc, p.path, p.query, p.fragment))
+    """``url`` with its secrets masked (for messages; :func:`crewckpt.backends.registry.redact`)."""
+    return redact(url)
 
 
 def identity(url: str) -> str:
