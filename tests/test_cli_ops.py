@@ -324,6 +324,10 @@ GC_KEYS = {
     "bytes_before",
     "bytes_after",
     "dry_run",
+    "kept_young",
+    "grace_s",
+    "grace_shared",
+    "kept_until",
     "seconds",
 }
 FSCK_KEYS = {"ok", "full", "checked", "other_checked", "broken", "affected", "problems", "seconds"}

@@ -224,3 +224,36 @@ def test_ckpt_publish_dry_run_writes_nothing(tmp_path: Path) -> None:
     with Store.open(s_loc) as s:
         assert s.runs() == {} and s.branches() == {} and not list(s.backend.iter_objects())
     assert "sent 2 checkpoint(s)" in ok(ckpt(w_loc, "publish", s_loc)).stderr
+
+
+def test_a_rejected_push_of_a_runs_new_lineage_names_ckpt_publish_first(tmp_path: Path) -> None:
+    """After a kickoff without push_to, `ckpt push team main` is rightly rejected; its one line must name
+    `ckpt publish team` (the fix for a run's new lineage) before the branch/--force ways out."""
+    from cli_helpers import ckpt, ok
+
+    w_loc, s_loc = str(tmp_path / "worker"), str(tmp_path / "shared")
+    with Store.init(w_loc) as w, Store.init(s_loc):
+        w.add_remote("team", s_loc)
+        run(w, "run-a", 2)
+        w.push("team", "main")
+        run(w, "run-b", 2)
+        with pytest.raises(PushRejected) as e:
+            w.push("team", "main")
+        msg = str(e.value)
+        assert ("`ckpt publish team` publishes refs/runs/run-b under its own name (and moves main to it, "
+                "refs/runs/run-a keeping the old tip)") in msg
+        assert msg.index("ckpt publish team") < msg.index("ckpt branch NEW main") < msg.index("--force")
+    r = ckpt(w_loc, "push", "team", "main")
+    lines = [x for x in r.stdout.splitlines() if "[rejected]" in x]
+    assert r.exit_code == 1 and len(lines) == 1 and "`ckpt publish team` publishes refs/runs/run-b" in lines[0]
+    ok(ckpt(w_loc, "publish", "team"))  # the advice works
+    with Store.open(w_loc) as w, Store.open(s_loc) as s:
+        assert s.resolve("main") == w.resolve("main") and set(s.runs()) == {"run-a", "run-b"}
+        # a remote tip no run ref names (pushed by hand): publish would keep that branch, and says so
+        s.commit({"by hand": 1}, branch="main")
+        for rid, tip in s.runs().items():
+            s.backend.set_ref_if_equals(f"refs/runs/{rid}", bytes.fromhex(tip), None)
+        run(w, "run-c", 1)
+        with pytest.raises(PushRejected) as e:
+            w.push("team", "main")
+        assert "`ckpt publish team` publishes refs/runs/run-c under its own name (main there stays" in str(e.value)

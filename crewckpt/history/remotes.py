@@ -630,7 +630,7 @@ def push(store: Store, remote: str | Store | None = None, branch: str | None = N
                 status = "forced"
             else:
                 rejected.append(RefResult(ref, theirs.hex(), mine.hex(), "rejected",
-                                          _not_ff(here, b, theirs, mine, label or there.name, there.name)))
+                                          _not_ff(here, b, theirs, mine, label or there.name, there)))
                 continue
             updates.append(RefUpdate(ref, mine, theirs, b, status, f"push: {status} from {location_of(store) or 'memory'}",
                                      source_branch=b))
@@ -647,19 +647,29 @@ def push(store: Store, remote: str | Store | None = None, branch: str | None = N
     return rep
 
 
-def _not_ff(here: Side, b: str, theirs: bytes, mine: bytes, remote: str, where: str) -> str:
+def _not_ff(here: Side, b: str, theirs: bytes, mine: bytes, remote: str, there: Side) -> str:
     """Why a push of ``b`` is not a fast-forward, and the way out that works: ``pull`` only when it can
-    fast-forward; for two lineages (a fresh kickoff moved ``b`` to a new root) or a divergence, a new name."""
-    tips = f"({where} {b} is {theirs.hex()[:12]}, yours {mine.hex()[:12]})"
+    fast-forward; for two lineages (a fresh kickoff moved ``b`` to a new root) or a divergence, a new name,
+    and first ``ckpt publish`` when ``mine`` is a run's own lineage (the README's fix for a new kickoff)."""
+    from crewckpt.history.publish import _run_holding  # publish builds on this module
+
+    tips = f"({there.name} {b} is {theirs.hex()[:12]}, yours {mine.hex()[:12]})"
     force = "or push with --force to replace it (its checkpoints stay there, unnamed by that branch)"
+    run = _run_holding(here, mine)
+    publish = ""
+    if run:  # what publish (every run, oldest first) does with the branch: a tip its run ref keeps is replaced
+        old = _run_holding(there, theirs) or (_run_holding(here, theirs) if _known(here.backend, theirs) else None)
+        moves = (f"and moves {b} to it, {old} keeping the old tip" if old else
+                 f"{b} there stays: no run ref names its tip")
+        publish = f"`ckpt publish {remote}` publishes {run} under its own name ({moves}); or "
     if not _known(here.backend, theirs):
-        return (f"the remote has checkpoints you do not have {tips}; `ckpt pull {remote} {b}` first if yours is "
-                f"behind, {force}")
+        return (f"the remote has checkpoints you do not have {tips}; {publish}`ckpt pull {remote} {b}` first if "
+                f"yours is behind, {force}")
     if is_ancestor(here, mine, theirs):
         return f"not a fast-forward: the remote is ahead of yours {tips}; `ckpt pull {remote} {b}` first, {force}"
     return (f"not a fast-forward: the remote's tip is not an ancestor of yours and pull cannot fast-forward "
-            f"either (diverged, or two lineages: a fresh run moved {b} to a new root) {tips}; publish yours "
-            f"under its own name: `ckpt branch NEW {b}` then `ckpt push {remote} NEW`, {force}")
+            f"either (diverged, or two lineages: a fresh run moved {b} to a new root) {tips}; {publish}publish "
+            f"yours under its own name: `ckpt branch NEW {b}` then `ckpt push {remote} NEW`, {force}")
 
 
 def push_or_raise(rep: SyncReport) -> SyncReport:
