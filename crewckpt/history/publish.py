@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from crewckpt.errors import CkptError, UnknownRevision
+from crewckpt.errors import UnknownRevision
 from crewckpt.history import refnames, remotes
 from crewckpt.history.sync import (
     Progress,
@@ -173,25 +173,11 @@ def _branch_update(here: Side, there: Side, bref: str, tip: bytes, mine: bytes |
         return RefUpdate(bref, tip, theirs, branch, "fast-forward", msg), None
     if remotes._known(there.backend, tip) and is_ancestor(there, tip, theirs):
         return kept(f"{there.name} {branch} ({theirs.hex()[:12]}) already continues this checkpoint")
-    holder = _run_holding(there, theirs)
+    holder = remotes.run_holding(there, theirs)
     if holder is None:
         return kept(f"{there.name} {branch} ({theirs.hex()[:12]}) holds checkpoints no run ref names there "
                     f"(pushed by hand?); it stays, the run is published as {refnames.run_ref(run_id)}")
     return RefUpdate(bref, tip, theirs, branch, REPLACED, f"{msg} (previous tip kept by {holder})"), None
-
-
-def _run_holding(side: Side, cid: bytes) -> str | None:
-    """The run ref on ``side`` that names ``cid`` or continues it (the run that wrote it), or None."""
-    row = side.backend.index_get(cid)
-    try:
-        run_id = row.run_id if row is not None else side.objects.commit(cid).run_id
-        ref = refnames.run_ref(run_id)
-    except CkptError:  # no such commit there, or a run id that is no ref name
-        return None
-    at = side.backend.get_ref(ref)
-    if at is not None and (at == cid or is_ancestor(side, cid, at)):
-        return ref
-    return None
 
 
 def _hex(oid: bytes | None, n: int = 64) -> str | None:

@@ -651,14 +651,13 @@ def _not_ff(here: Side, b: str, theirs: bytes, mine: bytes, remote: str, there: 
     """Why a push of ``b`` is not a fast-forward, and the way out that works: ``pull`` only when it can
     fast-forward; for two lineages (a fresh kickoff moved ``b`` to a new root) or a divergence, a new name,
     and first ``ckpt publish`` when ``mine`` is a run's own lineage (the README's fix for a new kickoff)."""
-    from crewckpt.history.publish import _run_holding  # publish builds on this module
 
     tips = f"({there.name} {b} is {theirs.hex()[:12]}, yours {mine.hex()[:12]})"
     force = "or push with --force to replace it (its checkpoints stay there, unnamed by that branch)"
-    run = _run_holding(here, mine)
+    run = run_holding(here, mine)
     publish = ""
     if run:  # what publish (every run, oldest first) does with the branch: a tip its run ref keeps is replaced
-        old = _run_holding(there, theirs) or (_run_holding(here, theirs) if _known(here.backend, theirs) else None)
+        old = run_holding(there, theirs) or (run_holding(here, theirs) if _known(here.backend, theirs) else None)
         moves = (f"and moves {b} to it, {old} keeping the old tip" if old else
                  f"{b} there stays: no run ref names its tip")
         publish = f"`ckpt publish {remote}` publishes {run} under its own name ({moves}); or "
@@ -843,3 +842,18 @@ def _clone_into(d: Store, other: Store, label: str, origin: str, dest: str | os.
 
 def _hex(oid: bytes | None) -> str | None:
     return oid.hex() if oid is not None else None
+
+
+def run_holding(side: Side, cid: bytes) -> str | None:
+    """The run ref (``refs/runs/<run id>``) on ``side`` that names ``cid`` or continues it (the run that wrote
+    it), or None. Used by publish and by the advice of a rejected push."""
+    row = side.backend.index_get(cid)
+    try:
+        run_id = row.run_id if row is not None else side.objects.commit(cid).run_id
+        ref = refnames.run_ref(run_id)
+    except CkptError:  # no such commit there, or a run id that is no ref name
+        return None
+    at = side.backend.get_ref(ref)
+    if at is not None and (at == cid or is_ancestor(side, cid, at)):
+        return ref
+    return None
