@@ -21,6 +21,8 @@ SLOW: tuple[str, ...] = (
     # Marked `slow` here, in one place: the default run leaves them out (pyproject addopts) and `.ci/run` runs
     # them next with `pytest -m slow`. Each takes 10-80 s on 2 busy cores; a node id, or one with its [param].
     "tests/test_crewai_demo.py::test_demo_crashes_resumes_forks_and_compares_and_reruns",  # 2 demo processes
+    "tests/test_flow_class_opt_in.py::test_recorded_flow_class_is_not_imported_without_opt_in",  # 40 s: processes
+    "tests/test_resume_python.py::test_python_resume_keeps_the_stored_events_like_ckpt_resume",  # 22 s: processes
     "tests/test_crewai_crew.py::test_star_crew_writes_38_checkpoints_in_one_chain_over_20_runs",
     "tests/test_store.py::test_log_follows_10000_commits_and_marks_pruned_parents",
     "tests/test_backend_contract.py::TestMemoryContract::test_store_matches_model_long",
