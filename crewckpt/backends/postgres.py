@@ -338,9 +338,9 @@ class PgTxn(_PgReader, Txn):
     read); the next transaction whose first read comes from the same place sends those reads in its first
     round trip, each exactly as it would be sent on demand (a ref's lock statement right before its read,
     in the recorded order). A prefetched read the transaction never uses is not compared on a replay; one
-    it uses is, like any read. A prefetched seq is used only when every ref the transaction has locked by
-    then was locked before that seq was taken (else it is dropped, a gap, and a new one is taken): a
-    commit's seq must come after the commit that its locked branch tip names (docs/backends.md, I6). A
+    it uses is, like any read. A prefetched seq is used only when every ref whose value the transaction has
+    read by then was locked before that seq was taken (else it is dropped, a gap, and a new one is taken),
+    as on demand: a commit's seq must come after that of the tip it builds on (docs/backends.md, I6). A
     place whose transaction took gc's exclusive lock never prefetches (a ref lock held before the
     exclusive gc lock could deadlock with a writer)."""
 
@@ -361,6 +361,7 @@ class PgTxn(_PgReader, Txn):
         self._known: dict[_Key, Any] = {}  # key -> its value in this transaction
         self._prefetched: dict[_Key, tuple[int, list[tuple[Any, ...]]]] = {}  # unused prefetch: _log index, rows
         self._seq_after: frozenset[str] = frozenset()  # refs locked before the prefetched seq was taken
+        self._seen: set[str] = set()  # refs whose value the caller has read
         self._reads: dict[_Key, None] = {}  # keys asked for, in first-use order (the next prediction)
         self._site: Any = None  # (thread, code of the first read's caller): where the prediction is kept
         shared = self._sql.lock("gc", shared=True)  # held by every write transaction; gc takes it exclusively
@@ -489,14 +490,16 @@ class PgTxn(_PgReader, Txn):
             used = self._prefetched.pop(key, None)
             if key[0] == "seq":
                 del self._known[key]
-                if self._locked <= self._seq_after:
+                if self._seen <= self._seq_after:
                     return value
-                # a ref locked after this seq was taken: its tip's seq may be higher; take a new one
+                # a ref read that was locked after this seq was taken: its tip's seq may be higher; take a new one
             else:
                 if used is not None:  # a prefetched read now relied on: a replay must see it again
                     i, rows = used
                     sql, args, many, _ = self._log[i]
                     self._log[i] = (sql, args, many, ("cmp", rows))
+                if key[0] == "ref":
+                    self._seen.add(key[1])
                 return value
         own = self._read_ops(key, "rows" if key[0] == "seq" else ("cmp", None))
         ops = list(own)
@@ -532,6 +535,8 @@ class PgTxn(_PgReader, Txn):
         value = self._value(key, mine)
         if key[0] != "seq":
             self._known[key] = value
+        if key[0] == "ref":
+            self._seen.add(key[1])
         return value
 
     def _forget(self, key: _Key) -> None:
