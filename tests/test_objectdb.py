@@ -64,3 +64,28 @@ def test_a_frame_naming_a_pack_that_stays_missing_is_damage(tmp_path: Path) -> N
         w.backend.delete_objects([pack], 2**63 - 1)
         with pytest.raises(IntegrityError, match="which is not in the store"):
             ObjectDB(w.backend).get_many([member])
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_fsck_while_the_writer_merges_its_packs_reports_nothing_broken(tmp_path: Path, full: bool) -> None:
+    """fsck reads frames itself (to name each broken object); a merge committing between its frame read and
+    its pack read moved the objects, it did not lose them."""
+    with Store.init(tmp_path / "s") as w:
+        for i in range(3):
+            w.commit(doc(i))
+        assert len(w._my_packs) >= 2
+        with Store.open(tmp_path / "s") as r:
+            real = r.backend.get_many
+            merged: list[bool] = []
+
+            def get_many(oids: Any) -> dict[bytes, StoredObject]:
+                got = real(oids)
+                if not merged and any(s.kind == ob.TREE and s.frame[:1] == b"\x03" for s in got.values()):
+                    w.finish_writes()
+                    merged.append(True)
+                return got
+
+            r.backend.get_many = get_many  # type: ignore[method-assign]
+            rep = r.fsck(full=full)
+            assert merged
+            assert rep.broken == {} and not rep.problems, rep

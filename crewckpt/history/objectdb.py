@@ -90,6 +90,22 @@ class ObjectDB:
             raise IntegrityError(stored.oid.hex(), "content hash does not match its id")
         return body
 
+    def verify_read(self, stored: StoredObject, reader: ObjectStore | None = None,
+                    budget: ReadBudget | None = None) -> bytes | None:
+        """:meth:`verify` for a frame the caller read itself (fsck reads frames to report per object): when
+        its pack went meanwhile (a merge or repack moved the object, backends.md RD4) the object is read again
+        through :meth:`get_many`. Returns the body, or None when the object is gone now.
+
+        Raises:
+            IntegrityError: it is corrupt, or its frame keeps naming a pack that is not in the store.
+            DocumentTooLarge: over ``budget``.
+        """
+        try:
+            return self.verify(stored, reader, budget)
+        except _PackGone:
+            got = self.get_many([stored.oid], reader, budget)
+        return got[stored.oid][1] if stored.oid in got else None
+
     def _unpack(self, stored: StoredObject, reader: ObjectStore | None, budget: ReadBudget | None = None) -> bytes:
         key, off, ln = parse_packed(stored.frame)
         if ln != stored.size:
