@@ -440,6 +440,10 @@ class Store:
 
     def info(self, rev: str) -> CommitInfo:
         """Metadata of one commit (from the commit index; from the object for a pruned-but-present commit)."""
+        if len(rev) == 64 and revisions.is_hex(rev):  # a full id with a row: that row, read once
+            row = self.backend.index_get(bytes.fromhex(rev))
+            if row is not None:
+                return self._row_info(row)
         return self._info(bytes.fromhex(self.resolve(rev)))
 
     def _info(self, cid: bytes) -> CommitInfo:
