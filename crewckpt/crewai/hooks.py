@@ -111,10 +111,10 @@ def _prepare_event(self: CrewAIEventsBus, source: Any, event: Any) -> None:
         cfg = config_for(source, event, state)
         if cfg is not None:
             write_checkpoint(state, cfg, event)
+        if event.type in _COMPACT_EVENTS:  # first: the run-end push then reads the merged pack
+            _compact_at_run_end(source, state)
         if event.type in publish.RUN_END_EVENTS:
             _push_at_run_end(source, state)
-        if event.type in _COMPACT_EVENTS:
-            _compact_at_run_end(source, state)
     if pending_signals() and threading.current_thread() is threading.main_thread():
         drain_signals()
 

@@ -119,13 +119,18 @@ class Store:
         """Without transactions a writer that died after its ref CAS and before its index row (W5 in
         docs/backends.md) left a branch tip the index does not know: rebuild the index then (best effort). A
         transfer killed there (sync indexes with the ref move) leaves the same, on a branch or a
-        remote-tracking ref."""
+        remote-tracking ref. Only the missing rows are added (reindex.index_missing): other writers may be
+        active, and one still between its CAS and its row is not disturbed (a full rebuild would renumber
+        under it)."""
         try:
-            tips = [*self.backend.refs(refnames.HEADS).values(), *self.backend.refs(refnames.REMOTES).values()]
-            unknown = [t for t in tips if self.backend.index_get(t) is None]
+            tips: dict[bytes, str] = {}
+            for prefix in (refnames.HEADS, refnames.REMOTES):
+                for ref, t in self.backend.refs(prefix).items():
+                    tips.setdefault(t, ref[len(prefix):])
+            unknown = {t: b for t, b in tips.items() if self.backend.index_get(t) is None}
             if unknown and self.backend.has_many(unknown):
-                from crewckpt.history.reindex import rebuild_index
-                rebuild_index(self.parts)
+                from crewckpt.history.reindex import index_missing
+                index_missing(self.parts, unknown)
         except CkptError as e:
             _log.warning("crewckpt: %s: the commit index misses a branch tip and could not be rebuilt (%s); run "
                          "`ckpt fsck --rebuild-index`", self.location or "store", e)
@@ -393,6 +398,8 @@ class Store:
                               alias)
                 cobj = self.objects.frame(ob.COMMIT, c.encode())
                 fresh = txn.put_many([cobj], now) > 0  # counted: index_commit needs to know
+                # local order is taken before the CAS: a child built on the moved tip gets a higher seq (W3)
+                seq = txn.counter_next("seq")
                 try:
                     txn.set_ref_if_equals(ref, tip, cobj.oid)
                     break
@@ -406,7 +413,7 @@ class Store:
             # local order: the commit index's, never the commit's. The same id can come back (format 2 ids hold
             # no seq) under children that stayed live: only a given time or an object already there allows it
             index_commit(txn, cobj.oid, lambda seq: to_row(cobj.oid, c, branch, seq, summary),
-                         may_revive=time_ns is not None or not fresh)
+                         may_revive=time_ns is not None or not fresh, seq=seq)
             if alias:
                 txn.alias_set(alias, cobj.oid)
         self._old_version = False
@@ -433,6 +440,10 @@ class Store:
 
     def info(self, rev: str) -> CommitInfo:
         """Metadata of one commit (from the commit index; from the object for a pruned-but-present commit)."""
+        if len(rev) == 64 and revisions.is_hex(rev):  # a full id with a row: that row, read once
+            row = self.backend.index_get(bytes.fromhex(rev))
+            if row is not None:
+                return self._row_info(row)
         return self._info(bytes.fromhex(self.resolve(rev)))
 
     def _info(self, cid: bytes) -> CommitInfo:

@@ -1124,6 +1124,52 @@ class StoreContract:
         else:
             raise AssertionError("a revival took more than 100 writes")
 
+    def test_a_child_of_a_tip_that_just_moved_is_younger(self, backend_factory: BackendFactory) -> None:
+        """I6 without a transaction: another writer commits on a branch tip the moment its compare-and-swap
+        landed, before the first writer reached the commit index; the first commit's seq is still below its
+        child's (found by test_processes_commit_to_one_branch_and_lose_nothing_long on pg+s3)."""
+        from crewckpt.history.store import Store
+        inner = backend_factory.create()
+        with new_store(Faulty(inner)) as s, Store(WithoutTransactions(inner), None) as other:
+            base = s.commit({"k": 0})
+            f: Faulty = s.backend
+            won: list[str] = []
+
+            def race(verb: str, args: tuple[Any, ...]) -> None:
+                if verb == "reflog_append" and not won and args[0].ref == "refs/heads/main":
+                    won.append(other.commit({"k": "other"}))  # built on the tip the CAS just set
+
+            f.before = race
+            mine = s.commit({"k": 1})
+            assert won and other.info(won[0]).parents == (mine,)
+            assert [c.id for c in s.log("main")] == [won[0], mine, base]
+            self._assert_parents_older(s)
+
+    def test_a_store_opened_while_a_writer_is_between_cas_and_index(self, backend_factory: BackendFactory) -> None:
+        """Without transactions, opening a store heals a branch tip the index lacks (a writer died after its
+        CAS, W5). A writer that is only slow there must not be disturbed: the opener indexes just the
+        missing commit, another writer builds on it, the slow writer then finds its row; every row stays
+        in order and nothing is renumbered under the others."""
+        from crewckpt.history.store import Store
+        inner = backend_factory.create()
+        with new_store(Faulty(inner)) as s, Store(WithoutTransactions(inner), None) as other:
+            base = [s.commit({"k": i}) for i in range(3)]
+            seqs = {c.id: c.seq for c in s.list()}
+            f: Faulty = s.backend
+            won: list[str] = []
+
+            def race(verb: str, args: tuple[Any, ...]) -> None:
+                if verb == "reflog_append" and not won and args[0].ref == "refs/heads/main":
+                    opener = Store(WithoutTransactions(inner), None)  # not closed: that would close inner
+                    assert opener.list()[-1].id == args[0].new.hex()  # healed: the in-flight tip is listed
+                    won.append(other.commit({"k": "other"}))
+
+            f.before = race
+            mine = s.commit({"k": 3})
+            assert won and [c.id for c in s.log("main")] == [won[0], mine, *base[::-1]]
+            assert {c.id: c.seq for c in s.list() if c.id in seqs} == seqs  # nothing renumbered
+            self._assert_parents_older(s)
+
     def test_the_index_is_rebuilt_from_objects_and_refs(self, backend_factory: BackendFactory) -> None:
         with self._store(backend_factory) as s:
             a = s.commit({"x": 1}, alias="crew-a")
