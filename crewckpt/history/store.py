@@ -911,7 +911,11 @@ class Store:
 
         A commit goes when it is outside the ``keep`` newest by sequence number (a future-dated commit does
         not count as newer) and, if ``older_than_ns`` is given, older than that many ns. Other branches and
-        any commit a branch ref or a remote-tracking ref points at are untouched. Space returns with :meth:`gc`.
+        their history are untouched: a commit a branch ref or a remote-tracking ref points at stays, and so
+        does every ancestor (through live commits) of another existing branch's live commits or tip, e.g. the
+        fork point of a branch forked from this one and everything before it (git never drops history a
+        branch reaches; delete that branch to let go of it).
+        Space returns with :meth:`gc`.
 
         Raises:
             ValueError: neither ``keep`` nor ``older_than_ns``, or ``keep < 1``. BadRefName.
@@ -928,6 +932,9 @@ class Store:
             cut = time.time_ns() - older_than_ns if older_than_ns is not None else None
             old = rows[:-keep] if keep is not None else rows
             gone = [r for r in old if r.id not in tips and (cut is None or r.time_ns < cut)]
+            if gone:
+                needed = _needed_by_others(txn, b)
+                gone = [r for r in gone if r.id not in needed]
             if dry_run or not gone:
                 return [r.id.hex() for r in gone]
             ids = {r.id for r in gone}
@@ -1010,6 +1017,23 @@ class Store:
             txn.meta_set("dictionary", d.oid.hex())
         self.objects.codec.use_dictionary(d.oid, data)
         return d.oid.hex()
+
+
+def _needed_by_others(txn: Parts, branch: str) -> set[bytes]:
+    """The live commits other branches' history reaches: their live rows and tips, and every ancestor of
+    those through live rows (prune keeps them). A deleted branch's rows (they stay live until pruned) do not
+    count: deleting a branch is how its history stops holding on to this one's."""
+    rows = {r.id: r for r in txn.index_rows()}
+    heads = {ref[len(refnames.HEADS):]: t for ref, t in txn.refs(refnames.HEADS).items()}
+    heads.pop(branch, None)
+    todo = [r.id for r in rows.values() if r.branch in heads] + list(heads.values())
+    needed: set[bytes] = set()
+    while todo:
+        cid = todo.pop()
+        if cid not in needed and cid in rows:
+            needed.add(cid)
+            todo.extend(rows[cid].parents)
+    return needed
 
 
 def _cycle(child: bytes, parent: bytes | None = None) -> IntegrityError:
