@@ -216,14 +216,20 @@ class Store:
 
     # -- writing ---------------------------------------------------------------------------------------------
 
-    def commit(self, doc: Any, *, branch: str = "main", parents: Sequence[str] | None = None,
+    def commit(self, doc: Any, *, branch: str | None = None, parents: Sequence[str] | None = None,
                meta: dict[str, Any] | None = None, run_id: str | None = None, trigger: str | None = None,
                time_ns: int | None = None, alias: str | None = None, profile: Profile | None = None) -> str:
         """Store ``doc`` as a new commit on ``branch`` in one backend transaction; returns its 64-hex id.
 
         Args:
             doc: any JSON value (dict key order kept).
-            branch: branch whose ref moves to the new commit (validated before anything is written).
+            branch: branch whose ref moves to the new commit (validated before anything is written). None
+                (the default) = the current branch, the one HEAD names, read in the same transaction (as
+                ``git commit``; :meth:`current_branch`). When that branch is unborn (a fresh store's
+                ``main``) the commit creates it. There is no detached HEAD (HEAD always names a branch), so
+                None never means "no branch"; a damaged stored HEAD is read as the branch of the last
+                commit written, else ``main``, with one warning, and replaced by it. An explicit branch
+                moves that branch only; HEAD stays where it is (writers never switch it).
             parents: revisions of the parents; None = the branch's current tip (none if the branch is new);
                 ``[]`` = a root commit.
             meta: JSON-serialisable metadata kept in the commit.
@@ -238,8 +244,7 @@ class Store:
             ValueError: NaN or Infinity (JSON has neither).
             StoreBusy: the store stayed locked. CkptError subclasses for damaged stores.
         """
-        ref = refnames.branch_ref(branch)
-        branch = ref[len(refnames.HEADS):]
+        ref = None if branch is None else refnames.branch_ref(branch)  # None: HEAD's, read in _land
         run = run_id or self._default_run
         rref = refnames.run_ref(run)
         parent_ids = None if parents is None else [bytes.fromhex(self.resolve(p)) for p in parents]
@@ -262,7 +267,7 @@ class Store:
                 root = splitter.split(doc, put)
                 frames = self._frames(pending)
                 try:
-                    cid = self._land(frames, root, ref, rref, branch, run, parent_ids, trigger, summary,
+                    cid = self._land(frames, root, ref, rref, run, parent_ids, trigger, summary,
                                      meta_json, alias, time_ns, full=attempt == 1)
                 except _EpochChanged:
                     for s in self._splitters.values():  # every cache may name objects that gc removed
@@ -356,7 +361,7 @@ class Store:
     def _default_run(self) -> str:
         run = getattr(self, "_run", None)
         if run is None:
-            run = self._run = "w-" + uuid.uuid4().hex[:12]
+            run = self._run = refnames.ANONYMOUS_RUN + uuid.uuid4().hex[:12]
         return run
 
     @property
@@ -371,12 +376,13 @@ class Store:
         ordering invariants of docs/backends.md)."""
         return writing(self.backend)
 
-    def _land(self, frames: list[Any], root: ob.Link, ref: str, rref: str, branch: str, run: str,
+    def _land(self, frames: list[Any], root: ob.Link, ref: str | None, rref: str, run: str,
               parent_ids: list[bytes] | None, trigger: str | None, summary: dict[str, Any],
               meta_json: str | None, alias: str | None, time_ns: int | None, full: bool) -> bytes:
         """One checkpoint: one transaction where the backend has them. ``full``: every referenced object is
         in ``frames`` (caches were just dropped), so it is safe whatever gc does meanwhile: all get
-        ``touched = now``.
+        ``touched = now``. ``ref`` None: the branch HEAD names, read in this transaction (so a concurrent
+        `ckpt switch` is wholly before or after it).
 
         The steps are in the order that keeps a checkpoint durable without a transaction (docs/backends.md,
         'Write order'): objects, then the commit object, then the branch ref by compare-and-swap (retried on
@@ -391,6 +397,9 @@ class Store:
             if self._old_version:  # the first format-2 commit marks a format-1 store (nothing is rewritten)
                 txn.meta_set("format_version", str(ob.FORMAT_VERSION))
             txn.put_many_uncounted(frames, now)
+            head_ref = head.head_ref_stored(txn)  # read once: the branch by default, and whether HEAD follows
+            ref = head_ref if ref is None else ref
+            branch = head.branch_of(ref)
             for attempt in range(_CAS_RETRIES):
                 tip = txn.get_ref(ref)
                 parents = parent_ids if parent_ids is not None else ([tip] if tip else [])
@@ -408,7 +417,7 @@ class Store:
                         raise
             message = f"commit: {trigger or 'manual'}"
             txn.reflog_append(ReflogEntry(ref, tip, cobj.oid, now, message))
-            head.follow(txn, ref, tip, cobj.oid, now, message)
+            head.follow(txn, ref, tip, cobj.oid, now, message, head_ref=head_ref)
             _follow(txn, rref, cobj.oid)
             # local order: the commit index's, never the commit's. The same id can come back (format 2 ids hold
             # no seq) under children that stayed live: only a given time or an object already there allows it

@@ -1182,6 +1182,30 @@ class StoreContract:
             assert {c.id: c.seq for c in s.list() if c.id in seqs} == seqs  # nothing renumbered
             self._assert_parents_older(s)
 
+    def test_a_commit_without_a_branch_goes_where_head_is_at_that_moment(self,
+                                                                         backend_factory: BackendFactory) -> None:
+        """``Store.commit(doc)`` writes on the branch HEAD names when it commits (git's ``commit``), also when
+        another handle on the store switched HEAD after this one opened: HEAD is read in the write, never
+        cached. An explicit branch moves only that branch and leaves HEAD."""
+        from crewckpt.history.store import Store
+        b = backend_factory.create()
+        with new_store(b) as s:
+            m = s.commit({"k": 0})
+            handle = backend_factory.reopen(b)
+            other = Store(handle, None) if handle is not None else s
+            try:
+                assert other.switch("exp", create=True) == "main"
+                e = s.commit({"k": 1})
+                assert s.info(e).branch == "exp" and s.info(e).parents == (m,)
+                assert s.branches() == {"exp": e, "main": m} and s.resolve("HEAD") == e
+                assert s.reflog("HEAD")[-1].new == bytes.fromhex(e)
+                m2 = s.commit({"k": 2}, branch="main")
+                assert s.current_branch() == "exp" and s.reflog("HEAD")[-1].new == bytes.fromhex(e)
+                assert [c.id for c in s.log("main")] == [m2, m]
+            finally:
+                if other is not s:
+                    other.close()
+
     def test_the_index_is_rebuilt_from_objects_and_refs(self, backend_factory: BackendFactory) -> None:
         with self._store(backend_factory) as s:
             a = s.commit({"x": 1}, alias="crew-a")
