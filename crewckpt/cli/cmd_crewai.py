@@ -15,6 +15,7 @@ from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_opti
 from crewckpt.cli.fmt import entity_summary, safe_text, summary_fields_of
 from crewckpt.errors import INSTALL_HINT, CkptError, CrewAIMissing
 from crewckpt.errors import require_crewai as _require
+from crewckpt.history import jsontext
 
 
 def require_crewai(verb: str) -> None:
@@ -112,7 +113,7 @@ def resume(rev: str, inputs_text: str | None, branch: str | None, flow_class: st
                f"on branch {record['branch']}" + (" (now the current branch)" if switched else ""))
     if record["output"] is not None:
         click.echo(
-            record["output"] if isinstance(record["output"], str) else orjson.dumps(record["output"]).decode()
+            record["output"] if isinstance(record["output"], str) else jsontext.dumps(record["output"])
         )
 
 
@@ -287,7 +288,7 @@ def info_crewai_path(path: str, as_json: bool) -> None:
             ("  branch", latest.branch),
             ("  created", _ts(latest.created_at) + " UTC"),
             ("  crewai", str(record["latest"].get("crewai_version") or "-")),
-            ("  inputs", orjson.dumps(record["latest"].get("inputs") or {}).decode()),
+            ("  inputs", jsontext.dumps(record["latest"].get("inputs") or {})),
             ("  entities", entity_summary(summary_fields_of(summary)) if summary else "-"),
             ("  events", str(summary.event_count) if summary else "-"),
             ("  trigger", _trigger(checkpoint) or "manual"),

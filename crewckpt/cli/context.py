@@ -23,9 +23,9 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import click
-import orjson
 
 from crewckpt.cli.fmt import safe_text, terminal_safe
+from crewckpt.history import jsontext
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -364,14 +364,14 @@ def obj() -> AppContext:
 def emit_json(value: Any, file: Any = None) -> None:
     """Write one JSON value on one line (the NDJSON record of a list, or a command's whole answer) to
     ``file`` (default: stdout)."""
-    click.echo(orjson.dumps(value, default=_json_default).decode(), file=file)
+    click.echo(jsontext.dumps(value, default=_json_default), file=file)
 
 
 def emit_ndjson(values: Iterable[Any]) -> None:
     """Write each value as one line of JSON (NDJSON), streaming."""
     write = sys.stdout.write
     for value in values:
-        write(orjson.dumps(value, default=_json_default).decode() + "\n")
+        write(jsontext.dumps(value, default=_json_default) + "\n")
     sys.stdout.flush()
 
 
