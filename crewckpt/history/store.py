@@ -222,14 +222,20 @@ class Store:
 
     # -- writing ---------------------------------------------------------------------------------------------
 
-    def commit(self, doc: Any, *, branch: str = "main", parents: Sequence[str] | None = None,
+    def commit(self, doc: Any, *, branch: str | None = None, parents: Sequence[str] | None = None,
                meta: dict[str, Any] | None = None, run_id: str | None = None, trigger: str | None = None,
                time_ns: int | None = None, alias: str | None = None, profile: Profile | None = None) -> str:
         """Store ``doc`` as a new commit on ``branch`` in one backend transaction; returns its 64-hex id.
 
         Args:
             doc: any JSON value (dict key order kept).
-            branch: branch whose ref moves to the new commit (validated before anything is written).
+            branch: branch whose ref moves to the new commit (validated before anything is written). None
+                (the default) = the current branch, the one HEAD names, read in the same transaction (as
+                ``git commit``; :meth:`current_branch`). When that branch is unborn (a fresh store's
+                ``main``) the commit creates it. There is no detached HEAD (HEAD always names a branch), so
+                None never means "no branch"; a damaged stored HEAD is read as the branch of the last
+                commit written, else ``main``, with one warning, and replaced by it. An explicit branch
+                moves that branch only; HEAD stays where it is (writers never switch it).
             parents: revisions of the parents; None = the branch's current tip (none if the branch is new);
                 ``[]`` = a root commit.
             meta: JSON-serialisable metadata kept in the commit.
@@ -244,8 +250,7 @@ class Store:
             ValueError: NaN or Infinity (JSON has neither).
             StoreBusy: the store stayed locked. CkptError subclasses for damaged stores.
         """
-        ref = refnames.branch_ref(branch)
-        branch = ref[len(refnames.HEADS):]
+        ref = None if branch is None else refnames.branch_ref(branch)  # None: HEAD's, read in _land
         run = run_id or self._default_run
         rref = refnames.run_ref(run)
         parent_ids = None if parents is None else [bytes.fromhex(self.resolve(p)) for p in parents]
@@ -268,7 +273,7 @@ class Store:
                 root = splitter.split(doc, put)
                 frames = self._frames(pending)
                 try:
-                    cid = self._land(frames, root, ref, rref, branch, run, parent_ids, trigger, summary,
+                    cid = self._land(frames, root, ref, rref, run, parent_ids, trigger, summary,
                                      meta_json, alias, time_ns, full=attempt == 1)
                 except _EpochChanged:
                     for s in self._splitters.values():  # every cache may name objects that gc removed
@@ -362,7 +367,7 @@ class Store:
     def _default_run(self) -> str:
         run = getattr(self, "_run", None)
         if run is None:
-            run = self._run = "w-" + uuid.uuid4().hex[:12]
+            run = self._run = refnames.ANONYMOUS_RUN + uuid.uuid4().hex[:12]
         return run
 
     @property
@@ -377,12 +382,13 @@ class Store:
         ordering invariants of docs/backends.md)."""
         return writing(self.backend)
 
-    def _land(self, frames: list[Any], root: ob.Link, ref: str, rref: str, branch: str, run: str,
+    def _land(self, frames: list[Any], root: ob.Link, ref: str | None, rref: str, run: str,
               parent_ids: list[bytes] | None, trigger: str | None, summary: dict[str, Any],
               meta_json: str | None, alias: str | None, time_ns: int | None, full: bool) -> bytes:
         """One checkpoint: one transaction where the backend has them. ``full``: every referenced object is
         in ``frames`` (caches were just dropped), so it is safe whatever gc does meanwhile: all get
-        ``touched = now``.
+        ``touched = now``. ``ref`` None: the branch HEAD names, read in this transaction (so a concurrent
+        `ckpt switch` is wholly before or after it).
 
         The steps are in the order that keeps a checkpoint durable without a transaction (docs/backends.md,
         'Write order'): objects, then the commit object, then the branch ref by compare-and-swap (retried on
@@ -397,6 +403,9 @@ class Store:
             if self._old_version:  # the first format-2 commit marks a format-1 store (nothing is rewritten)
                 txn.meta_set("format_version", str(ob.FORMAT_VERSION))
             txn.put_many_uncounted(frames, now)
+            head_ref = head.head_ref_stored(txn)  # read once: the branch by default, and whether HEAD follows
+            ref = head_ref if ref is None else ref
+            branch = head.branch_of(ref)
             for attempt in range(_CAS_RETRIES):
                 tip = txn.get_ref(ref)
                 parents = parent_ids if parent_ids is not None else ([tip] if tip else [])
@@ -414,7 +423,7 @@ class Store:
                         raise
             message = f"commit: {trigger or 'manual'}"
             txn.reflog_append(ReflogEntry(ref, tip, cobj.oid, now, message))
-            head.follow(txn, ref, tip, cobj.oid, now, message)
+            head.follow(txn, ref, tip, cobj.oid, now, message, head_ref=head_ref)
             _follow(txn, rref, cobj.oid)
             # local order: the commit index's, never the commit's. The same id can come back (format 2 ids hold
             # no seq) under children that stayed live: only a given time or an object already there allows it
@@ -969,7 +978,11 @@ class Store:
 
         A commit goes when it is outside the ``keep`` newest by sequence number (a future-dated commit does
         not count as newer) and, if ``older_than_ns`` is given, older than that many ns. Other branches and
-        any commit a branch ref or a remote-tracking ref points at are untouched. Space returns with :meth:`gc`.
+        their history are untouched: a commit a branch ref or a remote-tracking ref points at stays, and so
+        does every ancestor (through live commits) of another existing branch's live commits or tip, e.g. the
+        fork point of a branch forked from this one and everything before it (git never drops history a
+        branch reaches; delete that branch to let go of it).
+        Space returns with :meth:`gc`.
 
         Raises:
             ValueError: neither ``keep`` nor ``older_than_ns``, or ``keep < 1``. BadRefName.
@@ -986,6 +999,9 @@ class Store:
             cut = time.time_ns() - older_than_ns if older_than_ns is not None else None
             old = rows[:-keep] if keep is not None else rows
             gone = [r for r in old if r.id not in tips and (cut is None or r.time_ns < cut)]
+            if gone:
+                needed = _needed_by_others(txn, b)
+                gone = [r for r in gone if r.id not in needed]
             if dry_run or not gone:
                 return [r.id.hex() for r in gone]
             ids = {r.id for r in gone}
@@ -1068,6 +1084,23 @@ class Store:
             txn.meta_set("dictionary", d.oid.hex())
         self.objects.codec.use_dictionary(d.oid, data)
         return d.oid.hex()
+
+
+def _needed_by_others(txn: Parts, branch: str) -> set[bytes]:
+    """The live commits other branches' history reaches: their live rows and tips, and every ancestor of
+    those through live rows (prune keeps them). A deleted branch's rows (they stay live until pruned) do not
+    count: deleting a branch is how its history stops holding on to this one's."""
+    rows = {r.id: r for r in txn.index_rows()}
+    heads = {ref[len(refnames.HEADS):]: t for ref, t in txn.refs(refnames.HEADS).items()}
+    heads.pop(branch, None)
+    todo = [r.id for r in rows.values() if r.branch in heads] + list(heads.values())
+    needed: set[bytes] = set()
+    while todo:
+        cid = todo.pop()
+        if cid not in needed and cid in rows:
+            needed.add(cid)
+            todo.extend(rows[cid].parents)
+    return needed
 
 
 def _cycle(child: bytes, parent: bytes | None = None) -> IntegrityError:
