@@ -9,7 +9,16 @@ from typing import Any
 
 import click
 
-from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_option, obj, paged, try_resolve
+from crewckpt.cli.context import (
+    UsageProblem,
+    emit_json,
+    emit_ndjson,
+    json_option,
+    memory_problem,
+    obj,
+    paged,
+    try_resolve,
+)
 from crewckpt.cli.fmt import commit_json, entity_summary, local_time, safe_text, short_ids, summary_fields
 from crewckpt.errors import UnknownRevision
 from crewckpt.history import jsontext
@@ -44,10 +53,13 @@ def init(path: str | None, shared: bool, as_json: bool) -> None:
       ckpt init                 # ./.ckpt
       ckpt init ~/runs/.ckpt    # then: export CKPT_STORE=~/runs/.ckpt
     """
-    from crewckpt.errors import StoreExists
+    from crewckpt.errors import BadLocation, StoreExists
     from crewckpt.history.store import Store
 
     path = path or obj().store_path or ".ckpt"
+    memory = memory_problem(path)
+    if memory is not None:  # it would be gone when this command exits
+        raise BadLocation(memory)
     try:
         store = Store.init(path, private=not shared)
     except StoreExists:

@@ -37,6 +37,31 @@ class UsageProblem(click.UsageError):
     """A bad argument value found after parsing (bad branch name, bad JSON path...): exit status 2."""
 
 
+def memory_problem(location: str | os.PathLike[str] | None, *, missing: bool = False,
+                   anonymous_only: bool = False) -> str | None:
+    """Why the CLI cannot use ``location`` when it is a ``memory:`` store, else None (one line, with the fix).
+
+    A memory store lives inside one Python process: each `ckpt` command is a new process, so a store it
+    creates is gone when it exits, and a ``memory:NAME`` a program made is not visible to it (only code in
+    the same process, e.g. click's test runner, shares one). ``missing``: say that no such store was found;
+    ``anonymous_only``: None for ``memory:NAME`` (only ``memory:``, a new empty store at each open).
+    """
+    from crewckpt.backends import registry
+    from crewckpt.errors import BadLocation
+
+    if location is None:
+        return None
+    try:
+        loc = registry.parse(location)
+    except BadLocation:
+        return None
+    if loc.scheme != "memory" or (anonymous_only and loc.target):
+        return None
+    what = f"no in-memory store named {loc.target!r}: " if missing else ""
+    return (f"{loc.text}: {what}a memory store lives only inside one Python process, so a `ckpt` command (a "
+            f"process of its own) can neither keep nor find one; use a folder (e.g. .ckpt) or sqlite:PATH")
+
+
 class AppContext:
     """Per-invocation state, reachable from every command as ``click.get_current_context().obj``."""
 
@@ -61,14 +86,20 @@ class AppContext:
         """
         if self._store is None:
             from crewckpt.backends import registry
-            from crewckpt.errors import StoreNotFound
+            from crewckpt.errors import BadLocation, StoreNotFound
             from crewckpt.history.store import DEFAULT_DIR, Store
             from crewckpt.views.document import CREWAI
 
+            named = registry.named(self.store_path)
+            memory = memory_problem(named, anonymous_only=True)  # memory: alone: a new empty store at each open
+            if memory is not None:
+                raise BadLocation(memory)
             try:  # the CrewAI profile: what `ckpt import` and an index rebuild record
                 self._store = Store.open(self.store_path, profile=CREWAI)
             except StoreNotFound as exc:
-                named = registry.named(self.store_path)
+                memory = memory_problem(named, missing=True)
+                if memory is not None:
+                    raise StoreNotFound(memory) from None
                 hint = crewai_store_hint(named)
                 if hint is not None:
                     raise StoreNotFound(hint) from None

@@ -42,17 +42,20 @@ from crewckpt.errors import (
 from crewckpt.format import objects as ob
 from crewckpt.history import head, refnames, revisions
 from crewckpt.history.commits import (
+    REBUILD,
     CommitInfo,
     PrunedCommit,
     branch_ok,
     damaged_row,
     from_commit,
     from_row,
+    row_differences,
+    row_matches,
     to_row,
 )
 from crewckpt.history.limits import ReadBudget
 from crewckpt.history.localorder import index_commit
-from crewckpt.history.objectdb import ObjectDB
+from crewckpt.history.objectdb import ObjectDB, decode_commit
 from crewckpt.history.profile import GENERIC, Profile
 from crewckpt.history.snapshot import Splitter, assemble
 
@@ -69,6 +72,7 @@ _EPOCH = "gc_epoch"
 AUTO_PACKS = 32  # per-checkpoint packs a writer merges into one (git's gc.autoPackLimit is 50)
 CHECKPOINT_LEVEL = 1  # zstd level of a checkpoint's own pack: as small as level 3 here, ~3x less CPU cold
 MERGE_LEVEL = 3  # zstd level of a writer's merges: 4x faster than gc's level 9, ~5% more bytes (issue 13)
+_COMMIT_CACHE = 4096  # verified commit objects a handle keeps (~200 bytes each)
 MERGE_MEMORY = 16 << 20  # bytes of its unmerged packs' bodies a writer keeps for its next merge
 LOOSE_MIN = 1 << 20  # bytes: bodies larger than this are stored loose, not packed
 
@@ -103,6 +107,8 @@ class Store:
         self._pack_bytes = 0
         self._last_bodies: builtins.list[tuple[bytes, int, bytes]] = []
         self._last_commit: StoredObject | None = None  # the commit object _land wrote last
+        self._commit_cache: dict[bytes, ob.Commit] = {}  # verified commit objects (immutable: ids hash them)
+        self._disagreeing: set[bytes] = set()  # commits whose index row was found to disagree (warned once)
         self._check_version()
         dict_id = backend.meta_get("dictionary")
         if dict_id:
@@ -448,28 +454,78 @@ class Store:
                         lambda ids: self.objects.blobs(ids, budget=budget), budget)
 
     def info(self, rev: str) -> CommitInfo:
-        """Metadata of one commit (from the commit index; from the object for a pruned-but-present commit)."""
+        """Metadata of one commit. The commit object's own fields (parents, tree, time, run id, trigger, meta,
+        alias) come from the verified commit object, whatever its commit-index row says: they are what resume,
+        fork and diff act on; the index adds only its local fields (seq, branch, listing summary). A
+        pruned-but-present commit comes from its object alone. A row that disagrees with its object is logged
+        once (``ckpt fsck`` names it; ``ckpt fsck --rebuild-index`` repairs it).
+
+        Raises:
+            UnknownRevision, AmbiguousRevision (see :meth:`resolve`), MissingObject for an unindexed commit
+            whose object is gone.
+        """
         if len(rev) == 64 and revisions.is_hex(rev):  # a full id with a row: that row, read once
             row = self.backend.index_get(bytes.fromhex(rev))
             if row is not None:
-                return self._row_info(row)
+                return self._checked_info(row)
         return self._info(bytes.fromhex(self.resolve(rev)))
 
     def _info(self, cid: bytes) -> CommitInfo:
         row = self.backend.index_get(cid)
         if row is not None:
+            return self._checked_info(row)
+        return from_commit(cid, self.objects.commit(cid), live=False)  # not cached: gc may collect it
+
+    def _commit_object(self, cid: bytes) -> ob.Commit:
+        """The verified commit object ``cid`` (one small read; cached: a commit id hashes its body, so a
+        verified commit never changes; the commit this handle wrote last needs no read at all). For live
+        (indexed) commits only: an unindexed one may be collected by gc, and must then read as gone.
+        Raises MissingObject, IntegrityError."""
+        c = self._commit_cache.get(cid)
+        if c is not None:
+            return c
+        last = self._last_commit
+        if last is not None and last.oid == cid:
+            c = decode_commit(cid, last.kind, self.objects.verify(last))
+        else:
+            c = self.objects.commit(cid)
+        if len(self._commit_cache) >= _COMMIT_CACHE:
+            with contextlib.suppress(StopIteration, RuntimeError):  # another thread trimmed it meanwhile
+                self._commit_cache.pop(next(iter(self._commit_cache)), None)  # oldest first (insertion order)
+        self._commit_cache[cid] = c
+        return c
+
+    def _checked_info(self, row: IndexRow) -> CommitInfo:
+        """CommitInfo of a live commit: the object's fields, the row's local ones (seq, branch, summary). The
+        row alone only when the object cannot be read (missing or corrupt: nothing can act on that commit, and
+        ``read`` refuses it); a damaged row falls back to the object as in :meth:`_row_info`."""
+        try:
+            c = self._commit_object(row.id)
+        except (MissingObject, IntegrityError):
             return self._row_info(row)
-        return from_commit(cid, self.objects.commit(cid), live=False)
+        try:
+            info = from_row(row)
+        except DecodeError:
+            return self._row_info(row)  # damaged: read from the object (cached now), keeping intact seq/branch
+        if row_matches(row, c):
+            return info
+        if row.id not in self._disagreeing:
+            self._disagreeing.add(row.id)
+            _log.warning("crewckpt: the commit-index row of %s disagrees with its commit object (%s); using the "
+                         "commit object; %s", row.id.hex(), ", ".join(row_differences(row, c)), REBUILD)
+        fixed = from_commit(row.id, c, live=True)
+        fixed.seq, fixed.branch, fixed.summary = info.seq, info.branch, info.summary
+        return fixed
 
     def _row_info(self, row: IndexRow) -> CommitInfo:
-        """CommitInfo of an index row; a damaged row (a cache) is read from its commit object instead (keeping
-        the row's own seq and branch when they are intact: the object has neither), and raises the row's
-        one-line DecodeError only when the object cannot be read either."""
+        """CommitInfo of an index row alone (listing: no object read); a damaged row (a cache) is read from
+        its commit object instead (keeping the row's own seq and branch when they are intact: the object has
+        neither), and raises the row's one-line DecodeError only when the object cannot be read either."""
         try:
             return from_row(row)
         except DecodeError as e:
             try:
-                info = from_commit(row.id, self.objects.commit(row.id), live=True)
+                info = from_commit(row.id, self._commit_object(row.id), live=True)
             except CkptError:
                 raise e from None
             if isinstance(row.seq, int) and not isinstance(row.seq, bool):
@@ -479,11 +535,13 @@ class Store:
             return info
 
     def _parents(self, cid: bytes) -> tuple[bytes, ...]:
-        row = self.backend.index_get(cid)
-        if row is not None and all(len(p) == ob.ID_BYTES for p in row.parents):
-            return row.parents
+        """The parents a walk follows: the verified commit object's, never the index row's copy (an unhashed
+        cache). Raises UnknownRevision for a pruned and collected commit, MissingObject/IntegrityError for a
+        live one whose object is unreadable."""
+        if self.backend.index_get(cid) is not None:
+            return self._commit_object(cid).parents  # MissingObject here: a damaged store (fsck names it)
         try:
-            return self.objects.commit(cid).parents
+            return self.objects.commit(cid).parents  # pruned but present (not cached: gc may collect it)
         except MissingObject:
             raise UnknownRevision(f"commit {cid.hex()[:12]} was pruned; its parents are unknown") from None
 
