@@ -73,11 +73,33 @@ SLOW: tuple[str, ...] = (
     "tests/test_postgres_locations.py::test_a_crewai_run_is_resumed_by_another_process_through_the_shared_store",
     "tests/test_crewai_push.py::test_two_workers_publishing_to_one_shared_store_at_once_lose_nothing",  # 2 crews
     "tests/test_crewai_push.py::test_an_unreachable_remote_never_stops_the_runs_and_is_reported_once_at_exit",
-    # the rest of the remote matrix with S3 on one side (the default run keeps sqlite<->s3, s3<->postgres)
+    # the rest of the remote matrix with S3 on one side (the default run keeps sqlite<->s3: each verb both ways)
     "tests/test_remote_matrix.py::test_clone_fetch_pull_push_between_backends[s3-s3]",
     "tests/test_remote_matrix.py::test_clone_fetch_pull_push_between_backends[memory-s3]",
     "tests/test_remote_matrix.py::test_clone_fetch_pull_push_between_backends[s3-memory]",
     "tests/test_remote_matrix.py::test_ckpt_clone_push_pull_with_a_shared_remote_on_the_command_line[s3]",
+    "tests/test_remote_matrix.py::test_clone_fetch_pull_push_between_backends[s3-sqlite]",  # sqlite-s3 stays
+    "tests/test_remote_matrix.py::test_clone_fetch_pull_push_between_backends[postgres-s3]",  # s3-postgres stays
+    # the heaviest contract tests on S3 and pg+s3 (8-20 s each: every verb is a request; 40,000-object batches,
+    # processes, thread races): the same tests run by default on memory/SQLite/PostgreSQL, and the default run
+    # keeps the rest of both contracts, test_s3.py's own S3 tests and test_split.py's by-location and gc tests
+    *(f"tests/{f}::{c}::test_{t}" for f, c in (("test_s3.py", "TestS3Contract"), ("test_split.py", "TestSplitContract"))
+      for t in ("gc_keeps_what_a_concurrent_writer_reuses", "processes_commit_to_one_branch_and_lose_nothing",
+                "batches_of_any_size", "a_crash_at_any_write_keeps_every_acknowledged_checkpoint",
+                "threads_moving_one_ref_lose_no_update", "processes_moving_one_ref_lose_no_update")),
+    "tests/test_tui_shared_store.py::test_the_browser_shows_every_tab_on_a_shared_store[s3_url]",  # [pg_url] stays
+    # the CLI-process forms of refusals the in-process tests beside them prove (each a ~7 s CrewAI start-up
+    # plus a restore); test_flow_class_opt_in's stdlib test keeps a `ckpt resume` refusal in the default run
+    "tests/test_untrusted_code.py::test_ckpt_resume_refuses_in_one_line_and_imports_nothing",
+    "tests/test_untrusted_endpoint.py::test_ckpt_resume_refuses_an_untrusted_endpoint_in_one_line",
+    # the SQLite fixture's JSONB decode (pure Python) makes these 15 s; its import and export tests stay
+    "tests/test_views_roundtrip.py::test_commit_ids_survive_json_and_sqlite_round_trips[crew_sqlite_star/cp.db]",
+    # 12-14 s variants: the [json] import, [sqlite]/[postgres] racing pushers, sqlite-s3 pair and the contract's
+    # gc-with-a-concurrent-writer on PostgreSQL stay in the default run
+    "tests/test_import_secrets.py::test_imported_secrets_are_in_no_store_byte_and_restore_rebuilds_the_key[sqlite]",
+    "tests/test_remotes.py::test_two_racing_pushers_of_different_tips_exactly_one_wins[s3]",
+    "tests/test_remote_matrix.py::test_clone_fetch_pull_push_between_backends[s3-postgres]",
+    "tests/test_postgres.py::test_gc_while_processes_write_reused_objects_keeps_every_acknowledged_checkpoint",
 )
 
 

@@ -63,3 +63,36 @@ def test_a_fetch_that_brings_back_a_pruned_parent_keeps_parents_older(tmp_path: 
     assert [c.id for c in b.list()][-1] == ids[3]
     a.close()
     b.close()
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_push_racing_a_writer_on_the_new_tip_keeps_parents_older(tmp_path: Path, kind: str) -> None:
+    """Without transactions a push moves the remote's ref and then indexes what it brought; a worker that
+    commits on the new tip in between (the found pg+s3 race, W3) still gets a seq above the pushed commits."""
+    from crewckpt.backends.memory import MemoryBackend
+    from crewckpt.backends.sqlite import SqliteBackend
+    from crewckpt.testing.contract import Faulty, WithoutTransactions, new_store
+
+    (tmp_path / "r").mkdir()
+    inner = MemoryBackend() if kind == "memory" else SqliteBackend.create(tmp_path / "r")
+    a = Store.init(tmp_path / "a")
+    with new_store(Faulty(inner)) as remote, Store(WithoutTransactions(inner), None) as worker:
+        base = remote.commit({"k": 0})
+        a.fetch(remote, name="origin")
+        a.create_branch("main", base)
+        pushed = [a.commit({"k": i, "s": "y" * 300}, branch="main") for i in range(1, 4)]
+        won: list[str] = []
+
+        def race(verb: str, args: tuple[object, ...]) -> None:
+            entry = args[0] if args else None
+            if verb == "reflog_append" and not won and getattr(entry, "ref", "") == "refs/heads/main":
+                won.append(worker.commit({"k": "worker"}))
+
+        f = remote.backend
+        assert isinstance(f, Faulty)
+        f.before = race
+        a.push(remote, "main", name="origin")
+        assert won and worker.info(won[0]).parents == (pushed[-1],)
+        assert [c.id for c in remote.log("main")] == [won[0], *pushed[::-1], base]
+        assert _parents_older(remote) == [] and remote.fsck(full=True).ok
+    a.close()

@@ -13,6 +13,7 @@ import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -905,3 +906,41 @@ def test_commits_of_a_branch_not_sent_go_to_the_update_that_reached_them_first_i
     assert _counts(b) == {"zeta": 9, "alpha": 1}
     b.prune("alpha", keep=1)
     assert len(ids(b, "zeta")) == 9
+
+
+# -- reading while the writer merges its packs (a push from a second handle, as push_to does) -------------
+
+@pytest.mark.parametrize("verb", ["push", "fetch"])
+def test_a_transfer_never_misses_an_object_whose_pack_the_writer_merges_meanwhile(
+        tmp_path: Path, verb: str) -> None:
+    """The sender's frames are read, then the writer's merge commits (it reframes the members into a new pack
+    and drops the old packs), then the transfer reads the old pack: it must read the frames again, never
+    report the object missing (a background push during a CrewAI run hit this)."""
+    with Store.init(tmp_path / "w") as w, Store.init(tmp_path / "shared") as shared:
+        for i in range(3):
+            w.commit(doc(i), branch="main", run_id="r")  # one pack per checkpoint, not merged yet
+        assert len(w._my_packs) >= 2
+        sender = Store.open(tmp_path / "w")  # the pusher's own handle: no pack cached
+        real = sender.backend.get_many
+        merged: list[int] = []
+
+        def get_many(oids: Any) -> dict[bytes, StoredObject]:
+            got = real(oids)
+            if not merged and any(s.frame[:1] == b"\x03" for s in got.values()):  # packed frames just read
+                w.finish_writes()  # the merge commits before the transfer reads their pack
+                merged.append(len(w._my_packs))
+            return got
+
+        sender.backend.get_many = get_many  # type: ignore[method-assign]
+        try:
+            if verb == "push":
+                sender.push(shared, "main")
+            else:
+                shared.fetch(sender, name="w")
+        finally:
+            sender.close()
+        assert merged == [0]  # the merge did run in between
+        got = shared.resolve("main" if verb == "push" else "w/main")
+        assert got == w.resolve("main")
+        assert shared.read(got) == doc(2)
+        assert not shared.fsck(full=True).problems

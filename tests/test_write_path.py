@@ -407,3 +407,50 @@ def test_an_agent_piece_holding_reused_parts_is_sized_without_a_walk() -> None:
     task = (F({"name": "t"}), piece, F({"output": None}))
     assert _joined_size(task) == len(orjson.dumps(bare(Parts(list(task), join=True))))
     assert _joined_size((F({}), piece, F({}))) == piece.size
+
+
+def _puts(splitter: Splitter, doc: Any) -> tuple[ob.Link, list[bytes]]:
+    """The root link and every body ``splitter`` hands to ``put`` for ``doc``, then keeps the split."""
+    bodies: list[bytes] = []
+    root = splitter.split(doc, lambda k, b: bodies.append(b) or ob.object_id(k, b))
+    splitter.keep()
+    return root, bodies
+
+
+def test_a_tasks_long_texts_are_blobs_so_a_changed_agent_does_not_rewrite_them() -> None:
+    from crewckpt.views.document import SEPARATE_KEYS
+
+    # a sequential crew: task i's prompt context holds every earlier output; every task embeds its agent, whose
+    # executor CrewAI changes on every event, so every task's body is rewritten on every checkpoint
+    outputs = [f"output of task {i}: " + "findings " * 40 for i in range(40)]
+
+    def doc(seq: int) -> dict[str, Any]:
+        agent = Frozen({"agent": {"role": "r", "agent_executor": {"seq": seq, "pad": "p" * 300}}})
+        return {"tasks": [Frozen(Parts([F({"name": f"t{i}", "prompt_context": "\n".join(outputs[:i]),
+                                            "description": f"Step {i}: " + "do it well. " * 30}),
+                                         agent, F({"done": True})], join=True)) for i in range(40)]}
+
+    splitter = Splitter(separate_keys=SEPARATE_KEYS)
+    _puts(splitter, doc(1))
+    root, bodies = _puts(splitter, doc(2))  # only the agent changed
+    assert not any(b"findings findings" in b or b"do it well." in b for b in bodies)  # no text rewritten
+    assert sum(map(len, bodies)) < 40 * 300  # the tasks' small fields and links, not their texts (~320 KB)
+    assert root == Splitter(separate_keys=SEPARATE_KEYS).split(bare(doc(2)), ob.object_id)  # = a fresh split
+    store = Store.memory()
+    assert store.read(store.commit(doc(2))) == bare(doc(2))
+
+
+def test_a_string_is_a_blob_only_under_a_split_hint_key_whatever_the_cache_holds() -> None:
+    keys = frozenset({"description"})
+    text, big = "y" * 1000, "z" * 9000
+    docs = [{"other": text}, {"description": text}, {"other": [text], "description": text},
+            {"description": Frozen(text)}, {"other": Frozen(text)}, {"description": big, "other": big},
+            {"description": "short"}]
+    fresh = [Splitter(separate_keys=keys).split(bare(d), ob.object_id) for d in docs]
+    for order in (docs, docs[::-1]):  # a warm cache never changes an id
+        warm = Splitter(separate_keys=keys)
+        got = {id(d): _puts(warm, d)[0] for d in order}
+        assert [got[id(d)] for d in docs] == fresh
+    inline, blob = (_puts(Splitter(separate_keys=keys), d)[1] for d in ({"other": text}, {"description": text}))
+    assert len(inline) == 1 and len(blob) == 2 and text.encode() in blob
+    assert _puts(Splitter(separate_keys=keys), {"description": "short"})[1][0].count(b"short") == 1

@@ -12,8 +12,10 @@ Design (docs/backends.md, 'PostgreSQL'):
   with the schema name: no ``search_path`` or other session state, no server-side prepared statements
   (``prepare_threshold=None``), so the store works behind transaction-mode poolers (PgBouncer).
 * One database transaction per :meth:`PgBackend.transaction`. Writes are queued and sent in one pipeline with
-  the next read or with ``COMMIT``: a checkpoint costs a small constant number of round trips (6), not one
-  per object.
+  the next read or with ``COMMIT``; reads of refs, meta rows and the commit counter are remembered for the
+  rest of the transaction, and its first round trip also *prefetches* what the previous transaction begun
+  at the same place in the code (same thread) read: a checkpoint costs 3 round trips, not one per object
+  or per read (:class:`PgTxn`, docs/postgres.md 'Round trips').
 * Writers to one ref are serialized by a transaction-scoped advisory lock taken when the transaction reads
   or moves that ref, so a checkpoint's tip read and its compare-and-swap cannot be split by another writer;
   writers to different branches run in parallel. Every write transaction holds a shared advisory lock that
@@ -32,6 +34,7 @@ import contextlib
 import dataclasses
 import os
 import re
+import sys
 import threading
 import time
 import urllib.parse
@@ -190,6 +193,12 @@ def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
+# A read a transaction remembers and may prefetch: ("ref", name) (read under the ref's advisory lock),
+# ("meta", key) (symbolic refs are meta rows "symref:NAME") or ("seq", "") (counter_next("seq")).
+_Key = tuple[str, str]
+PREFETCH_MAX = 8  # a transaction that read more keys than this teaches nothing (no prefetch at its call site)
+
+
 # An op queued or done inside a transaction: (sql, args, many, expect). expect: None (a write; its row count
 # is returned), "rows" (fetch the rows; a replay may see others: counters, counts), or ("cmp", rows) (a read whose rows a replay must see again;
 # rows is None until it first ran).
@@ -318,7 +327,22 @@ class _PgReader:
 
 class PgTxn(_PgReader, Txn):
     """One database transaction (see the module docstring): writes are queued and sent with the next read or
-    the commit; every statement is recorded so the whole transaction can be replayed on a new connection."""
+    the commit; every statement is recorded so the whole transaction can be replayed on a new connection.
+
+    Refs, meta rows (and symbolic refs) and ``counter_next("seq")`` are *keys*: a key read once is answered
+    from memory for the rest of the transaction until the transaction writes it (read-your-writes: a write
+    forgets the key, so the next read goes to the server behind the queued write). A ref is read under its
+    advisory lock, so its value cannot change while the transaction runs.
+
+    Prefetch: the keys a committed transaction read are remembered per (thread, code that made its first
+    read); the next transaction whose first read comes from the same place sends those reads in its first
+    round trip, each exactly as it would be sent on demand (a ref's lock statement right before its read,
+    in the recorded order). A prefetched read the transaction never uses is not compared on a replay; one
+    it uses is, like any read. A prefetched seq is used only when every ref whose value the transaction has
+    read by then was locked before that seq was taken (else it is dropped, a gap, and a new one is taken),
+    as on demand: a commit's seq must come after that of the tip it builds on (docs/backends.md, I6). A
+    place whose transaction took gc's exclusive lock never prefetches (a ref lock held before the
+    exclusive gc lock could deadlock with a writer)."""
 
     def __init__(self, backend: PgBackend) -> None:
         self._b = backend
@@ -334,6 +358,12 @@ class PgTxn(_PgReader, Txn):
         self.round_trips = 0  # pipelines sent (benchmarks and tests count them)
         self._committing = False
         self.dropped = 0  # packs drop_packs deleted (the backend VACUUMs after the commit)
+        self._known: dict[_Key, Any] = {}  # key -> its value in this transaction
+        self._prefetched: dict[_Key, tuple[int, list[tuple[Any, ...]]]] = {}  # unused prefetch: _log index, rows
+        self._seq_after: frozenset[str] = frozenset()  # refs locked before the prefetched seq was taken
+        self._seen: set[str] = set()  # refs whose value the caller has read
+        self._reads: dict[_Key, None] = {}  # keys asked for, in first-use order (the next prediction)
+        self._site: Any = None  # (thread, code of the first read's caller): where the prediction is kept
         shared = self._sql.lock("gc", shared=True)  # held by every write transaction; gc takes it exclusively
         self._begin: list[_Op] = [("BEGIN", None, False, None), (shared[0], shared[1], False, None)]
 
@@ -422,6 +452,106 @@ class PgTxn(_PgReader, Txn):
             self._locked.add(name)
             self._queue(*self._sql.lock("ref", name))
 
+    # -- remembered and prefetched reads ---------------------------------------------------------------------
+
+    def _read_ops(self, key: _Key, expect: Any) -> list[_Op]:
+        """The statements reading ``key`` (a ref: its lock first, once per transaction)."""
+        kind, name = key
+        s = self._s
+        if kind == "ref":
+            ops: list[_Op] = []
+            if name not in self._locked:
+                self._locked.add(name)
+                sql, args = self._sql.lock("ref", name)
+                ops.append((sql, args, False, None))
+            return [*ops, (f"SELECT target FROM {s}.refs WHERE name = %s", (name,), False, expect)]
+        if kind == "meta":
+            return [(f"SELECT value FROM {s}.meta WHERE key = %s", (name,), False, expect)]
+        # never at or below the highest seq indexed (an index rebuilt or copied in keeps numbers growing); a
+        # sequence, not a row: writers to different branches do not queue here
+        return [(f"SELECT greatest(nextval('{s}.seq'), (SELECT coalesce(max(seq), 0) + 1 FROM {s}.commits))",
+                 (), False, "rows")]
+
+    @staticmethod
+    def _value(key: _Key, rows: list[tuple[Any, ...]]) -> Any:
+        if key[0] == "seq":
+            return int(rows[0][0])
+        if not rows:
+            return None
+        return bytes(rows[0][0]) if key[0] == "ref" else str(rows[0][0])
+
+    def _read(self, key: _Key) -> Any:
+        """The value of ``key`` in this transaction: remembered, prefetched, or read now (see the class)."""
+        if not self._reads and self._site is None:
+            self._site = (sys._getframe(2).f_code, key)  # _read <- get_ref/meta_get/... <- the code asking
+        self._reads.setdefault(key, None)
+        if key in self._known:
+            value = self._known[key]
+            used = self._prefetched.pop(key, None)
+            if key[0] == "seq":
+                del self._known[key]
+                if self._seen <= self._seq_after:
+                    return value
+                # a ref read that was locked after this seq was taken: its tip's seq may be higher; take a new one
+            else:
+                if used is not None:  # a prefetched read now relied on: a replay must see it again
+                    i, rows = used
+                    sql, args, many, _ = self._log[i]
+                    self._log[i] = (sql, args, many, ("cmp", rows))
+                if key[0] == "ref":
+                    self._seen.add(key[1])
+                return value
+        own = self._read_ops(key, "rows" if key[0] == "seq" else ("cmp", None))
+        ops = list(own)
+        extra: list[tuple[_Key, int]] = []  # prefetched key, index of its read in ops
+        if self._conn is None and not self._log:  # the first round trip: send what this place read last time
+            for k in self._b._prediction(self._site):
+                if k == key or k in self._known or k[0] == "ref" and k[1] in self._locked:
+                    continue
+                if k[0] == "ref":  # a try-lock: a prefetch never waits (no new lock cycle between writers)
+                    sql, args = self._sql.lock("ref", k[1], try_=True)
+                    ops.append((sql, args, False, "rows"))
+                ops.extend(self._read_ops(k, "rows") if k[0] != "ref" else
+                           [(f"SELECT target FROM {self._s}.refs WHERE name = %s", (k[1],), False, "rows")])
+                extra.append((k, len(ops) - 1))
+        base = len(self._log) + len(self._pending)
+        results = self._run(ops)
+        for k, j in extra:
+            got_rows = results[j]
+            assert isinstance(got_rows, list)
+            if k[0] == "ref":
+                got = results[j - 1]
+                if not (isinstance(got, list) and got and got[0][0]):
+                    continue  # another writer holds it: read it on demand, behind its lock
+                self._locked.add(k[1])
+                sql, args = self._sql.lock("ref", k[1])  # a replay takes it waiting, as on demand
+                self._log[base + j - 1] = (sql, args, False, None)
+            elif k[0] == "seq":
+                self._seq_after = frozenset(self._locked)  # the refs locked before it, in pipeline order
+            self._known[k] = self._value(k, got_rows)
+            self._prefetched[k] = (base + j, got_rows)
+        mine = results[len(own) - 1]
+        assert isinstance(mine, list)
+        value = self._value(key, mine)
+        if key[0] != "seq":
+            self._known[key] = value
+        if key[0] == "ref":
+            self._seen.add(key[1])
+        return value
+
+    def _forget(self, key: _Key) -> None:
+        """``key`` is written by this transaction: its next read goes to the server (behind the write)."""
+        self._known.pop(key, None)
+        self._prefetched.pop(key, None)
+
+    def get_symref(self, name: str) -> str | None:
+        v = self._read(("meta", _SYMREF + name))
+        return None if v is None else str(v)
+
+    def meta_get(self, key: str) -> str | None:
+        v = self._read(("meta", key))
+        return None if v is None else str(v)
+
     def _exclusive_gc(self) -> None:
         if not self._exclusive:
             self._exclusive = True
@@ -453,6 +583,9 @@ class PgTxn(_PgReader, Txn):
         self._queue(f"INSERT INTO {self._s}.txdone(token, time_ns) VALUES (%s, %s)", (self.token, time.time_ns()))
         self._committing = True
         self._run([("COMMIT", None, False, None)])
+        if self._site is not None:
+            keys = list(self._reads)[1:]
+            self._b._learn(self._site, () if self._exclusive or len(keys) > PREFETCH_MAX else tuple(keys))
         if self._conn is not None:  # None: the COMMIT's answer was lost but the token shows it landed
             conn, self._conn = self._conn, None
             self._b._putconn(conn)
@@ -460,8 +593,9 @@ class PgTxn(_PgReader, Txn):
     # -- write verbs -----------------------------------------------------------------------------------------
 
     def get_ref(self, name: str) -> bytes | None:
-        self._lock_ref(name)  # the tip read and the later compare-and-swap cannot be split by another writer
-        return super().get_ref(name)
+        # under the ref's lock: the tip read and the later compare-and-swap cannot be split by another writer
+        v = self._read(("ref", name))
+        return None if v is None else bytes(v)
 
     def put_many(self, objs: Iterable[StoredObject], now_ns: int) -> int:
         rows = self._put_rows(objs)
@@ -553,9 +687,11 @@ class PgTxn(_PgReader, Txn):
         else:
             change, args = f"UPDATE {s}.refs SET target = %s WHERE name = %s AND target = %s", (new, name, old)
         self._cas_expect[name] = old
+        self._forget(("ref", name))
         self._queue(f"WITH u AS ({change} RETURNING 1) SELECT {s}.cas_check(count(*), %s) FROM u", (*args, name))
 
     def set_symref(self, name: str, target: str) -> None:
+        self._forget(("meta", _SYMREF + name))
         self._queue(f"INSERT INTO {self._s}.meta(key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE "
                     f"SET value = excluded.value", (_SYMREF + name, target))
 
@@ -603,17 +739,15 @@ class PgTxn(_PgReader, Txn):
 
     def counter_next(self, name: str) -> int:
         s = self._s
-        if name == "seq":  # a sequence: no row lock, so writers to different branches do not queue here
-            # never at or below the highest seq indexed (an index rebuilt or copied in keeps numbers growing)
-            r = self._rows(f"SELECT greatest(nextval('{s}.seq'), "
-                           f"(SELECT coalesce(max(seq), 0) + 1 FROM {s}.commits))", ())[0][0]
-            return int(r)
+        if name == "seq":
+            return int(self._read(("seq", "")))
         return int(self._rows(f"INSERT INTO {s}.counters(name, value) VALUES (%s, 1) ON CONFLICT (name) DO UPDATE "
                               f"SET value = {s}.counters.value + 1 RETURNING value", (name,))[0][0])
 
     def meta_set(self, key: str, value: str) -> None:
         if key == "gc_epoch":  # gc's bump waits for every open write transaction (module docstring)
             self._exclusive_gc()
+        self._forget(("meta", key))
         self._queue(f"INSERT INTO {self._s}.meta(key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE "
                     f"SET value = excluded.value", (key, value))
 
@@ -671,6 +805,22 @@ class PgBackend(_PgReader, TransactionalBackend):
             kwargs={"autocommit": True, "prepare_threshold": None, "connect_timeout": connect_timeout_s},
             timeout=max(retry_s, 1.0), reconnect_timeout=max(retry_s, 1.0))
         self._lock = threading.Lock()
+        self._predictions: dict[Any, tuple[_Key, ...]] = {}  # PgTxn's prefetch per [thread,] (place, first key)
+        self._open = 0  # transactions open now (threads)
+
+    def _prediction(self, site: Any) -> tuple[_Key, ...]:
+        """What the last committed transaction begun at ``site`` read, in this thread; in a thread new to
+        ``site`` (CrewAI runs tasks in threads of their own), another thread's, but only while no other
+        transaction of this backend is open (threads writing at once never prefetch each other's refs)."""
+        keys = self._predictions.get((threading.get_ident(), site))
+        if keys is None and self._open == 1:
+            keys = self._predictions.get(site)
+        return keys or ()
+
+    def _learn(self, site: Any, keys: tuple[_Key, ...]) -> None:
+        if len(self._predictions) > 1024:  # threads come and go: forget them all now and then
+            self._predictions.clear()
+        self._predictions[(threading.get_ident(), site)] = self._predictions[site] = keys
 
     # -- opening ---------------------------------------------------------------------------------------------
 
@@ -835,12 +985,18 @@ class PgBackend(_PgReader, TransactionalBackend):
         if self._closed:
             raise CkptError(f"{self.where}: the store is closed")
         txn = PgTxn(self)
+        with self._lock:
+            self._open += 1
         try:
-            yield txn
-        except BaseException:
-            txn._abort()
-            raise
-        txn._commit()
+            try:
+                yield txn
+            except BaseException:
+                txn._abort()
+                raise
+            txn._commit()
+        finally:
+            with self._lock:
+                self._open -= 1
         if txn.dropped:
             # MVCC: the dropped packs' rows (mostly TOAST) stay dead until a VACUUM; autovacuum comes a
             # minute later at best, so without this every per-checkpoint pack ever written would take space

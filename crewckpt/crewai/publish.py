@@ -13,6 +13,9 @@ requests for the same run coalesce, and a failure (remote unreachable, a rejecte
 CrewAI's ``CheckpointFailedEvent`` with trigger ``"push"``, counted in :func:`push_stats` and summed up in
 one warning at exit, like failed checkpoints; the first failure of a streak is logged as a warning, the
 repeats of a streak at INFO (a run publishing every checkpoint to a dead remote does not flood the log).
+The push at a run's end is the one that must land: when it fails (a store busy for a moment, a network
+blip), it is tried again after each of RUN_END_RETRY_S (a rejection is final), so a failed push, also a
+background one it was coalesced with, never leaves the destination without the run's last checkpoint.
 :func:`flush_pushes` waits for the pending pushes; it also runs at interpreter exit (timeout 30 s), so a
 script's last push completes.
 """
@@ -31,6 +34,11 @@ logger = logging.getLogger("crewckpt")
 
 RUN_END_EVENTS = frozenset({"crew_kickoff_completed", "crew_kickoff_failed", "flow_finished",
                             "agent_execution_completed", "lite_agent_execution_completed"})
+RUN_END_RETRY_S = (0.5, 2.0)  # seconds before each new try of a failed run-end push
+
+
+class _Rejected(RuntimeError):
+    """The destination refused the run's ref: trying again changes nothing."""
 
 
 class Publisher:
@@ -40,7 +48,8 @@ class Publisher:
     def __init__(self, store_path: str, push_to: str) -> None:
         self.store_path, self.push_to = store_path, push_to
         self._cond = threading.Condition()
-        self._pending: dict[str, tuple[str, Any]] = {}  # run id -> (branch, config to report with), latest
+        # run id -> (branch, config to report with, whether the run ended), the latest request for that run
+        self._pending: dict[str, tuple[str, Any, bool]] = {}
         self._busy = False
         self._thread: threading.Thread | None = None
         self.pushed = 0
@@ -49,10 +58,12 @@ class Publisher:
         self.last_error: str | None = None
         self._streak = 0  # failures since the last success
 
-    def request(self, branch: str, run_id: str, cfg: Any) -> None:
-        """Publish run ``run_id`` (written on ``branch``) soon; coalesced with a pending request for it."""
+    def request(self, branch: str, run_id: str, cfg: Any, *, final: bool = False) -> None:
+        """Publish run ``run_id`` (written on ``branch``) soon; coalesced with a pending request for it.
+        ``final``: the run ended (a failed push is then tried again, see RUN_END_RETRY_S)."""
         with self._cond:
-            self._pending[run_id] = (branch, cfg)
+            was = self._pending.get(run_id)
+            self._pending[run_id] = (branch, cfg, final or (was is not None and was[2]))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="crewckpt-push", daemon=True)
                 self._thread.start()
@@ -69,17 +80,32 @@ class Publisher:
                 if not self._cond.wait_for(lambda: bool(self._pending), timeout=5.0):
                     self._thread = None  # idle: the next request starts a new thread
                     return
-                run_id, (branch, cfg) = next(iter(self._pending.items()))
+                run_id, (branch, cfg, final) = next(iter(self._pending.items()))
                 del self._pending[run_id]
                 self._busy = True
             try:
-                self._push(branch, run_id, cfg)
+                for delay in (0.0, *(RUN_END_RETRY_S if final else ())):
+                    if delay and self._handed_over(run_id, delay):
+                        break
+                    if self._push(branch, run_id, cfg) is not False:
+                        break
             finally:
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
 
-    def _push(self, branch: str, run_id: str, cfg: Any) -> None:
+    def _handed_over(self, run_id: str, seconds: float) -> bool:
+        """Wait up to ``seconds`` for a new request for run ``run_id`` (whose run-end push failed); True when one
+        came: it takes over, pushed next and tried again like the run-end push it replaces."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: run_id in self._pending, seconds):
+                return False
+            branch, cfg, _ = self._pending[run_id]
+            self._pending[run_id] = (branch, cfg, True)
+            return True
+
+    def _push(self, branch: str, run_id: str, cfg: Any) -> bool | None:
+        """One push; True when it landed, False when it failed, None when the destination rejected it."""
         from crewckpt.history.publish import KEPT
         from crewckpt.history.store import Store
 
@@ -88,8 +114,8 @@ class Publisher:
                 rep = store.publish_run(self.push_to, run_id, branch)
             bad = rep.rejected
             if bad:
-                raise RuntimeError(f"publishing run {run_id} ({branch}) to {self.push_to} was rejected: "
-                                   f"{bad[0].reason}")
+                raise _Rejected(f"publishing run {run_id} ({branch}) to {self.push_to} was rejected: "
+                                f"{bad[0].reason}")
         except Exception as exc:  # best effort: the run never sees it
             with self._cond:
                 self.failed += 1
@@ -102,7 +128,7 @@ class Publisher:
                        "; further failures are counted and reported at exit" if first else "",
                        exc_info=logger.isEnabledFor(logging.DEBUG))
             _report_failure(cfg, self.store_path, branch, str(exc))
-            return
+            return None if isinstance(exc, _Rejected) else False
         kept = [r for r in rep.refs if r.status == KEPT]
         with self._cond:
             self.pushed += 1
@@ -110,6 +136,7 @@ class Publisher:
             self.kept += bool(kept)
         logger.info("crewckpt: published run %s (%s) to %s (%d checkpoint(s), %d bytes)%s", run_id, branch,
                     registry.redact(self.push_to), rep.commits, rep.bytes, f"; {kept[0].reason}" if kept else "")
+        return True
 
 
 def _report_failure(cfg: Any, location: str, branch: str, error: str) -> None:
@@ -151,9 +178,10 @@ def after_checkpoint(cfg: Any, store_path: str, branch: str, run_id: str) -> Non
 
 
 def at_run_end(cfg: Any, store_path: str, branch: str, run_id: str) -> None:
-    """Called when run ``run_id``, whose config is ``cfg``, ends on ``branch``: publish it."""
+    """Called when run ``run_id``, whose config is ``cfg``, ends on ``branch``: publish it (tried again when
+    it fails)."""
     if cfg.push_to:
-        publisher(store_path, cfg.push_to).request(branch, run_id, cfg)
+        publisher(store_path, cfg.push_to).request(branch, run_id, cfg, final=True)
 
 
 def flush_pushes(timeout: float | None = 30.0) -> bool:

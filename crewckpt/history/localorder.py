@@ -19,9 +19,15 @@ from crewckpt.backends.base import IndexRow, Parts
 from crewckpt.history.refnames import HEADS
 
 
-def index_commit(w: Parts, cid: bytes, row_for: Callable[[int], IndexRow], *, may_revive: bool) -> None:
+def index_commit(w: Parts, cid: bytes, row_for: Callable[[int], IndexRow], *, may_revive: bool,
+                 seq: int | None = None) -> None:
     """Make commit ``cid`` live in the write scope ``w``: ``row_for(seq)`` builds its row (a row already
     there stays as it is: index_add is idempotent).
+
+    ``seq``: a seq taken for it earlier (``w.counter_next("seq")``), else one is taken now. Without a
+    transaction a writer MUST take it after reading the tip it builds on and before its compare-and-swap
+    moves the ref (docs/backends.md, W3): a writer that then builds on the new tip takes a higher one, even
+    if it indexes its commit first.
 
     ``may_revive``: the commit may already be named as a parent by live rows (see the module docstring);
     then those rows and their live descendants get new seqs after it. False only where that is impossible
@@ -30,7 +36,8 @@ def index_commit(w: Parts, cid: bytes, row_for: Callable[[int], IndexRow], *, ma
     commit's seq is taken first, the descendants are renumbered last-first into seqs above it, then the
     commit's row is added.
     """
-    seq = w.counter_next("seq")
+    if seq is None:
+        seq = w.counter_next("seq")
     if may_revive and w.index_get(cid) is None and w.index_children([cid]):
         moved = _stable_descendants(w, cid)
         fresh = [w.counter_next("seq") for _ in moved]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from crewckpt.backends.base import ObjectStore, StoredObject
@@ -90,6 +90,22 @@ class ObjectDB:
             raise IntegrityError(stored.oid.hex(), "content hash does not match its id")
         return body
 
+    def verify_read(self, stored: StoredObject, reader: ObjectStore | None = None,
+                    budget: ReadBudget | None = None) -> bytes | None:
+        """:meth:`verify` for a frame the caller read itself (fsck reads frames to report per object): when
+        its pack went meanwhile (a merge or repack moved the object, backends.md RD4) the object is read again
+        through :meth:`get_many`. Returns the body, or None when the object is gone now.
+
+        Raises:
+            IntegrityError: it is corrupt, or its frame keeps naming a pack that is not in the store.
+            DocumentTooLarge: over ``budget``.
+        """
+        try:
+            return self.verify(stored, reader, budget)
+        except _PackGone:
+            got = self.get_many([stored.oid], reader, budget)
+        return got[stored.oid][1] if stored.oid in got else None
+
     def _unpack(self, stored: StoredObject, reader: ObjectStore | None, budget: ReadBudget | None = None) -> bytes:
         key, off, ln = parse_packed(stored.frame)
         if ln != stored.size:
@@ -140,25 +156,35 @@ class ObjectDB:
         return got[oid]
 
     def get_many(self, oids: Iterable[bytes], reader: ObjectStore | None = None,
-                 budget: ReadBudget | None = None) -> dict[bytes, tuple[int, bytes]]:
+                 budget: ReadBudget | Callable[[bytes], ReadBudget] | None = None) -> dict[bytes, tuple[int, bytes]]:
         """Verified ``oid -> (kind, body)`` for the ids found; missing ids are absent from the result.
+
+        ``budget``: the declared sizes are charged to it before decompressing (DocumentTooLarge): one budget
+        for the whole batch, or a function giving each object id its own.
 
         A pack that vanished between reading a frame and reading the pack means a merge or gc repacked
         concurrently (it reframed the member, then dropped the pack): the frames are read again, as long as
-        the member's frame changed since the previous read (backends.md, 'Reading while packs merge')."""
+        the member's frame changed since the previous read (backends.md, 'Reading while packs merge'); what
+        the abandoned attempt charged to ``budget`` is given back. Every reader of frames goes through here
+        (a push reading its store while that store's writer merges packs hit this)."""
         r = reader or self.backend
         ids = list(oids)
         seen: dict[bytes, bytes] = {}  # member -> the frame whose pack was missing
         err = _PackGone(b"", b"")
         for _ in range(PACK_GONE_RETRIES):
+            spent = budget.used_bytes if isinstance(budget, ReadBudget) else 0
             try:
                 got = r.get_many(ids)
                 for o, s in got.items():  # a hostile or broken backend must not answer X with object Y
                     if s.oid != o:
                         raise IntegrityError(o.hex(), f"the store answered with object {s.oid.hex()[:12]}.. "
                                                       "instead; run ckpt fsck")
-                return {o: (s.kind, self.verify(s, r, budget)) for o, s in got.items()}
+                if budget is None or isinstance(budget, ReadBudget):
+                    return {o: (s.kind, self.verify(s, r, budget)) for o, s in got.items()}
+                return {o: (s.kind, self.verify(s, r, budget(o))) for o, s in got.items()}
             except _PackGone as e:
+                if isinstance(budget, ReadBudget):
+                    budget.used_bytes = spent  # the retry charges the same objects again
                 frame = got[e.member].frame if e.member in got else b""
                 if seen.get(e.member) == frame:  # the same frame twice: no repack moved it; damaged or lost
                     break

@@ -6,9 +6,10 @@ documents mean, and nothing else:
 * ``summarize``: ``doc -> {key: JSON value}``, the listing summary kept in the commit index (``ckpt log``
   reads it without decoding snapshots). The store always adds ``logical_bytes`` (the document's size as
   compact JSON); the summarizer adds its own keys before it.
-* ``separate_keys``: split hints. A container under one of these object keys becomes its own tree even when
-  small (so a value repeated in many places, or changed on every checkpoint, is stored once and rewritten
-  alone). They change object ids, never what is read back.
+* ``separate_keys``: split hints. A container under one of these object keys becomes its own tree, and a
+  string its own blob, even when small (over 256 bytes; so a value repeated in many places, or embedded in a
+  parent changed on every checkpoint, is stored once and not rewritten with it). They change object ids,
+  never what is read back.
 
 :data:`GENERIC` (the default) knows nothing of any framework: a summary of the size only, no split hints.
 The CrewAI profile lives with the CrewAI-facing code (:data:`crewckpt.views.document.CREWAI`).
@@ -40,7 +41,7 @@ class Profile:
     """A summarizer and split hints for one kind of document (see the module docstring).
 
     name: shown in errors and docs; summarize: :data:`Summarizer`; separate_keys: object keys whose container
-    values are stored as their own trees.
+    (string) values are stored as their own trees (blobs).
     """
 
     name: str = "generic"

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import heapq
 import itertools
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from crewckpt.backends.base import IndexRow, writing
@@ -30,6 +32,7 @@ from crewckpt.errors import CkptError, MissingObject
 from crewckpt.format import objects as ob
 from crewckpt.history import head, refnames
 from crewckpt.history.commits import branch_ok, to_row
+from crewckpt.history.localorder import index_commit
 from crewckpt.history.snapshot import assemble
 
 if TYPE_CHECKING:
@@ -132,6 +135,40 @@ def rebuild_index(parts: StoreParts, *, dry_run: bool = False, progress: Progres
             for a, cid in aliases:
                 w.alias_set(a, cid)  # first writer wins: an alias already naming another commit stays
     return RebuildReport(len(rows), added, len(dropped), rewritten, renumbered, n_alias, problems)
+
+
+def index_missing(parts: StoreParts, tips: Mapping[bytes, str]) -> int:
+    """Index the commits that ``tips`` (commit id -> the branch its rows get) reach through commits the index
+    lacks, parents first, each with a fresh seq (:func:`crewckpt.history.localorder.index_commit`; a child
+    another writer indexed meanwhile is renumbered after its parent, I6). Unlike :func:`rebuild_index` it
+    removes and renumbers nothing else, so it is safe while writers are active: it heals what a writer that
+    died between its ref CAS and its index row (docs/backends.md W3-W5) left, and a writer still in that
+    window later finds its row there (index_add keeps the first). Returns the rows added.
+
+    Raises: CkptError when a commit object cannot be read (missing ones end the walk)."""
+    found: dict[bytes, ob.Commit] = {}
+    branch: dict[bytes, str] = {}
+    for tip, name in tips.items():
+        stack = [tip]
+        while stack:
+            cid = stack.pop()
+            if cid in found or parts.index.index_get(cid) is not None:
+                continue
+            try:
+                c = parts.objects.commit(cid)
+            except MissingObject:
+                continue
+            found[cid] = c
+            branch.setdefault(cid, name)
+            stack.extend(c.parents)
+    with writing(parts.backend) as w:
+        for cid in _order(found, {}):
+            c = found[cid]
+            summary = c.v1_summary.as_map() if c.v1_summary is not None else _recompute(parts, c)
+            index_commit(w, cid, functools.partial(to_row, cid, c, branch[cid], summary=summary), may_revive=True)
+            if c.alias:
+                w.alias_set(c.alias, cid)
+    return len(found)
 
 
 def _summary_of(row: IndexRow) -> dict[str, Any] | None:

@@ -43,7 +43,8 @@ LEAF_BYTES = 16384
 SEPARATE_MIN = 256  # bytes: tinier containers stay inline anyway (a link costs 35)
 _MASK = CHUNK_ENTRIES // 2 - 1
 _FORCE_CUT = 8 * CHUNK_ENTRIES
-CACHE_BYTES = 32 * 1024 * 1024  # a Splitter's container cache (+ a quarter for long strings): its memory bound
+CACHE_BYTES = 32 * 1024 * 1024  # a Splitter's container cache (+ a quarter for long strings, an eighth for
+# split-hint strings): its memory bound
 
 _PENDING = object()
 _JOINED = 16  # added to a piece's form: a piece of a joined Parts value (forms are below 16)
@@ -371,14 +372,15 @@ class Splitter:
     after the objects landed (a failed transaction must not leave cache entries naming absent objects).
 
     ``separate_keys`` (the split policy, a store profile's hints: :mod:`crewckpt.history.profile`): object
-    keys whose container values become their own trees even when small (over SEPARATE_MIN bytes). None by
-    default: the generic store knows no document's shape.
+    keys whose container values become their own trees, and string values blobs, even when small (over
+    SEPARATE_MIN bytes). None by default: the generic store knows no document's shape.
     """
 
     def __init__(self, cache_bytes: int = CACHE_BYTES, *, separate_keys: frozenset[str] = frozenset()) -> None:
         self._separate = frozenset(separate_keys)
         self._cache = _Cache(cache_bytes)
         self._strs = _Cache(cache_bytes // 4)
+        self._small = _Cache(cache_bytes // 8)  # own strings of SEPARATE_MIN..INLINE_MAX bytes -> their blob link
         self._keys: dict[str, bytes] = {}
         self._staged: list[tuple[_Cache | None, Any, Any]] = []
         self._local: dict[Any, Any] = {}  # this split's finished containers: identical subtrees repeat a lot
@@ -391,6 +393,7 @@ class Splitter:
         self._token = object()
         self._cache.clear()
         self._strs.clear()
+        self._small.clear()
         self._staged.clear()
         self._local.clear()
 
@@ -464,7 +467,7 @@ class Splitter:
             if isinstance(v, (*_SCALARS, int)):
                 return self._scalar(v), 0
             if isinstance(v, str):
-                return self._str(v), 0
+                return self._str(v, own), 0
             if isinstance(v, Frozen):
                 if v._token is self._token and v._rep is not None:
                     return v._rep
@@ -485,8 +488,9 @@ class Splitter:
                     stack.append(frame)
                     return _PENDING
                 if not isinstance(inner, (dict, list, tuple)):
-                    rep = enter(inner)
-                    self._staged.append((None, v, rep))  # type: ignore[arg-type]
+                    rep = enter(inner, True, own)
+                    if not own:  # a string's representation under a split-hint key differs: not kept on v
+                        self._staged.append((None, v, rep))  # type: ignore[arg-type]
                     return rep
                 frame = _Frame(inner, None, v)
                 frame.leaf = piece is not None
@@ -572,15 +576,24 @@ class Splitter:
                 result.append(done)
         return result[0]
 
-    def _str(self, s: str) -> bytes:
-        if len(s) < INLINE_MAX // 4:
+    def _str(self, s: str, own: bool = False) -> bytes:
+        """A string's representation: inline up to INLINE_MAX bytes, else a blob (over STR_CDC_MIN: cut into
+        blobs under a STRING_CHUNKS tree). ``own`` (under a split-hint key): a blob already over SEPARATE_MIN
+        bytes, so a long text a changing parent embeds (a task's prompt context) is not rewritten with it."""
+        if len(s) < (SEPARATE_MIN // 4 if own else INLINE_MAX // 4):  # <= 4 bytes a character: surely inline
             return self._pack(ob.pack_str(s))  # type: ignore[no-any-return]
-        hit = self._strs.get(s)
+        # the caches are disjoint by the string's byte length, so a hit is the same representation a fresh
+        # splitter would make here (_small: own strings that are blobs only because of ``own``)
+        hit = (self._small.get(s) if own else None) or self._strs.get(s)
         if hit is not None:
             return hit  # type: ignore[no-any-return]
         b = ob.str_bytes(s)
-        if len(b) <= INLINE_MAX:
+        if len(b) <= (SEPARATE_MIN if own else INLINE_MAX):
             return ob.packb(ob.pack_str(s))
+        if len(b) <= INLINE_MAX:  # own
+            rep = _ext(ob.EXT_BLOB_STR, self._put(ob.BLOB, b))
+            self._staged.append((self._small, s, rep))
+            return rep
         if len(b) < STR_CDC_MIN:
             rep = _ext(ob.EXT_BLOB_STR, self._put(ob.BLOB, b))
         else:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from crewckpt.backends.base import Backend, IndexRow, Parts, ReflogEntry, StoredObject, writing
@@ -304,12 +304,9 @@ def read_verified(side: Side, oids: Sequence[bytes],
             beyond it)."""
     if not oids:
         return {}
-    out = {}
-    for oid, s in side.backend.get_many(oids).items():
-        if s.oid != oid:
-            raise IntegrityError(oid.hex(), f"{side.name} returned object {s.oid.hex()[:12]} for it")
-        out[oid] = (s.kind, side.objects.verify(s, budget=charge if isinstance(charge, ReadBudget) else charge(oid)))
-    return out
+    # through the object layer, never frames then verify: it reads the frames again when a pack went between
+    # the two reads (the sender's writer merged its packs meanwhile: backends.md RD4)
+    return side.objects.get_many(oids, side.backend, charge)
 
 
 _decode_commit = decode_commit  # one decoder for every commit read (objectdb)
@@ -443,13 +440,20 @@ def _reached(plans: Sequence[_CommitPlan], tip: bytes) -> list[_CommitPlan]:
     return [p for p in plans if p.cid in seen]
 
 
-def _index(w: Parts, plans: Sequence[_CommitPlan], branch: str) -> None:
+def _reserve(b: Backend, plans: Sequence[_CommitPlan]) -> dict[bytes, int]:
+    """Seqs for the planned commits not indexed yet, parents first, taken before the ref moves (W3: a writer
+    that builds on the new tip meanwhile takes a higher seq than every commit the tip reaches)."""
+    return {p.cid: b.counter_next("seq") for p in plans if b.index_get(p.cid) is None}
+
+
+def _index(w: Parts, plans: Sequence[_CommitPlan], branch: str, seqs: Mapping[bytes, int] | None = None) -> None:
     """Index-rows and aliases of ``plans`` not indexed yet, parents first (they are live from now on), each on
-    its planned branch (:func:`_assign_branches`), else ``branch``."""
-    for p in plans:
-        if w.index_get(p.cid) is not None:
-            continue
-        index_commit(w, p.cid, functools.partial(_row, p, p.branch or branch), may_revive=p.revive)
+    its planned branch (:func:`_assign_branches`), else ``branch``. ``seqs``: from :func:`_reserve`; a plan
+    outside it was indexed before (a row already there stays: index_add is idempotent)."""
+    todo = [p for p in plans if (p.cid in seqs if seqs is not None else w.index_get(p.cid) is None)]
+    for p in todo:
+        index_commit(w, p.cid, functools.partial(_row, p, p.branch or branch), may_revive=p.revive,
+                     seq=None if seqs is None else seqs[p.cid])
         if p.commit.alias:
             w.alias_set(p.commit.alias, p.cid)
 
@@ -488,6 +492,7 @@ def _move_and_index(sender: Side | None, receiver: Side, updates: Sequence[RefUp
     out = []
     for u in updates:
         reached = _reached(plans, u.new) if plans else []
+        seqs = _reserve(b, reached) if reached and not atomic else None
         status, indexed = "up-to-date", False
         if u.expected != u.new:
             try:
@@ -514,7 +519,7 @@ def _move_and_index(sender: Side | None, receiver: Side, updates: Sequence[RefUp
             with writing(b) as w:
                 if atomic and w.meta_get("gc_epoch") != epoch:
                     raise _EpochChanged
-                _index(w, reached, u.branch)
+                _index(w, reached, u.branch, seqs)
             if not atomic and sender is not None and b.meta_get("gc_epoch") != epoch:
                 _reput(sender, receiver, reached)
         out.append(RefResult(u.ref, _hex(u.expected), u.new.hex(), status))

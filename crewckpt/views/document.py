@@ -21,10 +21,15 @@ from typing import Any
 from crewckpt.history.profile import Profile
 from crewckpt.history.snapshot import Frozen, Parts
 
-SEPARATE_KEYS = frozenset({"agent", "agent_executor", "output", "memory"})
-"""CrewAI shape hints: containers under these keys are their own trees even when small. A crew's every task
-embeds its agent, and the agent's executor changes on every event: inline, each change would rewrite every
-task; as links, the tasks stay put. Task outputs and memory also become separately addressable (diff)."""
+SEPARATE_KEYS = frozenset({"agent", "agent_executor", "output", "memory", "prompt_context", "description",
+                           "expected_output", "checkpoint_original_description",
+                           "checkpoint_original_expected_output"})
+"""CrewAI shape hints: containers and strings under these keys are their own trees (blobs) once over 256 bytes.
+A crew's every task embeds its agent, and the agent's executor changes on every event: inline, each change
+would rewrite every task; as links, the tasks stay put. Task outputs and memory also become separately
+addressable (diff). A task's long texts (its prompt context, which in a sequential crew holds every earlier
+task's output, and its description and expected output) are blobs: each checkpoint rewrites every task's
+body (its agent link changed), and with the texts inline that was O(the whole run's text) per checkpoint."""
 
 
 def _plain(v: Any) -> Any:
