@@ -73,7 +73,7 @@ SLOW: tuple[str, ...] = (
     "tests/test_postgres_locations.py::test_a_crewai_run_is_resumed_by_another_process_through_the_shared_store",
     "tests/test_crewai_push.py::test_two_workers_publishing_to_one_shared_store_at_once_lose_nothing",  # 2 crews
     "tests/test_crewai_push.py::test_an_unreachable_remote_never_stops_the_runs_and_is_reported_once_at_exit",
-    # the rest of the remote matrix with S3 on one side (the default run keeps sqlite<->s3, s3<->postgres)
+    # the rest of the remote matrix with S3 on one side (the default run keeps sqlite<->s3: each verb both ways)
     "tests/test_remote_matrix.py::test_clone_fetch_pull_push_between_backends[s3-s3]",
     "tests/test_remote_matrix.py::test_clone_fetch_pull_push_between_backends[memory-s3]",
     "tests/test_remote_matrix.py::test_clone_fetch_pull_push_between_backends[s3-memory]",
@@ -94,6 +94,12 @@ SLOW: tuple[str, ...] = (
     "tests/test_untrusted_endpoint.py::test_ckpt_resume_refuses_an_untrusted_endpoint_in_one_line",
     # the SQLite fixture's JSONB decode (pure Python) makes these 15 s; its import and export tests stay
     "tests/test_views_roundtrip.py::test_commit_ids_survive_json_and_sqlite_round_trips[crew_sqlite_star/cp.db]",
+    # 12-14 s variants: the [json] import, [sqlite]/[postgres] racing pushers, sqlite-s3 pair and the contract's
+    # gc-with-a-concurrent-writer on PostgreSQL stay in the default run
+    "tests/test_import_secrets.py::test_imported_secrets_are_in_no_store_byte_and_restore_rebuilds_the_key[sqlite]",
+    "tests/test_remotes.py::test_two_racing_pushers_of_different_tips_exactly_one_wins[s3]",
+    "tests/test_remote_matrix.py::test_clone_fetch_pull_push_between_backends[s3-postgres]",
+    "tests/test_postgres.py::test_gc_while_processes_write_reused_objects_keeps_every_acknowledged_checkpoint",
 )
 
 

@@ -5,9 +5,12 @@ restoring says so in one line naming the class path. Real CrewAI 1.15.30 flows i
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -62,15 +65,27 @@ RUN = textwrap.dedent('''
 ''')
 
 
+_CRASHED: dict[str, Path] = {}  # module name -> a folder holding its crashed run (module file, .ckpt), pristine
+
+
 def crashed_flow(folder: Path, module: str) -> str:
-    """Write ``module`` in ``folder``, run its flow there until its second method fails; the checkpoint."""
+    """Write ``module`` in ``folder``, run its flow there until its second method fails; the checkpoint.
+    The run (a process: ~7 s of CrewAI start-up) happens once per module name and session; each caller
+    gets a copy of its folder (the same store, the same commit id)."""
     from crewckpt import Store
 
-    (folder / f"{module}.py").write_text(FLOW_MODULE)
-    env = {**os.environ, "OTTER_FAIL": "1"}
-    proc = subprocess.run([sys.executable, "-c", RUN.format(module=module)], cwd=folder, env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode == 3, proc.stderr[-3000:]
+    ran = _CRASHED.get(module)
+    if ran is None:
+        ran = Path(tempfile.mkdtemp(prefix=f"crashed-{module}-"))
+        atexit.register(shutil.rmtree, ran, True)
+        (ran / f"{module}.py").write_text(FLOW_MODULE)
+        env = {**os.environ, "OTTER_FAIL": "1"}
+        proc = subprocess.run([sys.executable, "-c", RUN.format(module=module)], cwd=ran, env=env,
+                              capture_output=True, text=True, timeout=600, check=False)
+        assert proc.returncode == 3, proc.stderr[-3000:]
+        _CRASHED[module] = ran
+    shutil.copyfile(ran / f"{module}.py", folder / f"{module}.py")
+    shutil.copytree(ran / ".ckpt", folder / ".ckpt")
     with Store.open(folder / ".ckpt") as store:
         (commit,) = store.list()
         assert store.info(commit.id).meta == {"flow_class": f"{module}.OtterFlow"}
@@ -125,24 +140,24 @@ def test_tui_resume_runs_the_flow(crewai_offline, monkeypatch):  # noqa: F811
     from crewckpt.tui.app import CheckpointBrowser
     from crewckpt.tui.runner import RunPlan
 
-    crashed = crashed_flow(crewai_offline, "otterflow_tui")
+    crashed = crashed_flow(crewai_offline, "otterflow")
     monkeypatch.setattr(sys, "path", list(sys.path))  # the restore may add the working folder
-    monkeypatch.delitem(sys.modules, "otterflow_tui", raising=False)
+    monkeypatch.delitem(sys.modules, "otterflow", raising=False)
     monkeypatch.setattr(CheckpointBrowser, "run", lambda self: RunPlan("resume", crashed))
     monkeypatch.delenv("CREWAI_DESERIALIZE_CALLBACKS", raising=False)
     printed: list[str] = []
     try:
         with pytest.raises(CkptError) as refused:  # no terminal to ask on, no opt-in: nothing imported
             run(str(crewai_offline / ".ckpt"), echo=printed.append)
-        assert "otterflow_tui" not in sys.modules and printed == []
+        assert "otterflow" not in sys.modules and printed == []
         text = str(refused.value)
-        assert "\n" not in text and "otterflow_tui.OtterFlow" in text and "--flow-class" in text
+        assert "\n" not in text and "otterflow.OtterFlow" in text and "--flow-class" in text
         assert "CREWAI_DESERIALIZE_CALLBACKS=1" in text
 
         monkeypatch.setenv("CREWAI_DESERIALIZE_CALLBACKS", "1")
         run(str(crewai_offline / ".ckpt"), echo=printed.append)
     finally:
-        sys.modules.pop("otterflow_tui", None)
+        sys.modules.pop("otterflow", None)
     assert printed[0] == f"Resuming OtterFlow from {crashed[:12]}" and "polished" in printed
     head = printed[-1].split("Done: latest checkpoint ")[1].split()[0]
     assert steps(crewai_offline, head) == ["gather", "draft", "polish"]

@@ -9,9 +9,12 @@ test shows the same module *is* imported when the user opts in, so the probe can
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import copy
+import shutil
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -64,13 +67,23 @@ class Probe:
         return self.name in sys.modules or self.log.exists()
 
 
+_CREW_RUN: list[Path] = []  # the store the crew below checkpointed into, once per session (kept pristine)
+
+
 def crew_doc(tmp_path: Path) -> tuple[Store, dict[str, Any]]:
-    """A real checkpoint of a finished one-task crew whose agent and task carry an EchoTool."""
-    llm = ScriptedLLM()
-    agent = Agent(role="Researcher", goal="g", backstory="b", llm=llm, tools=[EchoTool()])
-    task = Task(name="t1", description="Say hi.", expected_output="hi", agent=agent, tools=[EchoTool()])
+    """A real checkpoint of a finished one-task crew whose agent and task carry an EchoTool, in a store at
+    ``tmp_path/.ckpt`` of the test's own: a copy of the store the crew ran into once per session."""
+    if not _CREW_RUN:
+        ran = Path(tempfile.mkdtemp(prefix="untrusted-crew-")) / ".ckpt"
+        atexit.register(shutil.rmtree, ran.parent, True)
+        llm = ScriptedLLM()
+        agent = Agent(role="Researcher", goal="g", backstory="b", llm=llm, tools=[EchoTool()])
+        task = Task(name="t1", description="Say hi.", expected_output="hi", agent=agent, tools=[EchoTool()])
+        Crew(agents=[agent], tasks=[task], checkpoint=CheckpointConfig(location=str(ran), on_events=["*"])).kickoff()
+        _CREW_RUN.append(ran)
     loc = tmp_path / ".ckpt"
-    Crew(agents=[agent], tasks=[task], checkpoint=CheckpointConfig(location=str(loc), on_events=["*"])).kickoff()
+    # the run's writer keeps its handle open: copy the database and its WAL (committed pages), not the -shm
+    shutil.copytree(_CREW_RUN[0], loc, ignore=shutil.ignore_patterns("*-shm"))
     store = Store.open(loc)
     return store, store.read("HEAD")
 

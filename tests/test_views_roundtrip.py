@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -48,6 +49,10 @@ def expected_checkpoints(path: Path) -> dict[str, tuple[str | None, str, object]
     return out
 
 
+# what a fixture holds, read once per module run (the SQLite fixture's JSONB decode takes seconds); never mutated
+fixture_checkpoints = functools.cache(expected_checkpoints)
+
+
 def same_json(a: object, b: object) -> bool:
     """Same JSON value, key order included."""
     return json.dumps(a) == json.dumps(b)
@@ -56,7 +61,7 @@ def same_json(a: object, b: object) -> bool:
 @pytest.mark.parametrize("name", ALL_FIXTURES)
 def test_import_keeps_lineage_branches_aliases_and_is_idempotent(fixtures: Path, name: str) -> None:
     src = fixtures / name
-    want = expected_checkpoints(src)
+    want = fixture_checkpoints(src)
     store = Store.memory()
     report = import_crewai(store, src, progress=False)
     assert report.problems == [] and len(report.imported) == len(want)
@@ -100,7 +105,7 @@ def test_forks_and_several_runs_on_one_branch(fixtures: Path) -> None:
 @pytest.mark.parametrize("name", ALL_FIXTURES)
 def test_export_reproduces_every_fixture_exactly(fixtures: Path, tmp_path: Path, name: str) -> None:
     src = fixtures / name
-    want = expected_checkpoints(src)
+    want = fixture_checkpoints(src)
     store = Store.memory()
     import_crewai(store, src, progress=False)
     json_view, db_view = tmp_path / "view", tmp_path / "view.db"
