@@ -79,3 +79,66 @@ def test_export_writes_a_lone_surrogate_as_its_json_escape(surrogate_store: Path
     assert json.loads(text) == SURROGATE_DOC
     compact = layout.render_json(SURROGATE_DOC, layout.JSON_STYLE_COMPACT)
     assert "\\ud800" in compact and json.loads(compact) == SURROGATE_DOC
+
+
+# -- refs and reflog entries that name a tree, or nothing -----------------------------------------------------
+
+def _sql(store: Path, sql: str, *args: object) -> None:
+    with sqlite3.connect(store / "store.db", isolation_level=None) as c:
+        c.execute(sql, args)
+
+
+@pytest.fixture
+def three(tmp_path: Path) -> tuple[Path, list[str], bytes]:
+    s = Store.init(tmp_path / "s")
+    ids = [s.commit({"n": i}) for i in range(3)]
+    tree = s.objects.commit(bytes.fromhex(ids[0])).tree.oid
+    s.close()
+    return tmp_path / "s", ids, tree
+
+
+GHOST = b"\x11" * 32
+
+
+def test_a_reflog_entry_naming_a_tree_is_refused_and_fsck_reports_it(three: tuple[Path, list[str], bytes]) -> None:
+    path, ids, tree = three
+    _sql(path, "UPDATE reflog SET new=? WHERE n=(SELECT min(n) FROM reflog WHERE ref='HEAD')", tree)
+    code, out, err = _run(["rev-parse", "HEAD@{2}"], path)
+    assert code == 1 and out == "" and err.count("\n") == 1, (out, err)
+    assert "reflog entry HEAD@{2}" in err and "a tree, not a commit" in err and "ckpt reflog HEAD" in err
+    for full in ([], ["--full"]):
+        code, out, _ = _run(["fsck", *full], path)
+        assert code == 1 and f"reflog entry HEAD@{{2}} names {tree.hex()}, a tree, not a commit" in out, out
+    assert _run(["rev-parse", "HEAD@{1}"], path)[1].strip() == ids[1]  # the other entries still answer
+    with Store.open(path) as s:
+        assert s.read("main") == {"n": 2}
+
+
+def test_a_reflog_entry_naming_nothing_says_it_is_not_in_the_store(three: tuple[Path, list[str], bytes]) -> None:
+    path, _, _ = three
+    _sql(path, "UPDATE reflog SET new=? WHERE n=(SELECT min(n) FROM reflog WHERE ref='HEAD')", GHOST)
+    code, _, err = _run(["rev-parse", "HEAD@{2}"], path)
+    assert code == 1 and err.count("\n") == 1 and "111111111111, which is not in the store" in err, err
+    assert "damaged reflog" in err
+    assert _run(["fsck"], path)[0] == 0  # a reflog outlives pruned commits: not a problem by itself
+
+
+@pytest.mark.parametrize("case", ["tree", "nothing"])
+def test_a_branch_naming_no_commit_is_listed_as_damaged_with_its_fix(three: tuple[Path, list[str], bytes],
+                                                                      case: str) -> None:
+    path, ids, tree = three
+    _sql(path, "INSERT INTO refs VALUES('refs/heads/evil', ?)", tree if case == "tree" else GHOST)
+    want = "a tree, not a commit" if case == "tree" else "which is not in the store (a damaged ref)"
+    code, out, err = _run(["branch"], path)
+    assert code == 1 and "main" in out and "evil" in out and "damaged" in out, (out, err)
+    assert err.count("\n") == 1 and "ref refs/heads/evil" in err and want in err and "ckpt branch -d evil" in err
+    assert "pruned" not in err
+    code, out, _ = _run(["branch", "--json"], path)
+    rows = {r["branch"]: r for r in map(json.loads, out.splitlines())}
+    assert code == 1 and rows["main"]["tip"] == ids[2] and want in rows["evil"]["damaged"]
+    code, _, err = _run(["rev-parse", "evil"], path)
+    assert code == 1 and want in err and "pruned" not in err
+    assert _run(["branch", "-d", "evil"], path)[0] == 0
+    code, out, _ = _run(["branch"], path)
+    assert code == 0 and "evil" not in out
+    assert _run(["fsck"], path)[0] == 0

@@ -15,7 +15,7 @@ from crewckpt.format import objects as ob
 from crewckpt.history import head
 from crewckpt.history.commits import REBUILD, row_damage, row_differences, row_matches
 from crewckpt.history.limits import ObjectBound, ReadBudget
-from crewckpt.history.refnames import ref_fix
+from crewckpt.history.refnames import HEADS, ref_fix
 from crewckpt.history.snapshot import links_in
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def fsck(parts: StoreParts, *, full: bool = False, progress: Progress | None = N
     try:
         bound = ObjectBound(doing="check")  # every object is decoded under the read limit (never inflated past it)
         report, too_large = _fsck(parts, full, progress, bound)
-        extra = (_database_problems(parts, full) + _graph_problems(parts)
+        extra = (_database_problems(parts, full) + _graph_problems(parts) + reflog_problems(parts)
                  + (_shape_problems(parts, {**report.broken, **dict.fromkeys(too_large, "")}, bound) if full else []))
         return dataclasses.replace(report, problems=report.problems + extra) if extra else report
     except CorruptStore as e:
@@ -321,6 +321,30 @@ def _string_problem(objects: ObjectDB, oid: bytes) -> list[str]:
     except CkptError as e:
         return [f"string tree {oid.hex()}: {e}"]
     return []
+
+
+def reflog_problems(parts: StoreParts) -> list[str]:
+    """One problem per reflog value (of HEAD and of every ref) that cannot name a commit: not a 32-byte id,
+    or an object of another kind. An id that is not stored is no problem: reflogs outlive pruned commits."""
+    refs, b = parts.refs, parts.objects.backend
+    logs = {name: refs.reflog(name) for name in dict.fromkeys([head.HEAD, *refs.refs()])}
+    named = {t for log in logs.values() for e in log for t in (e.old, e.new) if t is not None}
+    stored = b.get_many([t for t in named if len(t) == ob.ID_BYTES])
+    problems: list[str] = []
+    for name, log in logs.items():
+        label = name[len(HEADS):] if name.startswith(HEADS) else name
+        bad: dict[int, str] = {}  # N of label@{N} -> what is wrong with the value it names
+        for i, e in enumerate(log):  # git's numbering: @{0} is the newest entry's new side
+            for n, t in ((len(log) - 1 - i, e.new), (len(log) - i, e.old)):
+                if t is None or n in bad:
+                    continue
+                if len(t) != ob.ID_BYTES:
+                    bad[n] = f"is malformed: it holds {len(t)} byte(s) ({t[:32].hex()}), not a commit id"
+                elif t in stored and stored[t].kind != ob.COMMIT:
+                    bad[n] = f"names {t.hex()}, a {_kind(stored[t].kind)}, not a commit"
+        problems.extend(f"reflog entry {label}@{{{n}}} {why}: the reflog is damaged (`ckpt reflog {label}` shows "
+                        f"it; revisions naming it are refused)" for n, why in sorted(bad.items()))
+    return problems
 
 
 def _kind(kind: int) -> str:

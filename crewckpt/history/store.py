@@ -691,7 +691,10 @@ class Store:
                                   f"{ob.ID_BYTES}-byte commit id; {refnames.ref_fix(name)}")
         if self.backend.index_get(t) is None:  # live commits are indexed: only then look at the object
             got = self.backend.get(t)
-            if got is not None and got.kind != ob.COMMIT:
+            if got is None:  # gc keeps what a ref names: a ref naming nothing was damaged, not pruned
+                raise UnknownRevision(f"ref {name} names {t.hex()[:12]}, which is not in the store (a damaged "
+                                      f"ref); {refnames.ref_fix(name)}")
+            if got.kind != ob.COMMIT:
                 kind = ob.KIND_NAMES.get(got.kind, b"object").decode()
                 raise UnknownRevision(f"ref {name} names {t.hex()}, a {kind}, not a commit: the ref is damaged; "
                                       f"{refnames.ref_fix(name)}")
@@ -708,7 +711,7 @@ class Store:
                 why = (f"HEAD was on fewer than {-r.reflog} other branch(es)" if name is None
                        else f"branch {name!r} no longer exists")
                 raise UnknownRevision(f"revision {r.text!r}: {why}; see `ckpt reflog HEAD`")
-            return t
+            return self._ref_commit(refnames.HEADS + (name or ""), t)
         if r.base in (head.HEAD, "@"):
             ref, label = head.HEAD, head.HEAD
         elif not r.base:
@@ -724,7 +727,7 @@ class Store:
         # (n-1)-th newest, so the oldest entry also answers for the value before it
         found = (log[-1].new if n == 0 else log[-n].old) if log and n <= len(log) else None
         if found is not None:
-            return found
+            return self._logged_commit(r.text, label, found)
         if not log and ref.startswith(refnames.HEADS) and self.backend.get_ref(ref) is None:
             if not r.base:
                 raise head.unborn(self.backend, r.text)
@@ -733,6 +736,26 @@ class Store:
         have = f"only {len(log)} reflog entries ({label}@{{0}} to {label}@{{{last}}})" if log else (
             "no reflog entries")
         raise UnknownRevision(f"revision {r.text!r}: {label} has {have}; see `ckpt reflog {label}`")
+
+    def _logged_commit(self, rev: str, label: str, t: bytes) -> bytes:
+        """What reflog entry ``rev`` of ``label`` names, when that can be a commit. A reflog may outlive the
+        commits it names (prune + gc), so an id that is not stored is "not in the store" either way; a
+        malformed id or another kind of object is a damaged entry. Raises UnknownRevision (one line)."""
+        fix = f"see `ckpt reflog {label}`; `ckpt fsck` lists damaged reflog entries"
+        if len(t) != ob.ID_BYTES:
+            raise UnknownRevision(f"reflog entry {rev} is malformed: it holds {len(t)} byte(s) ({t[:32].hex()}), "
+                                  f"not a {ob.ID_BYTES}-byte commit id; {fix}")
+        if self.backend.index_get(t) is not None:
+            return t
+        got = self.backend.get(t)
+        if got is None:
+            raise UnknownRevision(f"reflog entry {rev} names {t.hex()[:12]}, which is not in the store (pruned "
+                                  f"and collected by gc, or a damaged reflog); {fix}")
+        if got.kind != ob.COMMIT:
+            kind = ob.KIND_NAMES.get(got.kind, b"object").decode()
+            raise UnknownRevision(f"reflog entry {rev} names {t.hex()[:12]}, a {kind}, not a commit: the reflog "
+                                  f"is damaged; {fix}")
+        return t
 
     # -- history ---------------------------------------------------------------------------------------------
 
