@@ -188,7 +188,8 @@ class NotOurs(Exception):
     """The demo's store folder holds something else (the message says what to do)."""
 
 
-_FIX = "run with --store DIR for a fresh demo store elsewhere, or --reset to delete it"
+_FIX = ("pass --store NEW_DIR for a fresh demo store elsewhere, or delete that folder yourself (or pass --reset) "
+        "to run the demo there again")
 
 
 def store_record(store: Store) -> dict[str, Any]:
@@ -217,17 +218,20 @@ def _join(parts: list[str]) -> str:
 
 
 def _refs_phrase(refs: list[str]) -> str:
-    """"branch main", "branches a, b", "refs refs/runs/x, ..." (at most three names shown)."""
-    heads = all(r.startswith("refs/heads/") for r in refs)
-    names = [r.removeprefix("refs/heads/") if heads else r for r in refs]
-    kind = ("branch" if heads else "ref") + ("es" if heads and len(refs) > 1 else "s" if len(refs) > 1 else "")
+    """"branch main", "branches a, b", "run run-1a2b", "refs refs/x, ..." (at most three names shown)."""
+    for prefix, one, many in (("refs/heads/", "branch", "branches"), ("refs/runs/", "run", "runs")):
+        if all(r.startswith(prefix) for r in refs):
+            kind, names = (one if len(refs) == 1 else many), [r.removeprefix(prefix) for r in refs]
+            break
+    else:
+        kind, names = ("ref" if len(refs) == 1 else "refs"), refs
     return f"{kind} {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
 
 
 def beyond_demo(recorded: dict[str, Any], now: dict[str, Any]) -> str | None:
-    """How the store state ``now`` differs from what the demo ``recorded`` (both :func:`store_record`), as a
-    phrase such as "holds 3 checkpoints and 2 branches not written by the demo, and branch main moved";
-    None when they are the same."""
+    """How the store state ``now`` differs from what the demo ``recorded`` (both :func:`store_record`), as
+    one parenthesis: what was added, then what changed, e.g. "(3 checkpoints and 2 branches added; branch
+    main moved; 45 demo checkpoints removed)"; None when they are the same."""
     if recorded == now:
         return None
     old_refs, new_refs = recorded["refs"], now["refs"]
@@ -251,9 +255,7 @@ def beyond_demo(recorded: dict[str, Any], now: dict[str, Any]) -> str | None:
     if not (added or changed):  # refs moved away and back: only their reflogs show it
         extra = sum(now["reflog"].get(r, 0) - recorded["reflog"].get(r, 0) for r in new_refs)
         added = [_count(max(extra, 1), "reflog entry", "reflog entries")]
-    if added:
-        return f"holds {_join(added)} not written by the demo" + (f", and {_join(changed)}" if changed else "")
-    return f"changed after the demo wrote it: {_join(changed)}"
+    return "(" + "; ".join(([f"{_join(added)} added"] if added else []) + changed) + ")"
 
 
 def prepare_store(store_path: Path, reset: bool) -> str | None:
@@ -294,7 +296,8 @@ def prepare_store(store_path: Path, reset: bool) -> str | None:
                           f"(an older version, or killed); {_FIX}")
         differs = beyond_demo(recorded, now)
         if differs is not None:
-            raise NotOurs(f"demo: {store_path} {differs}; nothing was changed: {_FIX}")
+            raise NotOurs(f"demo: left {store_path} as it is: it changed since the demo wrote it {differs}, "
+                          f"so a rerun would lose that; {_FIX}")
     if store_path.is_dir():
         shutil.rmtree(store_path)
     else:

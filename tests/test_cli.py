@@ -159,7 +159,9 @@ def test_log_json_is_ndjson_with_full_ids(demo):
 
 def test_log_marks_pruned_history(demo):
     store = Store.open(demo.path)
-    store.prune("main", keep=2)
+    assert store.prune("main", keep=2) == []  # alt forks at main[1]: its history stays
+    store.prune("alt", keep=1)  # alt[0] goes: nothing live reaches main[0..1] any more
+    assert store.prune("main", keep=2) == demo.main[:2]
     store.gc()
     store.close()
     out = ok(ckpt(demo.path, "log", "main", "--oneline")).stdout.splitlines()

@@ -98,6 +98,7 @@ def test_stats_lists_branches_made_from_existing_commits(demo: DemoStore) -> Non
 
 
 def test_graph_marks_where_pruned_history_ends(demo: DemoStore) -> None:
+    ok(ckpt(demo.path, "prune", "--keep", "1", "--branch", "alt"))  # else alt's history keeps main[0..1]
     ok(ckpt(demo.path, "prune", "--keep", "2", "--branch", "main"))
     out = ok(ckpt(demo.path, "log", "--graph", "--all", "--oneline")).stdout
     assert "~ (pruned: history continues no further)" in out

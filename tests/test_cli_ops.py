@@ -142,25 +142,19 @@ def test_resume_calls_restore_and_kickoff(demo, monkeypatch):
 def test_prune_dry_run_lists_exactly_what_goes_and_changes_nothing(demo):
     out = ok(ckpt(demo.path, "prune", "--keep", "1", "--branch", "main", "--dry-run")).stdout.splitlines()
     would = [line.split()[2] for line in out if line.startswith("would prune")]
-    assert [
-        demo.main[0][: len(would[0])],
-        demo.main[1][: len(would[1])],
-        demo.main[2][: len(would[2])],
-    ] == would
-    assert out[-1] == "3 checkpoint(s) would be pruned (dry run: nothing changed)"
+    assert [demo.main[2][: len(would[0])]] == would  # main[0..1] stay: alt's history (alt forks at main[1])
+    assert out[-1] == "1 checkpoint(s) would be pruned (dry run: nothing changed)"
     assert len(ndjson(ok(ckpt(demo.path, "list", "--json")).stdout)) == 6
     result = orjson.loads(ok(ckpt(demo.path, "prune", "--keep", "1", "--dry-run", "--json")).stdout)
-    assert {(r["branch"], r["id"]) for r in result["commits"]} == {("main", c) for c in demo.main[:3]} | {
-        ("alt", demo.alt[0])
-    }
-    assert result["dry_run"] is True and result["pruned"] == 4
+    assert {(r["branch"], r["id"]) for r in result["commits"]} == {("main", demo.main[2]), ("alt", demo.alt[0])}
+    assert result["dry_run"] is True and result["pruned"] == 2
 
 
 def test_prune_then_gc_frees_space(demo):
-    result = orjson.loads(ok(ckpt(demo.path, "prune", "--keep", "2", "--branch", "main", "--json")).stdout)
-    assert [r["id"] for r in result["commits"]] == demo.main[:2] and result["dry_run"] is False
+    result = orjson.loads(ok(ckpt(demo.path, "prune", "--keep", "1", "--branch", "main", "--json")).stdout)
+    assert [r["id"] for r in result["commits"]] == demo.main[2:3] and result["dry_run"] is False
     live = {r["id"] for r in ndjson(ok(ckpt(demo.path, "list", "--json")).stdout)}
-    assert live == set(demo.main[2:] + demo.alt)
+    assert live == set(demo.main[:2] + demo.main[3:] + demo.alt)
     dry = ok(ckpt(demo.path, "gc", "--dry-run")).stdout
     assert " -> " not in dry and " now; gc would free " in dry  # no "after" size that is not a prediction
     would = orjson.loads(ok(ckpt(demo.path, "gc", "--dry-run", "--json")).stdout)
@@ -186,7 +180,7 @@ def test_prune_usage_errors(demo):
     ok(ckpt(demo.path, "prune", "--keep", "1"))
     nothing = ok(ckpt(demo.path, "--json", "prune", "--keep", "1"))  # nothing left to prune: still an answer
     assert orjson.loads(nothing.stdout) == {"pruned": 0, "dry_run": False, "commits": []}
-    assert orjson.loads(before)["pruned"] == 4
+    assert orjson.loads(before)["pruned"] == 2
 
 
 def test_fsck_ok_and_corruption(demo):
@@ -330,7 +324,7 @@ GC_KEYS = {
     "kept_until",
     "seconds",
 }
-FSCK_KEYS = {"ok", "full", "checked", "other_checked", "broken", "affected", "problems", "seconds"}
+FSCK_KEYS = {"ok", "full", "checked", "other_checked", "broken", "affected", "problems", "stale_rows", "seconds"}
 STATS_KEYS = {"objects", "commits", "logical_bytes", "body_bytes", "stored_bytes", "file_bytes", "dedup_ratio",
               "compression_ratio", "total_ratio", "branches"}  # fmt: skip
 CREWAI_RECORD_KEYS = {"checkpoint_id", "parent_id", "branch", "created_at", "trigger", "source", "kind", "size",
@@ -407,7 +401,7 @@ def test_gc_right_after_prune_says_what_the_grace_kept_and_when_it_can_go(demo, 
     from crewckpt.backends.sqlite import SqliteBackend
     monkeypatch.setattr(SqliteBackend, "capabilities",
                         dataclasses.replace(SqliteBackend.capabilities, gc_grace_s=60.0))
-    ok(ckpt(demo.path, "prune", "--keep", "2", "--branch", "main"))
+    ok(ckpt(demo.path, "prune", "--keep", "1", "--branch", "main"))
     started = _time.time()
     human = ok(ckpt(demo.path, "gc", "--dry-run")).stdout
     record = orjson.loads(ok(ckpt(demo.path, "gc", "--json")).stdout)

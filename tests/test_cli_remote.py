@@ -70,6 +70,37 @@ def _one_line(r: object, *needles: str) -> str:
     return lines[0]
 
 
+def test_a_plain_diverged_push_gives_gits_advice_and_no_publish_hint(tmp_path: Path) -> None:
+    """Two plain (non-CrewAI) clones both commit to main; the second push is rejected with git's way out
+    (pull then push again, a new branch, or --force) and no `ckpt publish` hint: a plain Store.commit's
+    anonymous ``w-...`` run ref is no run anyone publishes. A named run's lineage still gets the hint."""
+    origin, a, b = str(tmp_path / "origin"), str(tmp_path / "a"), str(tmp_path / "b")
+    with Store.init(origin) as o:
+        o.commit({"n": 0})
+    for dest in (a, b):
+        ok(ckpt(origin, "clone", origin, dest))
+    for path in (a, b):
+        with Store.open(path) as s:
+            s.commit({"n": path})
+    ok(ckpt(a, "push"))
+    for step in ("unknown", "fetched"):
+        r = ckpt(b, "push")
+        assert r.exit_code == 1, r.stderr
+        [line] = [x for x in r.stdout.splitlines() if "[rejected]" in x]
+        assert "publish" not in line, line
+        assert "--force" in line and "`ckpt branch NEW main` then `ckpt push origin NEW`" in line
+        if step == "unknown":
+            assert "(the remote has checkpoints you do not have" in line
+            assert line.index("`ckpt pull origin main` then push again") < line.index("--force")
+            ok(ckpt(b, "fetch"))
+        else:
+            assert "(not a fast-forward" in line
+    with Store.open(b) as s:
+        s.commit({"n": "named"}, run_id="nightly-1")
+    line = next(x for x in ckpt(b, "push").stdout.splitlines() if "[rejected]" in x)
+    assert "`ckpt publish origin` publishes refs/runs/nightly-1 under its own name" in line
+
+
 def test_remote_add_refuses_a_local_location_without_a_store_unless_no_check(tmp_path: Path) -> None:
     """A typo at `remote add` is caught there (not at the first fetch, which used to suggest `ckpt init` at
     the typo); --no-check records it anyway, and a fetch through it then says how to fix the config."""

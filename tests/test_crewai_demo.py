@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from crewckpt import Store
+from crewckpt.backends.base import writing
 
 pytestmark = pytest.mark.crewai
 
@@ -116,13 +117,43 @@ def test_demo_rerun_keeps_a_demo_store_the_user_added_to(tmp_path: Path, capsys:
     assert demo.main(["--store", str(path)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.splitlines() == [
-        f"demo: {path} holds 2 checkpoints, 2 branches and 1 run not written by the demo, and branch main moved; "
-        "nothing was changed: run with --store DIR for a fresh demo store elsewhere, or --reset to delete it"]
+        f"demo: left {path} as it is: it changed since the demo wrote it (2 checkpoints, 2 branches and 1 run "
+        f"added; branch main moved), so a rerun would lose that; {FIX}"]
     assert files(path) == before
     again = Store.open(path)
     assert {c.id for c in again.list()} == ids
     assert set(again.branches()) == {"main", "sea-otters", "main-from-4da8cdfc", "sea-otters-from-7939bab0"}
     again.close()
+
+
+FIX = ("pass --store NEW_DIR for a fresh demo store elsewhere, or delete that folder yourself (or pass --reset) to "
+       "run the demo there again")
+
+
+def test_demo_rerun_after_a_resume_and_a_prune_says_what_changed_in_one_sentence(tmp_path: Path) -> None:
+    """The user resumed in the demo store (a new branch and run) and pruned main: the refusal says what was
+    added and what went in one parenthesis, then the fix (it was a garbled "... not written by the demo, and
+    ref refs/runs/... deleted and 4 demo checkpoints removed; nothing was changed: ...")."""
+    demo, path = load_demo(), tmp_path / ".ckpt"
+    store = Store.init(path)
+    first = store.commit({"step": 1}, run_id="run-a")
+    for i in range(2, 6):
+        store.commit({"step": i}, branch="main", run_id="run-a")
+    store.commit({"step": 3}, branch="sea-otters", parents=[first], run_id="run-b")
+    demo.write_marker(path, demo.store_record(store))
+    store.commit({"step": 9}, branch="main-from-x", parents=["main~1"], run_id="run-u")
+    store.commit({"step": 10}, branch="main-from-x", run_id="run-u")
+    assert len(store.prune("main", keep=1)) == 4
+    with writing(store.backend) as w:  # as a prune that also drops a run's ref
+        w.set_ref_if_equals("refs/runs/run-b", w.get_ref("refs/runs/run-b"), None)
+    store.close()
+    before = files(path)
+    with pytest.raises(demo.NotOurs) as e:
+        demo.prepare_store(path, reset=False)
+    assert str(e.value) == (
+        f"demo: left {path} as it is: it changed since the demo wrote it (2 checkpoints, 1 branch and 1 run added; "
+        f"run run-b deleted; 4 demo checkpoints removed), so a rerun would lose that; {FIX}")
+    assert files(path) == before
 
 
 @pytest.mark.parametrize("change", ["branch", "deleted", "renamed", "none"])
@@ -142,7 +173,8 @@ def test_demo_rerun_replaces_only_exactly_its_own_store(tmp_path: Path, change: 
             f"demo: replaced an earlier demo run's store at {path} (3 checkpoints); --store DIR keeps runs apart"
         assert not path.exists()
         return
-    with pytest.raises(demo.NotOurs, match="not written by the demo|changed after the demo wrote it"):
+    with pytest.raises(demo.NotOurs, match=r"changed since the demo wrote it \((1 branch added|branch sea-otters "
+                                           r"deleted|1 branch added; branch main deleted)\)"):
         demo.prepare_store(path, reset=False)
     assert files(path) == before
     assert demo.prepare_store(path, reset=True) is not None and not path.exists()  # --reset still deletes it
@@ -153,6 +185,6 @@ def test_demo_rerun_keeps_a_store_whose_demo_run_did_not_record(tmp_path: Path) 
     fake_demo_store(demo, path).close()
     (path / demo.MARKER).write_text("Written by scripts/demo.py: running the demo again replaces this store.\n")
     before = files(path)
-    with pytest.raises(demo.NotOurs, match="did not record its checkpoints .*--reset to delete it"):
+    with pytest.raises(demo.NotOurs, match="did not record its checkpoints .*delete that folder yourself"):
         demo.prepare_store(path, reset=False)
     assert files(path) == before

@@ -15,7 +15,7 @@ import orjson
 import pytest
 from cli_helpers import ckpt, ndjson, ok
 
-from crewckpt.backends.base import Backend
+from crewckpt.backends.base import Backend, writing
 from crewckpt.backends.memory import MemoryBackend
 from crewckpt.backends.sqlite import SqliteBackend
 from crewckpt.errors import BranchInUse, UnknownRevision
@@ -146,6 +146,39 @@ def test_switch_create_rename_and_delete_follow_git(store: Store) -> None:
         store.resolve("@{-1}")
 
 
+def test_a_commit_without_a_branch_goes_on_the_current_branch_as_git_commit_does(tmp_path: Path) -> None:
+    """``Store.commit(doc)`` writes on HEAD's branch (it used to write on ``main`` whatever HEAD named, so
+    ``ckpt log`` did not show it); an explicit ``branch=`` still wins and leaves HEAD alone."""
+    path = tmp_path / ".ckpt"
+    with Store.init(path) as s:
+        m1 = s.commit({"n": 1})
+        s.switch("exp", create=True)
+    with Store.open(path) as s:
+        e1 = s.commit({"n": 2})
+        assert s.info(e1).branch == "exp" and s.info(e1).parents == (m1,)
+        assert s.branches() == {"exp": e1, "main": m1} and s.resolve("HEAD") == e1
+        assert s.reflog("HEAD")[-1].message == "commit: manual"
+        m2 = s.commit({"n": 3}, branch="main")  # explicit: main moves, HEAD stays on exp
+        assert s.current_branch() == "exp" and s.info(m2).parents == (m1,)
+    assert ok(ckpt(str(path), "log", "--oneline")).stdout.splitlines()[0].startswith(e1[:8] + " (HEAD -> exp)")
+    clone = tmp_path / "clone"
+    with Store.clone(str(path), clone) as c:  # the clone's HEAD is the source's current branch
+        assert c.current_branch() == "exp"
+        e2 = c.commit({"n": 4})
+        assert c.branches()["exp"] == e2 and c.branches()["main"] == m2 and c.info(e2).parents == (e1,)
+
+
+def test_a_commit_without_a_branch_on_an_unborn_head_creates_that_branch(store: Store) -> None:
+    """As git's first commit on an unborn branch: the branch HEAD names is created with a root commit."""
+    store.commit({"n": 0}, branch="other")
+    with writing(store.backend) as w:
+        w.set_symref("HEAD", "refs/heads/dev")  # what `ckpt init` of a store whose HEAD names dev would leave
+    assert store.current_branch() == "dev" and "dev" not in store.branches()
+    d1 = store.commit({"n": 1})
+    assert store.branches()["dev"] == d1 and store.info(d1).parents == () and store.info(d1).branch == "dev"
+    assert [e.new.hex() for e in store.reflog("HEAD") if e.new] == [d1]
+
+
 def _drop_stored_head(folder: Path) -> None:
     """Make ``folder``'s store look like one written before HEAD was stored (no symbolic ref, no HEAD log)."""
     with sqlite3.connect(folder / "store.db") as c:
@@ -163,7 +196,7 @@ def test_a_store_without_a_stored_head_opens_on_the_branch_of_its_last_commit(tm
     with Store.open(path) as s:
         assert s.current_branch() == "exp" and s.resolve("HEAD") == exp  # what HEAD meant before
         assert s.reflog("HEAD") == []
-        newer = s.commit({"n": 3})  # the first write stores HEAD: it no longer follows the last write
+        newer = s.commit({"n": 3}, branch="main")  # the first write stores HEAD: no longer the last write's
         assert s.current_branch() == "exp" and s.resolve("HEAD") == exp and s.branches()["main"] == newer
     with Store.open(path) as s:
         assert s.current_branch() == "exp"

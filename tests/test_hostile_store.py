@@ -59,35 +59,34 @@ def _run(args: list[str], store: Path) -> tuple[int, str, str]:
 
 # -- graph walks: cycles and self-parents --------------------------------------------------------------------
 
-def test_a_self_parent_in_the_index_is_a_one_line_integrity_error(chain: tuple[Path, list[str]]) -> None:
+def test_a_self_parent_in_the_index_is_not_followed_and_fsck_names_it(chain: tuple[Path, list[str]]) -> None:
+    """Walks follow the commit objects' parents (which cannot loop: an id hashes its parents' ids), so a
+    self-parent hand-made into the index row changes no answer; quick fsck names the edge and the row."""
     path, ids = chain
     _set_parents(path, ids[2], [ids[2]])
     with Store.open(path) as s:
-        with pytest.raises(IntegrityError, match="lists itself as its own parent") as e:
+        with pytest.raises(UnknownRevision, match="goes past the first checkpoint"):
             s.resolve("main~1000000000")
-        assert e.value.oid == ids[2]
-        with pytest.raises(IntegrityError, match=ids[2]):
-            list(s.log("main"))
-        with pytest.raises(IntegrityError):
-            s.merge_base("main", ids[0])
+        assert s.resolve("main~1") == ids[1]
+        assert [c.id for c in s.log("main")] == ids[::-1]
+        assert s.merge_base("main", ids[0]) == ids[0]
     code, _, err = _run(["rev-parse", "main~1000000000"], path)
-    assert code == 1 and err.count("\n") == 1 and "own parent" in err
+    assert code == 1 and err.count("\n") == 1 and "past the first checkpoint" in err
     with Store.open(path) as s:
-        assert f"commit {ids[2]} lists itself as its own parent" in s.fsck().problems
+        problems = s.fsck().problems
+    assert f"commit {ids[2]} lists itself as its own parent" in problems
+    assert any(ids[2] in p and "disagrees with its commit object (parents)" in p for p in problems)
 
 
-def test_a_parent_cycle_is_detected_by_every_walk(chain: tuple[Path, list[str]]) -> None:
+def test_a_parent_cycle_in_the_index_is_not_followed_and_fsck_names_it(chain: tuple[Path, list[str]]) -> None:
     path, ids = chain
-    _set_parents(path, ids[0], [ids[2]])  # root -> tip: 0 -> 2 -> 1 -> 0
+    _set_parents(path, ids[0], [ids[2]])  # in the index, root -> tip: 0 -> 2 -> 1 -> 0
     with Store.open(path) as s:
-        with pytest.raises(IntegrityError, match="parent cycle") as e:
-            list(s.log("main"))
-        assert e.value.oid == ids[0]
-        with pytest.raises(IntegrityError, match="parent cycle"):
+        assert [c.id for c in s.log("main")] == ids[::-1]
+        with pytest.raises(UnknownRevision, match="goes past the first checkpoint"):
             s.resolve("main~5")
-        with pytest.raises(IntegrityError, match="parent cycle"):
-            s.merge_base("main", "main")
-        # the TUI's model treats the looping edge as a missing parent: every path terminates
+        assert s.merge_base("main", "main") == ids[2]
+        # the TUI's model (listing rows) treats the looping edge as a missing parent: every path terminates
         hist = build_history(s.list(), s.branches())
         assert all(len(hist.path_to(c)) <= len(ids) for c in ids)
         assert any(ids[0] in p and "parent cycle" in p for p in s.fsck().problems)
@@ -646,3 +645,82 @@ def test_fsck_names_a_damaged_index_row_and_reads_say_so(chain: tuple[Path, list
     with Store.open(path) as s:
         assert s.fsck(full=True).ok
         assert [c.id for c in s.log()] == ids[::-1]
+
+
+# -- the commit index is an unhashed cache: consequences come from the verified commit objects ---------------
+
+@pytest.fixture
+def v123(tmp_path: Path) -> tuple[Path, list[str]]:
+    """The attacker's setup: three commits {"v": 1..3} on main of a SQLite store."""
+    s = Store.init(tmp_path / "t")
+    ids = [s.commit({"v": i}) for i in (1, 2, 3)]
+    s.close()
+    return tmp_path / "t", ids
+
+
+class TestTamperedIndexRow:
+    def test_revisions_read_and_walks_follow_the_commit_object_not_the_row(self, v123: tuple[Path, list[str]]
+                                                                          ) -> None:
+        path, ids = v123
+        with _db(path) as c:  # exactly the attack: the tip's row claims seq 1 is its parent
+            c.execute("update commits set parents=? where id=?", (bytes.fromhex(ids[0]), bytes.fromhex(ids[2])))
+        code, out, _ = _run(["show", "main~1"], path)
+        assert code == 0 and '"v": 2' in out and '"v": 1' not in out, out
+        with Store.open(path) as s:
+            assert s.read("main~1") == {"v": 2}
+            assert s.resolve("main~1") == s.resolve("main^") == s.resolve("main^1") == ids[1]
+            assert s.resolve("main~2") == ids[0]
+            assert [c.id for c in s.log("main")] == ids[::-1]
+            assert s.info("main").parents == (ids[1],)
+            assert s.merge_base("main", ids[1]) == ids[1]
+
+    def test_info_and_resume_take_meta_from_the_commit_object(self, v123: tuple[Path, list[str]]) -> None:
+        path, ids = v123
+        with _db(path) as c:
+            c.execute("""update commits set meta='{"flow_class":"evilmod.Evil"}' where seq=3""")
+        with Store.open(path) as s:
+            for rev in ("main", ids[2], ids[2][:12], "HEAD"):  # every resolution path, a full id included
+                assert s.info(rev).meta == {}, rev
+                assert s.info(rev).seq == 3 and s.info(rev).branch == "main"  # the index's own fields stay
+        code, out, err = _run(["info", "main"], path)
+        assert code == 0 and "evilmod" not in out + err
+
+    @pytest.mark.parametrize("column, value, field", [
+        ("parents", None, "parents"), ("meta", '{"flow_class": "evilmod.Evil"}', "meta"),
+        ("time_ns", 7, "time"), ("run_id", "run-evil", "run"), ("trig", "evil", "trigger"),
+        ("alias", "20261129T234227_0d859366", "alias"), ("tree", None, "tree")])
+    def test_every_copied_field_comes_from_the_object_and_quick_fsck_names_the_commit(
+            self, v123: tuple[Path, list[str]], column: str, value: Any, field: str) -> None:
+        path, ids = v123
+        with Store.open(path) as s:
+            before = s.info(ids[2])
+            other_tree = bytes.fromhex(s.info(ids[0]).tree)
+        with _db(path) as c:
+            v = {"parents": bytes.fromhex(ids[0]), "tree": other_tree}.get(column, value)
+            c.execute(f"update commits set {column}=? where id=?", (v, bytes.fromhex(ids[2])))
+        with Store.open(path) as s:
+            assert s.info(ids[2]) == before
+            assert s.read("main") == {"v": 3}
+            for full in (False, True):
+                rep = s.fsck(full=full)
+                assert not rep.ok and rep.affected_commits == [ids[2]], rep
+                assert rep.stale_rows == {ids[2]: f"disagrees with its commit object ({field})"}
+                assert len(rep.problems) == 1 and ids[2] in rep.problems[0] and "--rebuild-index" in rep.problems[0]
+        for args in (["fsck"], ["fsck", "--full"]):
+            code, out, _ = _run(args, path)
+            assert code == 1 and f"1 problem(s); affected commits: 1 ({ids[2][:12]})" in out, out
+        code, _, err = _run(["fsck", "--rebuild-index"], path)
+        assert code == 0, err
+        with Store.open(path) as s:
+            assert s.fsck().ok and s.info(ids[2]) == before
+
+    def test_a_disagreeing_row_is_logged_once_per_handle(self, v123: tuple[Path, list[str]],
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+        path, ids = v123
+        with _db(path) as c:
+            c.execute("update commits set run_id='x' where id=?", (bytes.fromhex(ids[1]),))
+        with Store.open(path) as s:
+            for _ in range(3):
+                assert [c.id for c in s.log()] == ids[::-1]
+        hits = [r.getMessage() for r in caplog.records if "disagrees" in r.getMessage()]
+        assert len(hits) == 1 and ids[1] in hits[0] and "(run)" in hits[0] and "--rebuild-index" in hits[0]

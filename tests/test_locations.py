@@ -198,6 +198,27 @@ def test_named_memory_stores_are_shared_by_name_in_one_process() -> None:
         assert c.location == "memory:never-made-2" and c.list() == []
 
 
+def test_the_cli_refuses_memory_stores_it_could_not_keep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ckpt init memory:t` said "Initialized" (exit 0) and the store was gone when the command exited."""
+    monkeypatch.chdir(tmp_path)
+    name = f"memory:cli-{tmp_path.name}"
+    why = "a memory store lives only inside one Python process"
+    for argv in (["init", name], ["init", "memory:"], ["--store", name, "init"], ["--store", "memory:", "log"]):
+        r = CliRunner().invoke(cli, argv)
+        assert r.exit_code == 2 and "Initialized" not in r.output, (argv, r.output)
+        assert why in r.output and "use a folder (e.g. .ckpt) or sqlite:PATH" in r.output, (argv, r.output)
+        assert len(r.output.strip().splitlines()) == 1, r.output
+    with pytest.raises(StoreNotFound):
+        Store.open(name)  # nothing was made
+    r = CliRunner().invoke(cli, ["--store", name, "log"])  # any other verb: says why it finds none
+    assert r.exit_code == 1 and f"no in-memory store named 'cli-{tmp_path.name}': {why}" in r.output, r.output
+    assert "Store.init" not in r.output
+    assert list(tmp_path.iterdir()) == []
+    with Store.init(name) as made:  # in this very process (click's runner) a named one is found as before
+        made.commit({"n": 1}, branch="main")
+        assert CliRunner().invoke(cli, ["--store", name, "log", "--oneline"]).exit_code == 0
+
+
 def test_anonymous_memory_stores_are_new_at_each_open() -> None:
     a, b = Store.open("memory:"), Store.memory()
     a.commit({"x": 1})

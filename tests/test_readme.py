@@ -36,3 +36,20 @@ def test_readme_python_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.chdir(tmp_path)
     exec(compile(block, "README example", "exec"), {})  # noqa: S102  (the README's own example)
     assert (tmp_path / ".ckpt" / "store.db").exists()
+
+
+def test_readme_says_sqlite_path_is_the_store_folder(tmp_path: Path) -> None:
+    """A new user read `sqlite:PATH` as a database file; `ckpt init sqlite:/tmp/x.db` makes a folder."""
+    from crewckpt import Store
+
+    text = " ".join(README.split())
+    assert "PATH names the store's folder, not a database file: `sqlite:/tmp/x.db` is a folder `x.db/` holding " \
+           "`store.db`" in text
+    Store.init(f"sqlite:{tmp_path / 'x.db'}").close()
+    assert (tmp_path / "x.db").is_dir() and (tmp_path / "x.db" / "store.db").is_file()
+
+
+def test_readme_says_where_a_resumed_run_goes_and_that_python_keeps_head() -> None:
+    text = " ".join(README.split())
+    assert "**Where a resumed run's checkpoints go**" in text
+    assert "`ckpt resume` prints the branch" in text and "a Python restore never moves HEAD" in text

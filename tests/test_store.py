@@ -407,3 +407,18 @@ def test_gc_waits_for_a_short_lock_holder(tmp_path: Path) -> None:
     report = other.gc(wait_s=10)  # waits instead of failing with GcBusy
     t.join()
     assert report.live_objects > 0 and other.fsck().ok
+
+
+def test_prune_of_one_branch_keeps_the_history_other_branches_reach(tmp_path: Path) -> None:
+    """`ckpt prune --branch main --keep 5` on the demo store cut `sea-otters` off its fork point (a new user's
+    finding): prune of one branch never removes what another branch's history needs."""
+    with Store.init(tmp_path / "s") as s:
+        main = [s.commit({"i": i}) for i in range(6)]
+        fork = s.commit({"f": 1}, branch="fork", parents=[main[2]])
+        s.commit({"f": 2}, branch="fork")
+        s.create_branch("pin", main[1])  # a branch with no commits of its own, at an old main commit
+        gone = s.prune("main", keep=1)
+        assert gone == [main[3], main[4]]  # main[0..2]: fork's and pin's history
+        assert [c.id for c in s.log("fork")][-4:] == [fork, main[2], main[1], main[0]]
+        assert [c.id for c in s.log("pin")] == [main[1], main[0]]
+        assert s.prune("main", keep=1) == [] and s.fsck().ok

@@ -253,6 +253,24 @@ def test_fork_confirmation_panel_returns_the_plan(store: Store, monkeypatch):
     assert plan.inputs == {"topic": "sea otters", "n": 3} and plan.task_outputs == {(0, 0): "New findings"}
 
 
+def test_resume_of_another_branchs_only_tip_says_it_continues_that_branch(store: Store, monkeypatch):
+    """`ckpt fork main~2` makes fork/ID at a commit of main: resuming it continues fork/ID (restore's rule),
+    and the panel said "new branch main-from-ID"."""
+    ids = store.ids
+    store.create_branch(f"fork/{ids['m2'][:8]}", ids["m2"])
+    monkeypatch.setattr(app_mod, "crewai_available", lambda: True)
+
+    async def body(app, pilot):
+        app.reveal(ids["m2"])
+        await settle(pilot)
+        await pilot.press("e")
+        await pilot.pause()
+        text = text_of(app.screen, "#confirm-body")
+        assert f"New checkpoints continue branch fork/{ids['m2'][:8]}." in text and "main-from" not in text
+
+    drive(store, body)
+
+
 def test_resume_confirmation_and_crewai_missing(store: Store, monkeypatch):
     ids = store.ids
     notes = []

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_option, obj, paged, try_resolve
 from crewckpt.cli.fmt import entity_summary, local_time, short_ids, summary_fields
+from crewckpt.errors import CkptError
+from crewckpt.history import refnames
 
 if TYPE_CHECKING:
     from crewckpt.history.store import Store
@@ -41,7 +43,7 @@ def branch(
         raise UsageProblem("use one of: ckpt branch NAME [REV], ckpt branch -d NAME, ckpt branch -m OLD NEW")
     store = app.store()
     if delete is not None:
-        tip = store.resolve(delete) if delete in store.branches() else None
+        tip = store.branches().get(delete)  # as stored: a damaged ref (naming no commit) can be deleted too
         store.delete_branch(delete)
         if as_json:
             emit_json({"deleted": delete, "tip": tip})
@@ -78,18 +80,25 @@ def _list_branches(store: Store, as_json: bool) -> None:
     app = obj()
     branches = store.branches()
     current = current_branch(store)
-    infos = {name: store.info(tip) for name, tip in branches.items()}
+    infos: dict[str, Any] = {}
+    damaged: dict[str, str] = {}  # a ref naming no commit (hand-edited store): listed as such, with its fix
+    for name in branches:
+        try:
+            infos[name] = store.info(refnames.HEADS + name)
+        except CkptError as e:
+            damaged[name] = str(e)
     if as_json:
         emit_ndjson(
             {
                 "branch": name,
                 "tip": tip,
-                "time_ns": infos[name].time_ns,
-                "summary": infos[name].to_json()["summary"],
+                **({"damaged": damaged[name]} if name in damaged else {
+                    "time_ns": infos[name].time_ns, "summary": infos[name].to_json()["summary"]}),
                 "head": name == current,
             }
             for name, tip in sorted(branches.items())
         )
+        _damaged_exit(damaged)
         return
     if not branches:
         click.echo("no branches yet: commit a checkpoint first", err=True)
@@ -103,10 +112,21 @@ def _list_branches(store: Store, as_json: bool) -> None:
                 (f"{mark} ", "green"),
                 (name.ljust(width) + "  ", "green" if name == current else "cyan"),
                 (shorts[tip] + "  ", "yellow"),
-                (local_time(infos[name].time_ns) + "  ", "dim"),
-                (entity_summary(summary_fields(infos[name])), None),
+                *([("damaged: it names no commit", "red")] if name in damaged else [
+                    (local_time(infos[name].time_ns) + "  ", "dim"),
+                    (entity_summary(summary_fields(infos[name])), None),
+                ]),
             ]
         )
+    _damaged_exit(damaged)
+
+
+def _damaged_exit(damaged: dict[str, str]) -> None:
+    """After the listing: one stderr line per damaged branch (the ref's problem and fix), exit status 1."""
+    for why in damaged.values():
+        click.echo(f"ckpt: error: {why}", err=True)
+    if damaged:
+        click.get_current_context().exit(1)
 
 
 @click.command()

@@ -15,6 +15,7 @@ from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_opti
 from crewckpt.cli.fmt import entity_summary, safe_text, summary_fields_of
 from crewckpt.errors import INSTALL_HINT, CkptError, CrewAIMissing
 from crewckpt.errors import require_crewai as _require
+from crewckpt.history import jsontext
 
 
 def require_crewai(verb: str) -> None:
@@ -44,9 +45,11 @@ def resume(rev: str, inputs_text: str | None, branch: str | None, flow_class: st
     """Restore the crew, flow or agent that checkpoint REV records and run it to the end.
 
     Completed tasks (crews) and completed methods (flows) are skipped. A crew runs with the kickoff inputs
-    the checkpoint records unless --inputs gives others. New checkpoints follow REV (REV's
-    branch when REV is its tip, else a new branch; --branch NAME to choose). Needs the crewai extra
-    (pip install 'crewckpt[crewai]'); the LLMs are rebuilt from their stored type.
+    the checkpoint records unless --inputs gives others. New checkpoints go on the branch REV names
+    when REV is its tip (`ckpt resume fork/x`), else on the one branch whose tip REV is, else on a new
+    branch BRANCH-from-ID (printed; the run's branch becomes the current branch); --branch NAME to
+    choose. Needs the crewai extra (pip install 'crewckpt[crewai]'); the LLMs are rebuilt from their
+    stored type.
 
     A checkpoint is data: the Flow class a flow checkpoint records is imported only with --flow-class,
     CREWAI_DESERIALIZE_CALLBACKS=1, or your yes at the prompt on a terminal.
@@ -65,6 +68,7 @@ def resume(rev: str, inputs_text: str | None, branch: str | None, flow_class: st
     require_crewai("resume")
     try:
         from crewckpt.crewai import restore
+        from crewckpt.crewai.hooks import resuming
     except ImportError as exc:
         raise CrewAIMissing(
             f"`ckpt resume` cannot load crewckpt's CrewAI integration ({exc}); reinstall with: {INSTALL_HINT}"
@@ -83,7 +87,8 @@ def resume(rev: str, inputs_text: str | None, branch: str | None, flow_class: st
         except (CkptError, ValueError) as exc:
             raise CkptError(f"cannot restore {rev} ({full[:12]}): {_restore_problem(exc)}") from None
         try:
-            entity = restore(full, store=store, cls=cls, fork=branch or False)
+            with resuming(rev, full):  # restores the id resolved above; the branch rule sees REV's name
+                entity = restore(full, store=store, cls=cls, fork=branch or False)
         except ValueError as exc:
             raise CkptError(f"cannot restore {rev} ({full[:12]}): {_restore_problem(exc)}") from None
         run = run_restored(entity, inputs)
@@ -108,7 +113,7 @@ def resume(rev: str, inputs_text: str | None, branch: str | None, flow_class: st
                f"on branch {record['branch']}" + (" (now the current branch)" if switched else ""))
     if record["output"] is not None:
         click.echo(
-            record["output"] if isinstance(record["output"], str) else orjson.dumps(record["output"]).decode()
+            record["output"] if isinstance(record["output"], str) else jsontext.dumps(record["output"])
         )
 
 
@@ -283,7 +288,7 @@ def info_crewai_path(path: str, as_json: bool) -> None:
             ("  branch", latest.branch),
             ("  created", _ts(latest.created_at) + " UTC"),
             ("  crewai", str(record["latest"].get("crewai_version") or "-")),
-            ("  inputs", orjson.dumps(record["latest"].get("inputs") or {}).decode()),
+            ("  inputs", jsontext.dumps(record["latest"].get("inputs") or {})),
             ("  entities", entity_summary(summary_fields_of(summary)) if summary else "-"),
             ("  events", str(summary.event_count) if summary else "-"),
             ("  trigger", _trigger(checkpoint) or "manual"),

@@ -8,11 +8,20 @@ from collections.abc import Iterable
 from typing import Any
 
 import click
-import orjson
 
-from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_option, obj, paged, try_resolve
+from crewckpt.cli.context import (
+    UsageProblem,
+    emit_json,
+    emit_ndjson,
+    json_option,
+    memory_problem,
+    obj,
+    paged,
+    try_resolve,
+)
 from crewckpt.cli.fmt import commit_json, entity_summary, local_time, safe_text, short_ids, summary_fields
 from crewckpt.errors import UnknownRevision
+from crewckpt.history import jsontext
 from crewckpt.views.document import crew_summary
 
 _TAG_STYLE = {
@@ -44,10 +53,13 @@ def init(path: str | None, shared: bool, as_json: bool) -> None:
       ckpt init                 # ./.ckpt
       ckpt init ~/runs/.ckpt    # then: export CKPT_STORE=~/runs/.ckpt
     """
-    from crewckpt.errors import StoreExists
+    from crewckpt.errors import BadLocation, StoreExists
     from crewckpt.history.store import Store
 
     path = path or obj().store_path or ".ckpt"
+    memory = memory_problem(path)
+    if memory is not None:  # it would be gone when this command exits
+        raise BadLocation(memory)
     try:
         store = Store.init(path, private=not shared)
     except StoreExists:
@@ -335,7 +347,7 @@ def info(rev: str, as_json: bool) -> None:
         ("size", f"{_kb(summary['logical_bytes'])} as JSON"),
     ]
     for key, value in (record["meta"] or {}).items():
-        rows.append((f"meta.{key}", orjson.dumps(value).decode() if not isinstance(value, str) else value))
+        rows.append((f"meta.{key}", jsontext.dumps(value) if not isinstance(value, str) else value))
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         app.styled([(f"{key:<{width}}  ", "bold"), (str(value), "yellow" if key == "commit" else None)])
@@ -433,7 +445,7 @@ def show(rev: str, json_path: str | None, raw: bool, as_json: bool) -> None:
     doc, full = _load_doc(rev)  # a revision, or a CrewAI JSON checkpoint file
     value = get_path(doc, json_path) if json_path else doc
     if as_json:
-        click.echo(orjson.dumps(value).decode())
+        click.echo(jsontext.dumps(value))
         return
     if raw:
         sys.stdout.write(_crewai_text(value, full) + ("\n" if sys.stdout.isatty() else ""))
@@ -441,7 +453,7 @@ def show(rev: str, json_path: str | None, raw: bool, as_json: bool) -> None:
     if isinstance(value, str) and json_path:
         click.echo(safe_text(value, multiline=True))
         return
-    text = orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+    text = jsontext.dumps(value, indent=True)
     if app.color and len(text) < 200_000:  # rich's highlighter is slow beyond that: plain is better
         from rich.syntax import Syntax
 

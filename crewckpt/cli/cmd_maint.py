@@ -170,6 +170,7 @@ def fsck(full: bool, rebuild: bool, as_json: bool) -> None:
         "broken": report.broken,
         "affected": report.affected,
         "problems": list(report.problems),
+        "stale_rows": report.stale_rows,
         "seconds": round(time.perf_counter() - start, 3),
     }
     if rebuilt is not None:
@@ -184,7 +185,8 @@ def fsck(full: bool, rebuild: bool, as_json: bool) -> None:
         if len(report.affected) > 20:
             app.line(f"... and {len(report.affected) - 20} more damaged checkpoint(s) (--json lists all)", "red")
         verdict = (
-            "ok" if report.ok else f"{len(problems)} problem(s); affected commits: {len(report.affected)}"
+            "ok" if report.ok else f"{len(problems)} problem(s); affected commits: {len(report.affected_commits)}"
+            + _named(report.affected_commits)
         )
         other = f" (+ {report.other_checked} outside them)" if full else ""
         app.line(
@@ -194,6 +196,14 @@ def fsck(full: bool, rebuild: bool, as_json: bool) -> None:
         )
     if not report.ok:
         raise click.exceptions.Exit(1)
+
+
+def _named(cids: list[str], most: int = 5) -> str:
+    """`` (ID, ID, ...)``: the short ids of the first ``most`` affected commits, or "" for none."""
+    if not cids:
+        return ""
+    more = f", +{len(cids) - most} more" if len(cids) > most else ""
+    return f" ({', '.join(c[:12] for c in cids[:most])}{more})"
 
 
 def _needed_by(oid: str, affected: dict[str, list[str]]) -> str:

@@ -23,9 +23,9 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import click
-import orjson
 
 from crewckpt.cli.fmt import safe_text, terminal_safe
+from crewckpt.history import jsontext
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -35,6 +35,31 @@ if TYPE_CHECKING:
 
 class UsageProblem(click.UsageError):
     """A bad argument value found after parsing (bad branch name, bad JSON path...): exit status 2."""
+
+
+def memory_problem(location: str | os.PathLike[str] | None, *, missing: bool = False,
+                   anonymous_only: bool = False) -> str | None:
+    """Why the CLI cannot use ``location`` when it is a ``memory:`` store, else None (one line, with the fix).
+
+    A memory store lives inside one Python process: each `ckpt` command is a new process, so a store it
+    creates is gone when it exits, and a ``memory:NAME`` a program made is not visible to it (only code in
+    the same process, e.g. click's test runner, shares one). ``missing``: say that no such store was found;
+    ``anonymous_only``: None for ``memory:NAME`` (only ``memory:``, a new empty store at each open).
+    """
+    from crewckpt.backends import registry
+    from crewckpt.errors import BadLocation
+
+    if location is None:
+        return None
+    try:
+        loc = registry.parse(location)
+    except BadLocation:
+        return None
+    if loc.scheme != "memory" or (anonymous_only and loc.target):
+        return None
+    what = f"no in-memory store named {loc.target!r}: " if missing else ""
+    return (f"{loc.text}: {what}a memory store lives only inside one Python process, so a `ckpt` command (a "
+            f"process of its own) can neither keep nor find one; use a folder (e.g. .ckpt) or sqlite:PATH")
 
 
 class AppContext:
@@ -61,14 +86,20 @@ class AppContext:
         """
         if self._store is None:
             from crewckpt.backends import registry
-            from crewckpt.errors import StoreNotFound
+            from crewckpt.errors import BadLocation, StoreNotFound
             from crewckpt.history.store import DEFAULT_DIR, Store
             from crewckpt.views.document import CREWAI
 
+            named = registry.named(self.store_path)
+            memory = memory_problem(named, anonymous_only=True)  # memory: alone: a new empty store at each open
+            if memory is not None:
+                raise BadLocation(memory)
             try:  # the CrewAI profile: what `ckpt import` and an index rebuild record
                 self._store = Store.open(self.store_path, profile=CREWAI)
             except StoreNotFound as exc:
-                named = registry.named(self.store_path)
+                memory = memory_problem(named, missing=True)
+                if memory is not None:
+                    raise StoreNotFound(memory) from None
                 hint = crewai_store_hint(named)
                 if hint is not None:
                     raise StoreNotFound(hint) from None
@@ -333,14 +364,14 @@ def obj() -> AppContext:
 def emit_json(value: Any, file: Any = None) -> None:
     """Write one JSON value on one line (the NDJSON record of a list, or a command's whole answer) to
     ``file`` (default: stdout)."""
-    click.echo(orjson.dumps(value, default=_json_default).decode(), file=file)
+    click.echo(jsontext.dumps(value, default=_json_default), file=file)
 
 
 def emit_ndjson(values: Iterable[Any]) -> None:
     """Write each value as one line of JSON (NDJSON), streaming."""
     write = sys.stdout.write
     for value in values:
-        write(orjson.dumps(value, default=_json_default).decode() + "\n")
+        write(jsontext.dumps(value, default=_json_default) + "\n")
     sys.stdout.flush()
 
 

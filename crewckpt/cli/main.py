@@ -111,10 +111,10 @@ class CkptGroup(click.Group):
             if app is not None and app.debug is False and code == 1 and not _is_ckpt_error(exc):
                 message += " (run with --debug for the traceback)"
             if app is not None and app.json:
-                import orjson
+                from crewckpt.history import jsontext
 
                 payload = {"error": {"type": type(exc).__name__, "message": message, "exit_code": code}}
-                click.echo(orjson.dumps(payload).decode(), err=True)
+                click.echo(jsontext.dumps(payload), err=True)
             else:
                 click.echo(f"ckpt: error: {safe_text(message)}", err=True)
             ctx.exit(code)
@@ -161,10 +161,10 @@ def _report_click_error(exc: click.ClickException, json_asked: bool) -> None:
         message = f"{message.rstrip('.')}; see `{ctx.command_path if ctx is not None else 'ckpt'} --help`"
     app = ctx.find_object(AppContext) if ctx is not None else None
     if (app is not None and app.json) or json_asked:
-        import orjson
+        from crewckpt.history import jsontext
 
         payload = {"error": {"type": type(exc).__name__, "message": message, "exit_code": exc.exit_code}}
-        click.echo(orjson.dumps(payload).decode(), err=True)
+        click.echo(jsontext.dumps(payload), err=True)
     else:
         click.echo(f"ckpt: error: {safe_text(message)}", err=True)
 

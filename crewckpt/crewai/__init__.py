@@ -25,7 +25,7 @@ import os
 from typing import Any
 
 from crewckpt.crewai.config import DEFAULT_LOCATION, CheckpointConfig, CrewckptProvider
-from crewckpt.crewai.hooks import install
+from crewckpt.crewai.hooks import install, resuming
 from crewckpt.crewai.run import entity_class
 from crewckpt.crewai.snapshot import UnserializableFieldWarning
 from crewckpt.crewai.writer import EMIT_LOCK, flush_views, open_store, write_checkpoint
@@ -60,8 +60,10 @@ def restore(rev: str = "HEAD", *, store: Any = None, cls: Any = None, fork: bool
             (``$CKPT_STORE`` or the nearest ``.ckpt``).
         cls: class to restore into (e.g. your Flow subclass, whose methods the checkpoint cannot carry);
             default: Crew, Flow or Agent after the checkpoint's first entity.
-        fork: False to continue the checkpoint's branch; True or a branch name to fork (CrewAI's
-            ``fork(config, branch)``; True generates ``fork/<id[:12]>_<6 hex>``).
+        fork: False to continue: new checkpoints go on the branch ``rev`` names when it is that branch's
+            tip, else on the one branch whose tip it is, else on ``<branch>-from-<id[:8]>``
+            (:func:`crewckpt.history.lineage.resume_branch`; HEAD never moves); True or a branch name to
+            fork (CrewAI's ``fork(config, branch)``; True generates ``fork/<id[:12]>_<6 hex>``).
         kwargs: passed to ``cls.from_checkpoint`` (e.g. ``definition=`` for declarative flows).
     Returns:
         The restored Crew, Flow or Agent; it keeps checkpointing to ``store`` with this checkpoint as parent.
@@ -72,12 +74,15 @@ def restore(rev: str = "HEAD", *, store: Any = None, cls: Any = None, fork: bool
             ``CREWAI_DESERIALIZE_CALLBACKS`` is not set (CrewAI's rule).
     """
     path = _store_path(store)
+    opened = open_store(path)
+    full = opened.resolve(rev)  # once: the class and the restored state come from the same commit
     if cls is None:
-        cls = entity_class(open_store(path).read(rev))
-    config = CheckpointConfig(location=path, restore_from=rev)
-    if fork is not False:
-        return cls.fork(config, branch=None if fork is True else fork, **kwargs)
-    return cls.from_checkpoint(config, **kwargs)
+        cls = entity_class(opened.read(full))
+    config = CheckpointConfig(location=path, restore_from=full)
+    with resuming(rev, full):  # the branch rule still sees the name given (lineage.resume_branch)
+        if fork is not False:
+            return cls.fork(config, branch=None if fork is True else fork, **kwargs)
+        return cls.from_checkpoint(config, **kwargs)
 
 
 def checkpoint(state: Any = None, location: str | os.PathLike[str] = DEFAULT_LOCATION, *,

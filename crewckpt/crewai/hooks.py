@@ -20,19 +20,23 @@ crewckpt wraps four functions (each wrapper calls the original for everything th
   the stored crewckpt config when it has none, so the restored flow keeps checkpointing (as a Crew does).
 
 Signals: with telemetry off CrewAI never emits its SIGTERM/SIGINT/... events, so a config listing signals
-installs handlers (main thread only) that emit CrewAI's signal event, checkpoint, then hand the signal to the
-handler that was there before (default action included: SIGTERM still terminates).
+installs handlers (main thread only) that have a thread of crewckpt's emit CrewAI's signal event (checkpoint),
+then hand the signal to the handler that was there before (default action included: SIGTERM still
+terminates); the handler itself takes no lock (:mod:`crewckpt.crewai.signals`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import logging
 import os
 import threading
 import time
 import uuid
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from crewai.events.event_bus import CrewAIEventsBus, crewai_event_bus, is_replaying
@@ -59,9 +63,10 @@ from crewckpt.crewai.config import (
     split_location,
 )
 from crewckpt.crewai.run import remember_flow_class
-from crewckpt.crewai.signals import SIGNAL_EVENTS, drain_signals, pending_signals, repeat_signal
+from crewckpt.crewai.signals import SIGNAL_EVENTS, repeat_signal
 from crewckpt.crewai.snapshot import IdWeakMap, existing_builder
 from crewckpt.crewai.writer import EMIT_LOCK, open_store, run_id_for, write_checkpoint
+from crewckpt.history.lineage import resume_branch
 
 logger = logging.getLogger("crewckpt.crewai")
 
@@ -72,6 +77,10 @@ _orig: dict[str, Any] = {}
 
 # states restored from a store -> that store's path (fork checks branch names against it)
 _state_store = IdWeakMap()
+# (commit id, revision the user gave): a caller that resolved a revision itself restores the id (pinned,
+# so a branch moving meanwhile cannot change what is restored) and keeps the name for the branch rule
+_resumed_as: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("crewckpt_resumed_as",
+                                                                                     default=None)
 
 
 # -- the write hook -----------------------------------------------------------------------------------------
@@ -115,8 +124,6 @@ def _prepare_event(self: CrewAIEventsBus, source: Any, event: Any) -> None:
             _compact_at_run_end(source, state)
         if event.type in publish.RUN_END_EVENTS:
             _push_at_run_end(source, state)
-    if pending_signals() and threading.current_thread() is threading.main_thread():
-        drain_signals()
 
 
 def _push_at_run_end(source: Any, state: RuntimeState) -> None:
@@ -368,8 +375,11 @@ def restore_state(cls: type[RuntimeState], config: Any, path: str, rev: str, **k
         state._checkpoint_id = commit_id
         state._parent_id = commit_id
         info = store.info(commit_id)
-        if info.branch and target == registry.identity(path):
-            state._branch = info.branch  # the branch it is on here (an import may have renamed it)
+        if target == registry.identity(path):
+            pinned = _resumed_as.get()
+            named = pinned[1] if pinned is not None and pinned[0] == commit_id else rev
+            # the branch it continues here (lineage.resume_branch; an import may have renamed it)
+            state._branch = resume_branch(store, named, commit_id) or state._branch
         _state_store.set(state, target)
         remember_flow_class(state, info.meta)
         if isinstance(config, CheckpointConfig):
@@ -382,6 +392,22 @@ def restore_state(cls: type[RuntimeState], config: Any, path: str, rev: str, **k
         location=location, provider="CrewckptProvider", checkpoint_id=commit_id, branch=state._branch,
         parent_id=state._parent_id, duration_ms=(time.perf_counter() - start) * 1000.0))
     return state
+
+
+@contextlib.contextmanager
+def resuming(rev: str, commit_id: str) -> Iterator[None]:
+    """While active, restoring ``commit_id`` (64 hex) applies the branch rule to ``rev``, the revision it
+    was resolved from (:func:`crewckpt.history.lineage.resume_branch`): ``ckpt resume fork/x`` restores
+    the id it resolved and still continues ``fork/x`` when several branches share that tip."""
+    outer = _resumed_as.get()
+    if outer is not None and outer[0] == commit_id:  # an outer caller's name for the same commit wins
+        yield
+        return
+    token = _resumed_as.set((commit_id, rev))
+    try:
+        yield
+    finally:
+        _resumed_as.reset(token)
 
 
 def _adopt_stored_settings(config: CheckpointConfig, state: RuntimeState, target: str) -> None:

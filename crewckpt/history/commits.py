@@ -186,11 +186,25 @@ def to_row(cid: bytes, c: ob.Commit, branch: str, seq: int, summary: dict[str, A
                     encode_summary(summary), c.alias, c.meta_json)
 
 
+_COPIED = ("parents", "tree", "time_ns", "run_id", "trigger", "meta_json", "alias")
+"""The index row fields that copy the commit object's (the rest, branch, seq and summary, are local)."""
+
+
+def _object_fields(c: ob.Commit) -> tuple[Any, ...]:
+    return c.parents, c.tree.oid, c.time_ns, c.run_id, c.trigger, c.meta_json, c.alias
+
+
 def row_matches(row: IndexRow, c: ob.Commit) -> bool:
     """Whether an index row's copies of the commit object's own fields agree with the object (the local
     fields, branch, seq and summary, are the index's own and not compared)."""
-    return (row.time_ns, row.run_id, row.trigger, row.parents, row.tree, row.alias, row.meta_json) == (
-        c.time_ns, c.run_id, c.trigger, c.parents, c.tree.oid, c.alias, c.meta_json)
+    return tuple(getattr(row, f) for f in _COPIED) == _object_fields(c)
+
+
+def row_differences(row: IndexRow, c: ob.Commit) -> list[str]:
+    """Names of the copied fields (``parents``, ``tree``, ``time``, ``run``, ``trigger``, ``meta``,
+    ``alias``) where index row ``row`` disagrees with its commit object ``c``; empty when it agrees."""
+    return [f.removesuffix("_ns").removesuffix("_id").removesuffix("_json")
+            for f, mine in zip(_COPIED, _object_fields(c)) if getattr(row, f) != mine]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -213,10 +213,10 @@ def json_bytes(value: Any) -> int:
     """Bytes of ``value`` as compact UTF-8 JSON."""
     try:
         return len(orjson.dumps(value))
-    except TypeError:  # ints beyond 64 bits or other values orjson refuses
+    except TypeError:  # ints beyond 64 bits, lone surrogates (3 bytes each, as stored) or other values orjson refuses
         import json
 
-        return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+        return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass"))
 
 
 def preview(value: Any) -> Any:

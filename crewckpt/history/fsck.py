@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 from crewckpt.errors import CkptError, CorruptStore, DocumentTooLarge, IntegrityError, MissingObject
 from crewckpt.format import objects as ob
 from crewckpt.history import head
-from crewckpt.history.commits import REBUILD, row_damage, row_matches
+from crewckpt.history.commits import REBUILD, row_damage, row_differences, row_matches
 from crewckpt.history.limits import ObjectBound, ReadBudget
-from crewckpt.history.refnames import ref_fix
+from crewckpt.history.refnames import HEADS, ref_fix
 from crewckpt.history.snapshot import links_in
 
 if TYPE_CHECKING:
@@ -31,13 +31,22 @@ class FsckReport:
     the same count quick and full (quick re-hashes commits and trees and checks blobs exist; full re-hashes
     all of them); ``problems``: other findings (index rows that disagree with their commit object, refs to
     missing commits); ``other_checked``: objects outside that graph (packs, dictionaries, what pruned
-    commits left for gc) that ``full`` also re-hashed, 0 for quick. All ids are 64-hex."""
+    commits left for gc) that ``full`` also re-hashed, 0 for quick; ``stale_rows``: live commit id -> what
+    is wrong with its commit-index row (damaged, or disagreeing with the commit object; each is also one of
+    ``problems``; the fix is ``ckpt fsck --rebuild-index``). All ids are 64-hex."""
 
     broken: dict[str, str]
     affected: dict[str, list[str]]
     checked: int
     problems: list[str]
     other_checked: int = 0
+    stale_rows: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def affected_commits(self) -> list[str]:
+        """Every live commit a finding names: those needing a broken object and those whose index row is
+        stale (sorted 64-hex ids)."""
+        return sorted(set(self.affected) | set(self.stale_rows))
 
     @property
     def ok(self) -> bool:
@@ -47,13 +56,14 @@ class FsckReport:
 
 def fsck(parts: StoreParts, *, full: bool = False, progress: Progress | None = None) -> FsckReport:
     """Check the store ``parts`` belong to. Quick: walk every live commit's graph, decoding and re-hashing each tree and commit and
-    checking blobs exist. Full: also re-hash every blob and every unreachable object, and compare each index
-    row with its commit object. A database file too damaged to read is one problem in the report (with the
+    checking blobs exist, and compare each live index row's copies of the object's fields (parents, tree, time,
+    run, trigger, meta, alias) with its commit object. Full: also re-hash every blob and every unreachable
+    object. A database file too damaged to read is one problem in the report (with the
     way out), not an exception."""
     try:
         bound = ObjectBound(doing="check")  # every object is decoded under the read limit (never inflated past it)
         report, too_large = _fsck(parts, full, progress, bound)
-        extra = (_database_problems(parts, full) + _graph_problems(parts)
+        extra = (_database_problems(parts, full) + _graph_problems(parts) + reflog_problems(parts)
                  + (_shape_problems(parts, {**report.broken, **dict.fromkeys(too_large, "")}, bound) if full else []))
         return dataclasses.replace(report, problems=report.problems + extra) if extra else report
     except CorruptStore as e:
@@ -89,20 +99,24 @@ def _fsck(parts: StoreParts, full: bool, progress: Progress | None,
         elif stored[t].kind != ob.COMMIT:
             problems.append(f"ref {name} names {t.hex()}, a {_kind(stored[t].kind)}, not a commit; {ref_fix(name)}")
     problems.extend(head.problems(refs))
-    damaged = set()
+    stale: dict[str, str] = {}
     for row in commits.values():  # the index's own fields: reads cannot fall back to the object for these
         why = row_damage(row)
         if why is not None:
-            damaged.add(row.id)
+            stale[bytes(row.id).hex()[:64]] = f"damaged: {why}"
             problems.append(f"commit index row of {bytes(row.id).hex()[:64]} is damaged: {why}; {REBUILD}")
     for cid, row in commits.items():
         try:
             c = objects.commit(cid, budget=bound)
             checked += 1
             children[cid] = [c.tree.oid]
-            # branch, seq and summary are the index's own (local) fields; the rest copies the object
-            if full and cid not in damaged and not row_matches(row, c):
-                problems.append(f"commit index row of {cid.hex()} disagrees with the commit object")
+            # branch, seq and summary are the index's own (local) fields; the rest copies the object. Walks,
+            # info and resume use the object, but listing shows the row: a disagreement is always reported
+            if cid.hex() not in stale and not row_matches(row, c):
+                why = f"disagrees with its commit object ({', '.join(row_differences(row, c))})"
+                stale[cid.hex()] = why
+                problems.append(f"commit index row of {cid.hex()} {why}: listings show the row, history "
+                                f"and resume use the object; {REBUILD}")
         except (MissingObject, IntegrityError) as e:
             broken[cid] = _why(e)
             children[cid] = []
@@ -160,7 +174,8 @@ def _fsck(parts: StoreParts, full: bool, progress: Progress | None,
             except DocumentTooLarge as e:
                 over(oid, e)
     affected = _affected(commits, children, broken)
-    return FsckReport({k.hex(): v for k, v in broken.items()}, affected, checked, problems, other), too_large
+    return FsckReport({k.hex(): v for k, v in broken.items()}, affected, checked, problems, other,
+                      stale), too_large
 
 
 def _why(e: Exception) -> str:
@@ -306,6 +321,30 @@ def _string_problem(objects: ObjectDB, oid: bytes) -> list[str]:
     except CkptError as e:
         return [f"string tree {oid.hex()}: {e}"]
     return []
+
+
+def reflog_problems(parts: StoreParts) -> list[str]:
+    """One problem per reflog value (of HEAD and of every ref) that cannot name a commit: not a 32-byte id,
+    or an object of another kind. An id that is not stored is no problem: reflogs outlive pruned commits."""
+    refs, b = parts.refs, parts.objects.backend
+    logs = {name: refs.reflog(name) for name in dict.fromkeys([head.HEAD, *refs.refs()])}
+    named = {t for log in logs.values() for e in log for t in (e.old, e.new) if t is not None}
+    stored = b.get_many([t for t in named if len(t) == ob.ID_BYTES])
+    problems: list[str] = []
+    for name, log in logs.items():
+        label = name[len(HEADS):] if name.startswith(HEADS) else name
+        bad: dict[int, str] = {}  # N of label@{N} -> what is wrong with the value it names
+        for i, e in enumerate(log):  # git's numbering: @{0} is the newest entry's new side
+            for n, t in ((len(log) - 1 - i, e.new), (len(log) - i, e.old)):
+                if t is None or n in bad:
+                    continue
+                if len(t) != ob.ID_BYTES:
+                    bad[n] = f"is malformed: it holds {len(t)} byte(s) ({t[:32].hex()}), not a commit id"
+                elif t in stored and stored[t].kind != ob.COMMIT:
+                    bad[n] = f"names {t.hex()}, a {_kind(stored[t].kind)}, not a commit"
+        problems.extend(f"reflog entry {label}@{{{n}}} {why}: the reflog is damaged (`ckpt reflog {label}` shows "
+                        f"it; revisions naming it are refused)" for n, why in sorted(bad.items()))
+    return problems
 
 
 def _kind(kind: int) -> str:

@@ -60,9 +60,11 @@ def head_ref_stored(txn: Parts) -> str:
     return ref
 
 
-def follow(txn: Parts, ref: str, old: bytes | None, new: bytes, time_ns: int, message: str) -> None:
-    """Record in HEAD's reflog that branch ``ref`` moved ``old -> new``, if HEAD names it."""
-    if head_ref_stored(txn) == ref:
+def follow(txn: Parts, ref: str, old: bytes | None, new: bytes, time_ns: int, message: str, *,
+           head_ref: str | None = None) -> None:
+    """Record in HEAD's reflog that branch ``ref`` moved ``old -> new``, if HEAD names it. ``head_ref``: what
+    :func:`head_ref_stored` returned earlier in this transaction (saves reading HEAD again)."""
+    if (head_ref_stored(txn) if head_ref is None else head_ref) == ref:
         txn.reflog_append(ReflogEntry(HEAD, old, new, time_ns, message))
 
 

@@ -94,6 +94,18 @@ def run_ref(run_id: str) -> str:
     return RUNS + check_branch(run_id)
 
 
+ANONYMOUS_RUN = "w-"  # + 12 hex digits: the run id a Store handle gives commits whose caller names no run
+_ANONYMOUS_RUN = re.compile(r"w-[0-9a-f]{12}")
+
+
+def anonymous_run(run_id: str) -> bool:
+    """True for a run id a Store handle made up (``w-`` and 12 hex digits: ``Store.commit`` without
+    ``run_id=``). Such a run is just "what that handle wrote" (every plain commit has a run ref), not a run
+    anyone started or can name, so advice never offers to publish it; CrewAI runs (``run-...``), import
+    lineages and explicit ``run_id=`` values are named runs."""
+    return _ANONYMOUS_RUN.fullmatch(run_id) is not None
+
+
 def ref_fix(name: str) -> str:
     """How to mend ref ``name`` when it names no commit (its reflog keeps what it held before)."""
     short = name[len(HEADS):] if name.startswith(HEADS) else name

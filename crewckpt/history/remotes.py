@@ -648,13 +648,17 @@ def push(store: Store, remote: str | Store | None = None, branch: str | None = N
 
 
 def _not_ff(here: Side, b: str, theirs: bytes, mine: bytes, remote: str, there: Side) -> str:
-    """Why a push of ``b`` is not a fast-forward, and the way out that works: ``pull`` only when it can
-    fast-forward; for two lineages (a fresh kickoff moved ``b`` to a new root) or a divergence, a new name,
-    and first ``ckpt publish`` when ``mine`` is a run's own lineage (the README's fix for a new kickoff)."""
+    """Why a push of ``b`` is not a fast-forward, and the way out that works, git's first: ``pull`` then push
+    again (pull fast-forwards only), a new name for a divergence or two lineages, or ``--force``. Only when
+    ``mine`` is the lineage of a named run (a CrewAI run, an import, an explicit ``run_id=``: see
+    :func:`refnames.anonymous_run`) does ``ckpt publish`` come first: that is the README's fix for a fresh
+    kickoff, and pull cannot fix it. A plain ``Store.commit``'s anonymous ``w-...`` run gets no such hint."""
 
     tips = f"({there.name} {b} is {theirs.hex()[:12]}, yours {mine.hex()[:12]})"
     force = "or push with --force to replace it (its checkpoints stay there, unnamed by that branch)"
     run = run_holding(here, mine)
+    if run and refnames.anonymous_run(run[len(refnames.RUNS):]):
+        run = None
     publish = ""
     if run:  # what publish (every run, oldest first) does with the branch: a tip its run ref keeps is replaced
         old = run_holding(there, theirs) or (run_holding(here, theirs) if _known(here.backend, theirs) else None)
@@ -662,13 +666,14 @@ def _not_ff(here: Side, b: str, theirs: bytes, mine: bytes, remote: str, there: 
                  f"{b} there stays: no run ref names its tip")
         publish = f"`ckpt publish {remote}` publishes {run} under its own name ({moves}); or "
     if not _known(here.backend, theirs):
-        return (f"the remote has checkpoints you do not have {tips}; {publish}`ckpt pull {remote} {b}` first if "
-                f"yours is behind, {force}")
+        return (f"the remote has checkpoints you do not have {tips}; {publish}`ckpt pull {remote} {b}` then push "
+                f"again (pull only fast-forwards: if both stores moved {b}, `ckpt branch NEW {b}` then `ckpt push "
+                f"{remote} NEW`), {force}")
     if is_ancestor(here, mine, theirs):
         return f"not a fast-forward: the remote is ahead of yours {tips}; `ckpt pull {remote} {b}` first, {force}"
     return (f"not a fast-forward: the remote's tip is not an ancestor of yours and pull cannot fast-forward "
-            f"either (diverged, or two lineages: a fresh run moved {b} to a new root) {tips}; {publish}publish "
-            f"yours under its own name: `ckpt branch NEW {b}` then `ckpt push {remote} NEW`, {force}")
+            f"either (diverged, or two lineages: a fresh run moved {b} to a new root) {tips}; {publish}push "
+            f"yours as a new branch: `ckpt branch NEW {b}` then `ckpt push {remote} NEW`, {force}")
 
 
 def push_or_raise(rep: SyncReport) -> SyncReport:

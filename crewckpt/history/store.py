@@ -42,17 +42,20 @@ from crewckpt.errors import (
 from crewckpt.format import objects as ob
 from crewckpt.history import head, refnames, revisions
 from crewckpt.history.commits import (
+    REBUILD,
     CommitInfo,
     PrunedCommit,
     branch_ok,
     damaged_row,
     from_commit,
     from_row,
+    row_differences,
+    row_matches,
     to_row,
 )
 from crewckpt.history.limits import ReadBudget
 from crewckpt.history.localorder import index_commit
-from crewckpt.history.objectdb import ObjectDB
+from crewckpt.history.objectdb import ObjectDB, decode_commit
 from crewckpt.history.profile import GENERIC, Profile
 from crewckpt.history.snapshot import Splitter, assemble
 
@@ -69,6 +72,7 @@ _EPOCH = "gc_epoch"
 AUTO_PACKS = 32  # per-checkpoint packs a writer merges into one (git's gc.autoPackLimit is 50)
 CHECKPOINT_LEVEL = 1  # zstd level of a checkpoint's own pack: as small as level 3 here, ~3x less CPU cold
 MERGE_LEVEL = 3  # zstd level of a writer's merges: 4x faster than gc's level 9, ~5% more bytes (issue 13)
+_COMMIT_CACHE = 4096  # verified commit objects a handle keeps (~200 bytes each)
 MERGE_MEMORY = 16 << 20  # bytes of its unmerged packs' bodies a writer keeps for its next merge
 LOOSE_MIN = 1 << 20  # bytes: bodies larger than this are stored loose, not packed
 
@@ -103,6 +107,8 @@ class Store:
         self._pack_bytes = 0
         self._last_bodies: builtins.list[tuple[bytes, int, bytes]] = []
         self._last_commit: StoredObject | None = None  # the commit object _land wrote last
+        self._commit_cache: dict[bytes, ob.Commit] = {}  # verified commit objects (immutable: ids hash them)
+        self._disagreeing: set[bytes] = set()  # commits whose index row was found to disagree (warned once)
         self._check_version()
         dict_id = backend.meta_get("dictionary")
         if dict_id:
@@ -216,14 +222,20 @@ class Store:
 
     # -- writing ---------------------------------------------------------------------------------------------
 
-    def commit(self, doc: Any, *, branch: str = "main", parents: Sequence[str] | None = None,
+    def commit(self, doc: Any, *, branch: str | None = None, parents: Sequence[str] | None = None,
                meta: dict[str, Any] | None = None, run_id: str | None = None, trigger: str | None = None,
                time_ns: int | None = None, alias: str | None = None, profile: Profile | None = None) -> str:
         """Store ``doc`` as a new commit on ``branch`` in one backend transaction; returns its 64-hex id.
 
         Args:
             doc: any JSON value (dict key order kept).
-            branch: branch whose ref moves to the new commit (validated before anything is written).
+            branch: branch whose ref moves to the new commit (validated before anything is written). None
+                (the default) = the current branch, the one HEAD names, read in the same transaction (as
+                ``git commit``; :meth:`current_branch`). When that branch is unborn (a fresh store's
+                ``main``) the commit creates it. There is no detached HEAD (HEAD always names a branch), so
+                None never means "no branch"; a damaged stored HEAD is read as the branch of the last
+                commit written, else ``main``, with one warning, and replaced by it. An explicit branch
+                moves that branch only; HEAD stays where it is (writers never switch it).
             parents: revisions of the parents; None = the branch's current tip (none if the branch is new);
                 ``[]`` = a root commit.
             meta: JSON-serialisable metadata kept in the commit.
@@ -238,8 +250,7 @@ class Store:
             ValueError: NaN or Infinity (JSON has neither).
             StoreBusy: the store stayed locked. CkptError subclasses for damaged stores.
         """
-        ref = refnames.branch_ref(branch)
-        branch = ref[len(refnames.HEADS):]
+        ref = None if branch is None else refnames.branch_ref(branch)  # None: HEAD's, read in _land
         run = run_id or self._default_run
         rref = refnames.run_ref(run)
         parent_ids = None if parents is None else [bytes.fromhex(self.resolve(p)) for p in parents]
@@ -262,7 +273,7 @@ class Store:
                 root = splitter.split(doc, put)
                 frames = self._frames(pending)
                 try:
-                    cid = self._land(frames, root, ref, rref, branch, run, parent_ids, trigger, summary,
+                    cid = self._land(frames, root, ref, rref, run, parent_ids, trigger, summary,
                                      meta_json, alias, time_ns, full=attempt == 1)
                 except _EpochChanged:
                     for s in self._splitters.values():  # every cache may name objects that gc removed
@@ -356,7 +367,7 @@ class Store:
     def _default_run(self) -> str:
         run = getattr(self, "_run", None)
         if run is None:
-            run = self._run = "w-" + uuid.uuid4().hex[:12]
+            run = self._run = refnames.ANONYMOUS_RUN + uuid.uuid4().hex[:12]
         return run
 
     @property
@@ -371,12 +382,13 @@ class Store:
         ordering invariants of docs/backends.md)."""
         return writing(self.backend)
 
-    def _land(self, frames: list[Any], root: ob.Link, ref: str, rref: str, branch: str, run: str,
+    def _land(self, frames: list[Any], root: ob.Link, ref: str | None, rref: str, run: str,
               parent_ids: list[bytes] | None, trigger: str | None, summary: dict[str, Any],
               meta_json: str | None, alias: str | None, time_ns: int | None, full: bool) -> bytes:
         """One checkpoint: one transaction where the backend has them. ``full``: every referenced object is
         in ``frames`` (caches were just dropped), so it is safe whatever gc does meanwhile: all get
-        ``touched = now``.
+        ``touched = now``. ``ref`` None: the branch HEAD names, read in this transaction (so a concurrent
+        `ckpt switch` is wholly before or after it).
 
         The steps are in the order that keeps a checkpoint durable without a transaction (docs/backends.md,
         'Write order'): objects, then the commit object, then the branch ref by compare-and-swap (retried on
@@ -391,6 +403,9 @@ class Store:
             if self._old_version:  # the first format-2 commit marks a format-1 store (nothing is rewritten)
                 txn.meta_set("format_version", str(ob.FORMAT_VERSION))
             txn.put_many_uncounted(frames, now)
+            head_ref = head.head_ref_stored(txn)  # read once: the branch by default, and whether HEAD follows
+            ref = head_ref if ref is None else ref
+            branch = head.branch_of(ref)
             for attempt in range(_CAS_RETRIES):
                 tip = txn.get_ref(ref)
                 parents = parent_ids if parent_ids is not None else ([tip] if tip else [])
@@ -408,7 +423,7 @@ class Store:
                         raise
             message = f"commit: {trigger or 'manual'}"
             txn.reflog_append(ReflogEntry(ref, tip, cobj.oid, now, message))
-            head.follow(txn, ref, tip, cobj.oid, now, message)
+            head.follow(txn, ref, tip, cobj.oid, now, message, head_ref=head_ref)
             _follow(txn, rref, cobj.oid)
             # local order: the commit index's, never the commit's. The same id can come back (format 2 ids hold
             # no seq) under children that stayed live: only a given time or an object already there allows it
@@ -439,28 +454,78 @@ class Store:
                         lambda ids: self.objects.blobs(ids, budget=budget), budget)
 
     def info(self, rev: str) -> CommitInfo:
-        """Metadata of one commit (from the commit index; from the object for a pruned-but-present commit)."""
+        """Metadata of one commit. The commit object's own fields (parents, tree, time, run id, trigger, meta,
+        alias) come from the verified commit object, whatever its commit-index row says: they are what resume,
+        fork and diff act on; the index adds only its local fields (seq, branch, listing summary). A
+        pruned-but-present commit comes from its object alone. A row that disagrees with its object is logged
+        once (``ckpt fsck`` names it; ``ckpt fsck --rebuild-index`` repairs it).
+
+        Raises:
+            UnknownRevision, AmbiguousRevision (see :meth:`resolve`), MissingObject for an unindexed commit
+            whose object is gone.
+        """
         if len(rev) == 64 and revisions.is_hex(rev):  # a full id with a row: that row, read once
             row = self.backend.index_get(bytes.fromhex(rev))
             if row is not None:
-                return self._row_info(row)
+                return self._checked_info(row)
         return self._info(bytes.fromhex(self.resolve(rev)))
 
     def _info(self, cid: bytes) -> CommitInfo:
         row = self.backend.index_get(cid)
         if row is not None:
+            return self._checked_info(row)
+        return from_commit(cid, self.objects.commit(cid), live=False)  # not cached: gc may collect it
+
+    def _commit_object(self, cid: bytes) -> ob.Commit:
+        """The verified commit object ``cid`` (one small read; cached: a commit id hashes its body, so a
+        verified commit never changes; the commit this handle wrote last needs no read at all). For live
+        (indexed) commits only: an unindexed one may be collected by gc, and must then read as gone.
+        Raises MissingObject, IntegrityError."""
+        c = self._commit_cache.get(cid)
+        if c is not None:
+            return c
+        last = self._last_commit
+        if last is not None and last.oid == cid:
+            c = decode_commit(cid, last.kind, self.objects.verify(last))
+        else:
+            c = self.objects.commit(cid)
+        if len(self._commit_cache) >= _COMMIT_CACHE:
+            with contextlib.suppress(StopIteration, RuntimeError):  # another thread trimmed it meanwhile
+                self._commit_cache.pop(next(iter(self._commit_cache)), None)  # oldest first (insertion order)
+        self._commit_cache[cid] = c
+        return c
+
+    def _checked_info(self, row: IndexRow) -> CommitInfo:
+        """CommitInfo of a live commit: the object's fields, the row's local ones (seq, branch, summary). The
+        row alone only when the object cannot be read (missing or corrupt: nothing can act on that commit, and
+        ``read`` refuses it); a damaged row falls back to the object as in :meth:`_row_info`."""
+        try:
+            c = self._commit_object(row.id)
+        except (MissingObject, IntegrityError):
             return self._row_info(row)
-        return from_commit(cid, self.objects.commit(cid), live=False)
+        try:
+            info = from_row(row)
+        except DecodeError:
+            return self._row_info(row)  # damaged: read from the object (cached now), keeping intact seq/branch
+        if row_matches(row, c):
+            return info
+        if row.id not in self._disagreeing:
+            self._disagreeing.add(row.id)
+            _log.warning("crewckpt: the commit-index row of %s disagrees with its commit object (%s); using the "
+                         "commit object; %s", row.id.hex(), ", ".join(row_differences(row, c)), REBUILD)
+        fixed = from_commit(row.id, c, live=True)
+        fixed.seq, fixed.branch, fixed.summary = info.seq, info.branch, info.summary
+        return fixed
 
     def _row_info(self, row: IndexRow) -> CommitInfo:
-        """CommitInfo of an index row; a damaged row (a cache) is read from its commit object instead (keeping
-        the row's own seq and branch when they are intact: the object has neither), and raises the row's
-        one-line DecodeError only when the object cannot be read either."""
+        """CommitInfo of an index row alone (listing: no object read); a damaged row (a cache) is read from
+        its commit object instead (keeping the row's own seq and branch when they are intact: the object has
+        neither), and raises the row's one-line DecodeError only when the object cannot be read either."""
         try:
             return from_row(row)
         except DecodeError as e:
             try:
-                info = from_commit(row.id, self.objects.commit(row.id), live=True)
+                info = from_commit(row.id, self._commit_object(row.id), live=True)
             except CkptError:
                 raise e from None
             if isinstance(row.seq, int) and not isinstance(row.seq, bool):
@@ -470,11 +535,13 @@ class Store:
             return info
 
     def _parents(self, cid: bytes) -> tuple[bytes, ...]:
-        row = self.backend.index_get(cid)
-        if row is not None and all(len(p) == ob.ID_BYTES for p in row.parents):
-            return row.parents
+        """The parents a walk follows: the verified commit object's, never the index row's copy (an unhashed
+        cache). Raises UnknownRevision for a pruned and collected commit, MissingObject/IntegrityError for a
+        live one whose object is unreadable."""
+        if self.backend.index_get(cid) is not None:
+            return self._commit_object(cid).parents  # MissingObject here: a damaged store (fsck names it)
         try:
-            return self.objects.commit(cid).parents
+            return self.objects.commit(cid).parents  # pruned but present (not cached: gc may collect it)
         except MissingObject:
             raise UnknownRevision(f"commit {cid.hex()[:12]} was pruned; its parents are unknown") from None
 
@@ -608,7 +675,10 @@ class Store:
                                   f"{ob.ID_BYTES}-byte commit id; {refnames.ref_fix(name)}")
         if self.backend.index_get(t) is None:  # live commits are indexed: only then look at the object
             got = self.backend.get(t)
-            if got is not None and got.kind != ob.COMMIT:
+            if got is None:  # gc keeps what a ref names: a ref naming nothing was damaged, not pruned
+                raise UnknownRevision(f"ref {name} names {t.hex()[:12]}, which is not in the store (a damaged "
+                                      f"ref); {refnames.ref_fix(name)}")
+            if got.kind != ob.COMMIT:
                 kind = ob.KIND_NAMES.get(got.kind, b"object").decode()
                 raise UnknownRevision(f"ref {name} names {t.hex()}, a {kind}, not a commit: the ref is damaged; "
                                       f"{refnames.ref_fix(name)}")
@@ -625,7 +695,7 @@ class Store:
                 why = (f"HEAD was on fewer than {-r.reflog} other branch(es)" if name is None
                        else f"branch {name!r} no longer exists")
                 raise UnknownRevision(f"revision {r.text!r}: {why}; see `ckpt reflog HEAD`")
-            return t
+            return self._ref_commit(refnames.HEADS + (name or ""), t)
         if r.base in (head.HEAD, "@"):
             ref, label = head.HEAD, head.HEAD
         elif not r.base:
@@ -641,7 +711,7 @@ class Store:
         # (n-1)-th newest, so the oldest entry also answers for the value before it
         found = (log[-1].new if n == 0 else log[-n].old) if log and n <= len(log) else None
         if found is not None:
-            return found
+            return self._logged_commit(r.text, label, found)
         if not log and ref.startswith(refnames.HEADS) and self.backend.get_ref(ref) is None:
             if not r.base:
                 raise head.unborn(self.backend, r.text)
@@ -650,6 +720,26 @@ class Store:
         have = f"only {len(log)} reflog entries ({label}@{{0}} to {label}@{{{last}}})" if log else (
             "no reflog entries")
         raise UnknownRevision(f"revision {r.text!r}: {label} has {have}; see `ckpt reflog {label}`")
+
+    def _logged_commit(self, rev: str, label: str, t: bytes) -> bytes:
+        """What reflog entry ``rev`` of ``label`` names, when that can be a commit. A reflog may outlive the
+        commits it names (prune + gc), so an id that is not stored is "not in the store" either way; a
+        malformed id or another kind of object is a damaged entry. Raises UnknownRevision (one line)."""
+        fix = f"see `ckpt reflog {label}`; `ckpt fsck` lists damaged reflog entries"
+        if len(t) != ob.ID_BYTES:
+            raise UnknownRevision(f"reflog entry {rev} is malformed: it holds {len(t)} byte(s) ({t[:32].hex()}), "
+                                  f"not a {ob.ID_BYTES}-byte commit id; {fix}")
+        if self.backend.index_get(t) is not None:
+            return t
+        got = self.backend.get(t)
+        if got is None:
+            raise UnknownRevision(f"reflog entry {rev} names {t.hex()[:12]}, which is not in the store (pruned "
+                                  f"and collected by gc, or a damaged reflog); {fix}")
+        if got.kind != ob.COMMIT:
+            kind = ob.KIND_NAMES.get(got.kind, b"object").decode()
+            raise UnknownRevision(f"reflog entry {rev} names {t.hex()[:12]}, a {kind}, not a commit: the reflog "
+                                  f"is damaged; {fix}")
+        return t
 
     # -- history ---------------------------------------------------------------------------------------------
 
@@ -911,7 +1001,11 @@ class Store:
 
         A commit goes when it is outside the ``keep`` newest by sequence number (a future-dated commit does
         not count as newer) and, if ``older_than_ns`` is given, older than that many ns. Other branches and
-        any commit a branch ref or a remote-tracking ref points at are untouched. Space returns with :meth:`gc`.
+        their history are untouched: a commit a branch ref or a remote-tracking ref points at stays, and so
+        does every ancestor (through live commits) of another existing branch's live commits or tip, e.g. the
+        fork point of a branch forked from this one and everything before it (git never drops history a
+        branch reaches; delete that branch to let go of it).
+        Space returns with :meth:`gc`.
 
         Raises:
             ValueError: neither ``keep`` nor ``older_than_ns``, or ``keep < 1``. BadRefName.
@@ -928,6 +1022,9 @@ class Store:
             cut = time.time_ns() - older_than_ns if older_than_ns is not None else None
             old = rows[:-keep] if keep is not None else rows
             gone = [r for r in old if r.id not in tips and (cut is None or r.time_ns < cut)]
+            if gone:
+                needed = _needed_by_others(txn, b)
+                gone = [r for r in gone if r.id not in needed]
             if dry_run or not gone:
                 return [r.id.hex() for r in gone]
             ids = {r.id for r in gone}
@@ -1010,6 +1107,23 @@ class Store:
             txn.meta_set("dictionary", d.oid.hex())
         self.objects.codec.use_dictionary(d.oid, data)
         return d.oid.hex()
+
+
+def _needed_by_others(txn: Parts, branch: str) -> set[bytes]:
+    """The live commits other branches' history reaches: their live rows and tips, and every ancestor of
+    those through live rows (prune keeps them). A deleted branch's rows (they stay live until pruned) do not
+    count: deleting a branch is how its history stops holding on to this one's."""
+    rows = {r.id: r for r in txn.index_rows()}
+    heads = {ref[len(refnames.HEADS):]: t for ref, t in txn.refs(refnames.HEADS).items()}
+    heads.pop(branch, None)
+    todo = [r.id for r in rows.values() if r.branch in heads] + list(heads.values())
+    needed: set[bytes] = set()
+    while todo:
+        cid = todo.pop()
+        if cid not in needed and cid in rows:
+            needed.add(cid)
+            todo.extend(rows[cid].parents)
+    return needed
 
 
 def _cycle(child: bytes, parent: bytes | None = None) -> IntegrityError:

@@ -686,7 +686,8 @@ def store_model(factory: BackendFactory) -> type[RuleBasedStateMachine]:
     reflog, and ``fsck --full`` clean.
 
     Model rules (the Store API): ``commit`` without parents goes on the branch tip; ``prune`` removes a
-    branch's live commits outside the ``keep`` newest (write order) unless a branch points at them; gc keeps
+    branch's live commits outside the ``keep`` newest (write order) unless a branch points at them or another
+    existing branch's history needs them (ancestors, through live commits, of its live commits or its tip); gc keeps
     live commits and ref targets, and parents are weak references. HEAD (crewckpt.history.head) starts on
     main; a commit on HEAD's branch, a switch and a rename of HEAD's branch append to HEAD's reflog; the
     current branch cannot be deleted."""
@@ -707,12 +708,14 @@ def store_model(factory: BackendFactory) -> type[RuleBasedStateMachine]:
             self.head = "main"
             self.head_log: list[str] = []  # where HEAD moved, oldest first (HEAD's reflog)
             self.made_docs: dict[str, Any] = {}  # id -> the document committed
+            self.parents_of: dict[str, tuple[str, ...]] = {}
             self.made: dict[str, tuple[Any, tuple[str, ...], int, str]] = {}  # id -> doc, parents, time, run
 
         def teardown(self) -> None:
             self.store.close()
 
-        def _committed(self, cid: str, doc: Any, branch: str) -> str:
+        def _committed(self, cid: str, doc: Any, branch: str, parents: tuple[str, ...]) -> str:
+            self.parents_of[cid] = parents
             self.made_docs[cid] = doc
             self.docs[cid] = _doc_text(doc)
             self.branch_of[cid] = branch
@@ -727,7 +730,7 @@ def store_model(factory: BackendFactory) -> type[RuleBasedStateMachine]:
             cid = self.store.commit(doc, branch=branch)
             expected = (self.tips[branch],) if branch in self.tips else ()
             assert self.store.info(cid).parents == expected
-            return self._committed(cid, doc, branch)
+            return self._committed(cid, doc, branch, expected)
 
         @rule(branch=branch_names, docs=st.lists(json_docs, min_size=2, max_size=3))
         def run(self, branch: str, docs: list[Any]) -> None:
@@ -741,7 +744,7 @@ def store_model(factory: BackendFactory) -> type[RuleBasedStateMachine]:
             base = data.draw(st.sampled_from(self.order))
             cid = self.store.commit(doc, branch=branch, parents=[base[:12]])
             assert self.store.info(cid).parents == (base,)
-            return self._committed(cid, doc, branch)
+            return self._committed(cid, doc, branch, (base,))
 
         @precondition(lambda self: bool(self.order))
         @rule(name=branch_names, data=st.data())
@@ -801,7 +804,16 @@ def store_model(factory: BackendFactory) -> type[RuleBasedStateMachine]:
         def prune(self, branch: str, keep: int) -> None:
             rows = [c for c in self.order if self.branch_of[c] == branch]
             tips = set(self.tips.values())
-            expected = [c for c in rows[:-keep] if c not in tips]
+            # another branch's history stays: ancestors (through live commits) of its live commits and its tip
+            todo = [c for c in self.order if self.branch_of[c] != branch and self.branch_of[c] in self.tips]
+            todo += [t for b, t in self.tips.items() if b != branch]
+            needed: set[str] = set()
+            while todo:
+                c = todo.pop()
+                if c not in needed and c in self.branch_of:
+                    needed.add(c)
+                    todo.extend(self.parents_of[c])
+            expected = [c for c in rows[:-keep] if c not in tips and c not in needed]
             assert self.store.prune(branch, keep=keep) == expected
             for c in expected:
                 self.order.remove(c)
@@ -1063,8 +1075,8 @@ class StoreContract:
         ids: list[str] = []
         for i, d in enumerate(docs):
             ids.append(s.commit(d, branch="b", parents=ids[-1:], run_id="r1", time_ns=REVIVAL_T0 + i))
-        fork = s.commit({"fork": 1}, branch="f", parents=[ids[2]])
         assert s.prune("b", keep=1) == ids[:3]
+        fork = s.commit({"fork": 1}, branch="f", parents=[ids[2]])  # after: prune keeps what a branch reaches
         if collect:
             s.gc()
         return docs, ids, fork
@@ -1169,6 +1181,30 @@ class StoreContract:
             assert won and [c.id for c in s.log("main")] == [won[0], mine, *base[::-1]]
             assert {c.id: c.seq for c in s.list() if c.id in seqs} == seqs  # nothing renumbered
             self._assert_parents_older(s)
+
+    def test_a_commit_without_a_branch_goes_where_head_is_at_that_moment(self,
+                                                                         backend_factory: BackendFactory) -> None:
+        """``Store.commit(doc)`` writes on the branch HEAD names when it commits (git's ``commit``), also when
+        another handle on the store switched HEAD after this one opened: HEAD is read in the write, never
+        cached. An explicit branch moves only that branch and leaves HEAD."""
+        from crewckpt.history.store import Store
+        b = backend_factory.create()
+        with new_store(b) as s:
+            m = s.commit({"k": 0})
+            handle = backend_factory.reopen(b)
+            other = Store(handle, None) if handle is not None else s
+            try:
+                assert other.switch("exp", create=True) == "main"
+                e = s.commit({"k": 1})
+                assert s.info(e).branch == "exp" and s.info(e).parents == (m,)
+                assert s.branches() == {"exp": e, "main": m} and s.resolve("HEAD") == e
+                assert s.reflog("HEAD")[-1].new == bytes.fromhex(e)
+                m2 = s.commit({"k": 2}, branch="main")
+                assert s.current_branch() == "exp" and s.reflog("HEAD")[-1].new == bytes.fromhex(e)
+                assert [c.id for c in s.log("main")] == [m2, m]
+            finally:
+                if other is not s:
+                    other.close()
 
     def test_the_index_is_rebuilt_from_objects_and_refs(self, backend_factory: BackendFactory) -> None:
         with self._store(backend_factory) as s:

@@ -23,6 +23,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane, Tree
 
 from crewckpt.errors import CkptError
+from crewckpt.history.lineage import pick_resume_branch
 from crewckpt.tui.base import escape_terminal_controls
 from crewckpt.tui.edits import EditHandlers, Edits
 from crewckpt.tui.model import entity_kind
@@ -246,7 +247,8 @@ class CheckpointBrowser(TreePane, DetailTabs, EditHandlers):
         c = self.history.by_id[cid]
         tips = [b for b, t in self.branches.items() if t == cid]
         lines = self._plan_lines(cid, doc, Edits())
-        where = (f"New checkpoints continue branch {c.branch}." if c.branch in tips else
+        goes = pick_resume_branch(c.branch, tips, None)  # the rule restore(cid) applies
+        where = (f"New checkpoints continue branch {goes}." if goes in tips else
                  f"{cid[:8]} is not the tip of {c.branch}: new checkpoints go on a new branch "
                  f"{c.branch}-from-{cid[:8]}.")
         lines.insert(0, Text(where))

@@ -44,8 +44,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-import orjson
-
+from crewckpt.history import jsontext
 from crewckpt.history.diff import (
     MAX_CHANGES,
     ChangeList,
@@ -362,8 +361,8 @@ def _output_text(task: Any) -> str | None:
         if isinstance(raw, str):
             return raw
         if raw is not None:
-            return orjson.dumps(raw, option=orjson.OPT_INDENT_2).decode()
-    return orjson.dumps(output, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS, default=str).decode()
+            return jsontext.dumps(raw, indent=True)
+    return jsontext.dumps(output, indent=True, sort_keys=True, default=str)
 
 
 def _agents_diff(old: list[Any], new: list[Any]) -> list[dict[str, Any]]:

@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from crewckpt.history.jsontext import escape_surrogates
+
 SQLITE_MAGIC = b"SQLite format 3\x00"
 TS_FORMAT = "%Y%m%dT%H%M%S"
 CHECKPOINT_ID_RE = re.compile(r"(\d{8}T\d{6})_([0-9a-f]{8})")
@@ -129,7 +131,8 @@ def branch_is_safe(branch: str) -> bool:
 def render_json(value: Any, style: str | None = None) -> str:
     """JSON text of a checkpoint in CrewAI's style: ``dumps`` (default) or ``compact``."""
     if style == JSON_STYLE_COMPACT:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        # a lone surrogate as its escape: the text must be writable as UTF-8 and still parse to the same value
+        return escape_surrogates(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
     return json.dumps(value)
 
 

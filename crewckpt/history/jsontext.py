@@ -1,0 +1,56 @@
+"""JSON text of any value the store holds, for output (CLI, views): orjson, with a fallback for what it refuses.
+
+A stored document may hold lone surrogates ("\\ud800": JSON allows the escape; the format stores them as
+WTF-8) and ints beyond 64 bits. orjson refuses both; its output is also UTF-8 only. :func:`dumps` then falls
+back to :mod:`json` with orjson's layout and writes each lone surrogate as its ``\\uXXXX`` escape, as
+``json.dumps`` does with ``ensure_ascii``: the text is valid UTF-8 and parses back to the same value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def escape_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate written as its JSON escape ``\\udXXX`` (only valid inside a JSON
+    string, where :mod:`json` leaves them raw with ``ensure_ascii=False``). Cheap when there is none."""
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if _SURROGATE.search(text) else text
+
+
+def dumps(value: Any, *, indent: bool = False, sort_keys: bool = False,
+          default: Callable[[Any], Any] | None = None) -> str:
+    """``value`` as JSON text: compact (orjson's ``,``/``:``) or ``indent`` (2 spaces, ``": "``).
+
+    Same text as ``orjson.dumps(...).decode()`` whenever orjson accepts the value (NaN/Infinity become
+    null, as orjson writes them); values orjson refuses (lone surrogates, ints beyond 64 bits) are written
+    by :mod:`json` in the same layout. Raises TypeError for a value that is not JSON (after ``default``)
+    and ValueError/RecursionError for a circular or too deep one."""
+    option = (orjson.OPT_INDENT_2 if indent else 0) | (orjson.OPT_SORT_KEYS if sort_keys else 0)
+    try:
+        return orjson.dumps(value, default=default, option=option).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        pass
+    text = json.dumps(
+        _finite(value), ensure_ascii=False, default=default, sort_keys=sort_keys,
+        indent=2 if indent else None, separators=(",", ": ") if indent else (",", ":"),
+    )  # fmt: skip
+    return escape_surrogates(text)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and infinities as None (orjson's rule; json would write the invalid ``NaN``)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
