@@ -193,3 +193,11 @@ def test_an_unreadable_format_version_is_named_as_a_damaged_meta_row(tmp_path: P
     assert "UPDATE meta SET value='2' WHERE key='format_version'" in err and "not a crewckpt store" not in err
     _sql(tmp_path / "s", "UPDATE meta SET value='2' WHERE key='format_version'")  # the fix it names works
     assert _run(["fsck"], tmp_path / "s")[0] == 0
+
+
+def test_the_browser_formats_lone_surrogates_and_big_ints_without_crashing() -> None:
+    """The TUI's panels print stored values too (output, values, meta): the same escapes as the CLI."""
+    from crewckpt.tui.details import format_value, output_text
+
+    assert format_value({"\ud800": 2 ** 70}) == '{"\\ud800":1180591620717411303424}'
+    assert output_text({"output": {"raw": None, "x": "\udfff"}}) == '{\n  "raw": null,\n  "x": "\\udfff"\n}'

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from crewckpt.history import jsontext
 from crewckpt.views.diff import entity_label, task_status
 
 
@@ -77,7 +78,7 @@ def output_text(task: dict[str, Any]) -> str | None:
         out = raw if raw is not None else out
     if isinstance(out, str):
         return out
-    return orjson.dumps(out, option=orjson.OPT_INDENT_2).decode()
+    return jsontext.dumps(out, indent=True)  # lone surrogates and big ints too
 
 
 def tasks(doc: Any) -> list[TaskRow]:
@@ -133,7 +134,7 @@ def invalidated_tasks(task_counts: dict[int, int], edited: Any) -> list[tuple[in
 
 def format_value(value: Any) -> str:
     """An input value as the user edits it: strings as they are, anything else as JSON."""
-    return value if isinstance(value, str) else orjson.dumps(value).decode()
+    return value if isinstance(value, str) else jsontext.dumps(value)
 
 
 def parse_value(text: str, original: Any) -> Any:

@@ -172,9 +172,9 @@ class DetailTabs(BrowserBase):
             grid.add_row("tasks", Text(progress_bar(s.tasks_done, s.tasks_total, 20),
                                        style="green" if s.tasks_done == s.tasks_total else "cyan"))
         if c.meta:
-            import orjson
+            from crewckpt.history import jsontext
 
-            grid.add_row("meta", orjson.dumps(c.meta).decode()[:300])
+            grid.add_row("meta", jsontext.dumps(c.meta)[:300])
         parts: list[Any] = [grid]
         ents = details.main_entities(doc)
         if ents:
