@@ -724,3 +724,22 @@ class TestTamperedIndexRow:
                 assert [c.id for c in s.log()] == ids[::-1]
         hits = [r.getMessage() for r in caplog.records if "disagrees" in r.getMessage()]
         assert len(hits) == 1 and ids[1] in hits[0] and "(run)" in hits[0] and "--rebuild-index" in hits[0]
+
+    def test_an_alias_row_naming_another_commit_is_refused_and_rebuilt(self, tmp_path: Path) -> None:
+        s = Store.init(tmp_path / "t")
+        ids = [s.commit({"v": i}, alias=f"20261129T23422{i}_0d85936{i}") for i in (1, 2, 3)]
+        s.close()
+        with _db(tmp_path / "t") as c:  # resume <checkpoint id of v3> would start from v1
+            c.execute("update aliases set id=? where alias=?", (bytes.fromhex(ids[0]), "20261129T234223_0d859363"))
+        with Store.open(tmp_path / "t") as s:
+            for call in (lambda: s.resolve("20261129T234223_0d859363"), lambda: s.read("20261129T234223_0d859363"),
+                         lambda: s.lookup_alias("20261129T234223_0d859363")):
+                with pytest.raises(UnknownRevision, match=f"alias table names commit {ids[0]}.*--rebuild-index"):
+                    call()
+            assert s.resolve("20261129T234221_0d859361") == ids[0]
+        code, _, err = _run(["show", "20261129T234223_0d859363"], tmp_path / "t")
+        assert code == 1 and err.count("\n") == 1 and "alias table is damaged" in err
+        code, _, err = _run(["fsck", "--rebuild-index"], tmp_path / "t")
+        assert code == 0, err
+        with Store.open(tmp_path / "t") as s:
+            assert [s.resolve(f"20261129T23422{i}_0d85936{i}") for i in (1, 2, 3)] == ids

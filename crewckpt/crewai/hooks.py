@@ -20,8 +20,9 @@ crewckpt wraps four functions (each wrapper calls the original for everything th
   the stored crewckpt config when it has none, so the restored flow keeps checkpointing (as a Crew does).
 
 Signals: with telemetry off CrewAI never emits its SIGTERM/SIGINT/... events, so a config listing signals
-installs handlers (main thread only) that emit CrewAI's signal event, checkpoint, then hand the signal to the
-handler that was there before (default action included: SIGTERM still terminates).
+installs handlers (main thread only) that have a thread of crewckpt's emit CrewAI's signal event (checkpoint),
+then hand the signal to the handler that was there before (default action included: SIGTERM still
+terminates); the handler itself takes no lock (:mod:`crewckpt.crewai.signals`).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ from crewckpt.crewai.config import (
     split_location,
 )
 from crewckpt.crewai.run import remember_flow_class
-from crewckpt.crewai.signals import SIGNAL_EVENTS, drain_signals, pending_signals, repeat_signal
+from crewckpt.crewai.signals import SIGNAL_EVENTS, repeat_signal
 from crewckpt.crewai.snapshot import IdWeakMap, existing_builder
 from crewckpt.crewai.writer import EMIT_LOCK, open_store, run_id_for, write_checkpoint
 from crewckpt.history.lineage import resume_branch
@@ -123,8 +124,6 @@ def _prepare_event(self: CrewAIEventsBus, source: Any, event: Any) -> None:
             _compact_at_run_end(source, state)
         if event.type in publish.RUN_END_EVENTS:
             _push_at_run_end(source, state)
-    if pending_signals() and threading.current_thread() is threading.main_thread():
-        drain_signals()
 
 
 def _push_at_run_end(source: Any, state: RuntimeState) -> None:

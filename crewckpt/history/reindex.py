@@ -123,9 +123,16 @@ def rebuild_index(parts: StoreParts, *, dry_run: bool = False, progress: Progres
     dropped = [cid for cid in old if cid not in commits and cid not in corrupt]
     aliases = [(c.alias, cid) for cid, c in commits.items() if c.alias]
     changed = added or rewritten or renumbered or dropped
+    wrong = _wrong_aliases(parts, aliases)
     n_alias = sum(1 for a, cid in aliases if index.alias_get(a) != cid)
     if not dry_run and (changed or n_alias):
         with writing(parts.backend) as w:
+            if wrong:  # hand-made: the commits they name get back only the alias their object carries
+                w.alias_forget(set(wrong.values()))
+                for cid in set(wrong.values()):
+                    with_alias = commits.get(cid)
+                    if with_alias is not None and with_alias.alias:
+                        w.alias_set(with_alias.alias, cid)
             if changed:
                 w.index_remove(list(old))
                 for i, row in enumerate(rows):
@@ -135,6 +142,24 @@ def rebuild_index(parts: StoreParts, *, dry_run: bool = False, progress: Progres
             for a, cid in aliases:
                 w.alias_set(a, cid)  # first writer wins: an alias already naming another commit stays
     return RebuildReport(len(rows), added, len(dropped), rewritten, renumbered, n_alias, problems)
+
+
+def _wrong_aliases(parts: StoreParts, aliases: list[tuple[str, bytes]]) -> dict[str, bytes]:
+    """``alias -> commit`` entries of the alias table (for the aliases live commits carry) naming a live
+    commit whose object carries another alias: a damaged or hand-made table (writers set aliases from the
+    objects), which first-writer-wins ``alias_set`` alone would keep."""
+    out = {}
+    for a, _ in aliases:
+        named = parts.index.alias_get(a)
+        if named is None:
+            continue
+        try:
+            c = parts.objects.commit(named)
+        except CkptError:
+            continue
+        if c.alias != a:
+            out[a] = named
+    return out
 
 
 def index_missing(parts: StoreParts, tips: Mapping[bytes, str]) -> int:

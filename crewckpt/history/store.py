@@ -361,7 +361,22 @@ class Store:
         a = self.backend.alias_get(alias)
         if a is None or (self.backend.index_get(a) is None and not self.backend.has_many([a])):
             return None  # the commit was collected (gc also drops such aliases)
+        self._check_alias(alias, a)
         return a.hex()
+
+    def _check_alias(self, alias: str, cid: bytes) -> None:
+        """The alias table is an unhashed cache: an alias names only a commit whose object carries that alias
+        (every writer sets it from the object). Raises UnknownRevision naming both and the fix otherwise; a
+        collected commit is left to the caller (resolve says "pruned and collected")."""
+        try:
+            c = (self._commit_object(cid) if self.backend.index_get(cid) is not None
+                 else self.objects.commit(cid))
+        except MissingObject:
+            return
+        if c.alias != alias:
+            raise UnknownRevision(f"checkpoint id {alias[:80]!r}: the alias table names commit {cid.hex()}, whose "
+                                  f"commit object has alias {str(c.alias)[:80]!r}: the alias table is damaged; "
+                                  f"{REBUILD}")
 
     @property
     def _default_run(self) -> str:
@@ -632,6 +647,7 @@ class Store:
                     return self._ref_commit(name, target)
         a = self.backend.alias_get(b)
         if a:
+            self._check_alias(b, a)
             return a
         if revisions.is_hex(b):
             cands = self.backend.index_prefix(b.lower(), 20)
