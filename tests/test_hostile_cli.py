@@ -142,3 +142,54 @@ def test_a_branch_naming_no_commit_is_listed_as_damaged_with_its_fix(three: tupl
     code, out, _ = _run(["branch"], path)
     assert code == 0 and "evil" not in out
     assert _run(["fsck"], path)[0] == 0
+
+
+# -- a store.db that is not a regular file; the store's own database file as --store ---------------------------
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "device", "null", "dangling"])
+def test_a_store_db_that_is_not_a_regular_file_is_named_never_opened(tmp_path: Path, kind: str) -> None:
+    import os
+
+    d = tmp_path / "d"
+    d.mkdir()
+    db = d / "store.db"
+    {"fifo": lambda: os.mkfifo(db), "folder": db.mkdir, "device": lambda: db.symlink_to("/dev/zero"),
+     "null": lambda: db.symlink_to("/dev/null"), "dangling": lambda: db.symlink_to(tmp_path / "gone")}[kind]()
+    what = {"fifo": "a fifo", "folder": "a folder", "device": "a device", "null": "a device",
+            "dangling": "a dangling symlink"}[kind]
+    for args in (["log"], ["fsck"]):  # a FIFO opened for reading would block: the test would hang, not fail
+        code, _, err = _run(args, d)
+        assert code == 1 and err.count("\n") == 1 and f"{db} is not a regular file ({what}); move it away" in err, err
+    r = CliRunner().invoke(cli, ["init", str(d)])
+    assert r.exit_code == 1 and f"{db} is not a regular file ({what})" in r.stderr, r.stderr
+    assert "already exists" not in r.stderr
+    with pytest.raises(Exception, match="not a regular file"):
+        Store.open(tmp_path / "d")
+    assert os.path.lexists(db)  # left where it was
+
+
+def test_the_stores_own_database_file_as_store_names_its_folder(tmp_path: Path) -> None:
+    Store.init(tmp_path / ".ckpt").close()
+    db = tmp_path / ".ckpt" / "store.db"
+    code, _, err = _run(["log"], db)
+    assert code == 1 and err.count("\n") == 1, err
+    assert "is a crewckpt store's database file; use --store " + str(tmp_path / ".ckpt") in err
+    assert "import" not in err and "CrewAI" not in err
+    copy = tmp_path / "copy.db"
+    copy.write_bytes(db.read_bytes())
+    code, _, err = _run(["log"], copy)
+    assert code == 1 and "crewckpt store's database file" in err and "NEWFOLDER/store.db" in err, err
+
+
+# -- a damaged format version -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["x", "", "\u00b2"])
+def test_an_unreadable_format_version_is_named_as_a_damaged_meta_row(tmp_path: Path, value: str) -> None:
+    Store.init(tmp_path / "s").close()
+    _sql(tmp_path / "s", "UPDATE meta SET value=? WHERE key='format_version'", value)
+    code, _, err = _run(["log"], tmp_path / "s")
+    assert code == 1 and err.count("\n") == 1, err
+    assert f"the recorded format version {value!r} is unreadable (a damaged meta row" in err
+    assert "UPDATE meta SET value='2' WHERE key='format_version'" in err and "not a crewckpt store" not in err
+    _sql(tmp_path / "s", "UPDATE meta SET value='2' WHERE key='format_version'")  # the fix it names works
+    assert _run(["fsck"], tmp_path / "s")[0] == 0

@@ -11,6 +11,7 @@ import contextlib
 import errno
 import os
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
@@ -335,7 +336,7 @@ class SqliteBackend(_SqlReader, TransactionalBackend):
         self.path = self.folder / DB_NAME
         self._busy = busy_timeout_s
         self._lock = threading.RLock()
-        if not self.path.is_file():
+        if not db_file(self.folder):  # raises for a FIFO, folder or device named store.db
             raise CorruptStore(f"{self.path}: database file is missing; the store is damaged")
         _check_not_truncated(self.path)
         self.read_only = not (os.access(self.path, os.W_OK) and os.access(self.folder, os.W_OK))
@@ -646,7 +647,7 @@ def discover() -> Path:
     try:
         here = Path.cwd().resolve()
         for d in (here, *here.parents):
-            if (d / DEFAULT_DIR / DB_NAME).is_file():
+            if db_file(d / DEFAULT_DIR):
                 return d / DEFAULT_DIR
     except OSError as e:  # e.g. a folder the user may not enter
         raise StoreNotFound(f"{e.filename}: cannot look for a store there ({e.strerror}); check the "
@@ -668,15 +669,85 @@ def locate(p: Path) -> Path:
 
 
 def _locate(p: Path) -> Path:
-    if (p / DB_NAME).is_file():
+    if db_file(p):
         return p
-    if (p / DEFAULT_DIR / DB_NAME).is_file():
+    if db_file(p / DEFAULT_DIR):
         return p / DEFAULT_DIR
     if not p.exists():
         raise StoreNotFound(f"{p}: no such folder; create a store with `ckpt init {p}`")
     if not p.is_dir():
+        if is_store_db(p):
+            fix = (f"use --store {p.parent} (the folder that holds it)" if p.name == DB_NAME else
+                   f"a store is the folder holding it as {DB_NAME}: move it to NEWFOLDER/{DB_NAME} and use "
+                   f"--store NEWFOLDER")
+            raise StoreNotFound(f"{p}: is a crewckpt store's database file; {fix}")
         raise StoreNotFound(f"{p}: is a file, not a store folder; pass the folder that holds {DB_NAME}")
     raise StoreNotFound(f"{p}: not a crewckpt store (no {DB_NAME}); create one with `ckpt init {p}`")
+
+
+def db_file(folder: Path) -> bool:
+    """True when ``folder/store.db`` is a regular file (a symlink to one counts), False when there is none.
+    Only stats it: a FIFO there is never opened (opening one for reading blocks).
+
+    Raises:
+        StoreNotFound: something else is there (a FIFO, a folder, a device, a dangling symlink), named, with
+        the fix.
+    """
+    db = folder / DB_NAME
+    try:
+        st = os.stat(db)
+    except FileNotFoundError:
+        if not os.path.lexists(db):
+            return False
+        raise StoreNotFound(f"{db} is not a regular file (a dangling symlink); move it away") from None
+    except NotADirectoryError:
+        return False
+    if stat.S_ISREG(st.st_mode):
+        return True
+    what = ("a fifo" if stat.S_ISFIFO(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode)
+            else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+            else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a file")
+    raise StoreNotFound(f"{db} is not a regular file ({what}); move it away (a store's {DB_NAME} is an SQLite "
+                        f"database file)")
+
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def is_sqlite_file(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` is a regular file starting with SQLite's magic bytes (CrewAI's ``detect_provider``).
+
+    Opened non-blocking and checked with fstat first, so a FIFO or device at ``path`` is never read (a
+    FIFO would block the open, ``/dev/zero`` would be read as "not SQLite" only after the fact)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except (OSError, ValueError):  # ValueError: NUL in the path
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, 16) == SQLITE_MAGIC
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+_STORE_TABLES = frozenset({"meta", "objects", "refs", "reflog", "commits"})
+
+
+def is_store_db(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` is an SQLite database file with crewckpt's tables (a store's ``store.db``). Reads
+    only the schema, read-only; a FIFO or device is never opened (its magic bytes are checked first)."""
+    if not is_sqlite_file(path):
+        return False
+    try:
+        conn = sqlite3.connect(Path(os.path.abspath(path)).as_uri() + "?mode=ro", uri=True)
+        try:
+            names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        finally:
+            conn.close()
+    except (sqlite3.Error, UnicodeDecodeError, OSError):
+        return False
+    return _STORE_TABLES <= names
 
 
 def _opened(folder: Path, backend: SqliteBackend) -> Opened:
@@ -708,7 +779,7 @@ class SqliteOpener(Opener):
         """Create the folder (0700 when ``private``, with its parents) and ``store.db`` in it (0600)."""
         p = Path(loc.target)
         exists = f"{p}: a crewckpt store already exists here; open it with Store.open({str(p)!r})"
-        if (p / DB_NAME).exists():
+        if p.is_dir() and db_file(p):  # something else named store.db: db_file names it
             raise StoreExists(exists)
         full = Path(os.path.abspath(p))
         if full.parent == full:  # safety: store.db and its -wal/-shm directly in / (sqlite:/// by mistake)
@@ -745,7 +816,7 @@ class SqliteOpener(Opener):
 
     def has_store(self, loc: Location) -> bool:
         """``store.db`` is in the folder itself (no ``.ckpt`` descent: a project folder is not a store)."""
-        return bool(loc.target) and os.path.isfile(os.path.join(loc.target, DB_NAME))
+        return bool(loc.target) and os.path.isdir(loc.target) and db_file(Path(loc.target))
 
     def occupied(self, loc: Location) -> bool:
         return os.path.lexists(loc.target)

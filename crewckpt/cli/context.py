@@ -231,6 +231,7 @@ def crewai_location(path: str | os.PathLike[str]) -> str | None:
     from pathlib import Path
 
     from crewckpt.backends import registry
+    from crewckpt.backends.sqlite import is_store_db
     from crewckpt.views.layout import is_sqlite_file, parse_filename
 
     local = registry.local_folder(path)
@@ -239,8 +240,8 @@ def crewai_location(path: str | os.PathLike[str]) -> str | None:
     p = Path(local)
     try:
         if p.is_file():
-            if is_sqlite_file(p):
-                return "a CrewAI SQLite db"
+            if is_sqlite_file(p):  # a store's own store.db is not CrewAI's: opening says which folder to give
+                return None if is_store_db(p) else "a CrewAI SQLite db"
             return "a CrewAI JSON checkpoint" if p.suffix == ".json" and parse_filename(p.name) else None
         if not p.is_dir() or registry.has_store(p):
             return None

@@ -185,8 +185,16 @@ class Store:
     def _check_version(self) -> None:
         v = self.backend.meta_get("format_version")
         where = self.location or "memory store"
-        if v is None or not v.isdigit():
+        if v is None:
             raise FormatVersionError(f"{where}: no format version recorded; this is not a crewckpt store")
+        if not (v.isascii() and v.isdigit()):  # e.g. 'x', '', '²': a damaged meta row, not another format
+            db = getattr(self.backend, "path", None)  # SQLite: its database file
+            fix = (f"sqlite3 {db} \"UPDATE meta SET value='{ob.FORMAT_VERSION}' "
+                   f"WHERE key='format_version'\"" if db is not None else
+                   f"set the meta row format_version back to {ob.FORMAT_VERSION}")
+            raise FormatVersionError(f"{where}: the recorded format version {v[:40]!r} is unreadable (a damaged "
+                                     f"meta row: a version is a whole number); if crewckpt wrote this store, "
+                                     f"mend it with {fix}, then run `ckpt fsck`")
         if int(v) > ob.FORMAT_VERSION:
             raise FormatVersionError(f"{where}: store format version {v} is newer than this crewckpt "
                                      f"understands ({ob.FORMAT_VERSION}); upgrade crewckpt")

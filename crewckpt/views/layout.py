@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import calendar
 import json
-import os
 import re
-import stat
 import time
-from pathlib import Path
 from typing import Any
 
+from crewckpt.backends.sqlite import is_sqlite_file  # re-exported: views and the CLI look here
 from crewckpt.history.jsontext import escape_surrogates
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 TS_FORMAT = "%Y%m%dT%H%M%S"
 CHECKPOINT_ID_RE = re.compile(r"(\d{8}T\d{6})_([0-9a-f]{8})")
 _TS_RE = re.compile(r"\d{8}T\d{6}")
@@ -54,23 +51,6 @@ JSON_STYLE_DUMPS = "dumps"
 """``json.dumps(payload)``: what CrewAI's automatic checkpoint listener writes (", " and ": ", ASCII)."""
 JSON_STYLE_COMPACT = "compact"
 """Pydantic's ``model_dump_json()``: what ``RuntimeState.checkpoint()`` (manual checkpoints) writes."""
-
-
-def is_sqlite_file(path: str | Path) -> bool:
-    """True when ``path`` is a regular file starting with SQLite's magic bytes (CrewAI's ``detect_provider``).
-
-    Opened non-blocking and checked with fstat first, so a FIFO or device at ``path`` is never read (a
-    FIFO would block the open, ``/dev/zero`` would be read as "not SQLite" only after the fact)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
-    except (OSError, ValueError):  # ValueError: NUL in the path
-        return False
-    try:
-        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, 16) == SQLITE_MAGIC
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def split_location(path: str) -> tuple[str, str | None]:
