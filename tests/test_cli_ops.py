@@ -106,6 +106,7 @@ def test_resume_bad_inputs_is_usage_error(demo):
 
 
 def test_resume_calls_restore_and_kickoff(demo, monkeypatch):
+    import contextlib
     import types
 
     calls = []
@@ -124,6 +125,8 @@ def test_resume_calls_restore_and_kickoff(demo, monkeypatch):
 
     # The integration's restore is tested with real CrewAI in its own tests; here only the CLI's part.
     monkeypatch.setitem(sys.modules, "crewckpt.crewai", types.SimpleNamespace(restore=restore))
+    monkeypatch.setitem(sys.modules, "crewckpt.crewai.hooks", types.SimpleNamespace(
+        resuming=lambda rev, cid: contextlib.nullcontext()))
     monkeypatch.setitem(sys.modules, "crewckpt.crewai.run", types.SimpleNamespace(
         restore_class=lambda doc, meta, **kw: None, run_restored=run_restored, tty_confirm=lambda: None))
     record = orjson.loads(
