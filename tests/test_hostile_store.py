@@ -743,3 +743,19 @@ class TestTamperedIndexRow:
         assert code == 0, err
         with Store.open(tmp_path / "t") as s:
             assert [s.resolve(f"20261129T23422{i}_0d85936{i}") for i in (1, 2, 3)] == ids
+
+
+
+def test_ancestry_between_stores_follows_the_commit_objects_not_forged_rows(tmp_path: Path) -> None:
+    """sync.is_ancestor decides fast-forward or not for fetch, push, pull and publish, on either store: a
+    row claiming an unrelated parent must not make a commit a descendant (nor hide its real parent)."""
+    from crewckpt.history.remotes import side
+    from crewckpt.history.sync import is_ancestor
+    with Store.init(tmp_path / "t") as s:
+        other = s.commit({"other": 1}, branch="b")
+        ids = [s.commit({"v": i}, branch="main") for i in (1, 2, 3)]
+    _set_parents(tmp_path / "t", ids[2], [other])
+    with Store.open(tmp_path / "t") as s:
+        g = side(s, "t")
+        assert not is_ancestor(g, bytes.fromhex(other), bytes.fromhex(ids[2]))
+        assert is_ancestor(g, bytes.fromhex(ids[0]), bytes.fromhex(ids[2]))

@@ -536,8 +536,8 @@ def _reput(sender: Side, receiver: Side, plans: Sequence[_CommitPlan]) -> None:
 
 
 def is_ancestor(side: Side, ancestor: bytes, descendant: bytes) -> bool:
-    """Whether ``ancestor`` is ``descendant`` or reachable from it by parents, on ``side`` (index rows first,
-    commit objects for unindexed commits; a walk skips commits older than ``ancestor`` by local seq).
+    """Whether ``ancestor`` is ``descendant`` or reachable from it by parents, on ``side`` (parents from the
+    verified commit objects; a walk skips commits older than ``ancestor`` by local seq).
 
     Raises:
         IntegrityError: a corrupt commit object on the way. DocumentTooLarge: one over the read budget."""
@@ -551,18 +551,17 @@ def is_ancestor(side: Side, ancestor: bytes, descendant: bytes) -> bool:
     while stack:
         cid = stack.pop()
         row = b.index_get(cid)
-        if row is not None:
-            if floor is not None and row.seq <= floor:
-                continue
-            parents: Sequence[bytes] = row.parents
-        else:  # a commit object of a store that may be hostile: bounded like every read of this module
-            try:
-                got = read_verified(side, [cid], budget(side, cid))
-            except MissingObject:  # its pack went meanwhile (a gc there)
-                continue
-            if cid not in got:
-                continue
-            parents = _decode_commit(cid, *got[cid]).parents
+        if row is not None and floor is not None and row.seq <= floor:
+            continue  # only prunes the walk: a damaged seq can make it answer no (a refusal), never yes
+        # parents from the verified commit object, never from the row (an unhashed cache a hostile store can
+        # forge), bounded like every read of this module
+        try:
+            got = read_verified(side, [cid], budget(side, cid))
+        except MissingObject:  # its pack went meanwhile (a gc there)
+            continue
+        if cid not in got:
+            continue
+        parents: Sequence[bytes] = _decode_commit(cid, *got[cid]).parents
         for par in parents:
             if par == ancestor:
                 return True
