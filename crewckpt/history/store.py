@@ -694,19 +694,30 @@ class Store:
     def _ref_commit(self, name: str, t: bytes) -> bytes:
         """Ref ``name``'s target ``t`` when it can name a commit; a malformed target (not 32 bytes) or one
         naming another kind of object raises UnknownRevision naming the ref (not "pruned", not "corrupt")."""
-        if len(t) != ob.ID_BYTES:
+        problem = self._target_problem(t)
+        if problem == "malformed":
             raise UnknownRevision(f"ref {name} is malformed: it holds {len(t)} byte(s) ({t[:32].hex()}), not a "
                                   f"{ob.ID_BYTES}-byte commit id; {refnames.ref_fix(name)}")
-        if self.backend.index_get(t) is None:  # live commits are indexed: only then look at the object
-            got = self.backend.get(t)
-            if got is None:  # gc keeps what a ref names: a ref naming nothing was damaged, not pruned
-                raise UnknownRevision(f"ref {name} names {t.hex()[:12]}, which is not in the store (a damaged "
-                                      f"ref); {refnames.ref_fix(name)}")
-            if got.kind != ob.COMMIT:
-                kind = ob.KIND_NAMES.get(got.kind, b"object").decode()
-                raise UnknownRevision(f"ref {name} names {t.hex()}, a {kind}, not a commit: the ref is damaged; "
-                                      f"{refnames.ref_fix(name)}")
+        if problem == "missing":  # gc keeps what a ref names: a ref naming nothing was damaged, not pruned
+            raise UnknownRevision(f"ref {name} names {t.hex()[:12]}, which is not in the store (a damaged "
+                                  f"ref); {refnames.ref_fix(name)}")
+        if problem is not None:
+            raise UnknownRevision(f"ref {name} names {t.hex()}, a {problem}, not a commit: the ref is damaged; "
+                                  f"{refnames.ref_fix(name)}")
         return t
+
+    def _target_problem(self, t: bytes) -> str | None:
+        """Why a ref or reflog value ``t`` cannot name a commit: "malformed" (not 32 bytes), "missing" (not
+        stored), or the kind name of the object it names ("tree", ...); None when it can (live commits are
+        indexed: only an unindexed id costs an object read)."""
+        if len(t) != ob.ID_BYTES:
+            return "malformed"
+        if self.backend.index_get(t) is not None:
+            return None
+        got = self.backend.get(t)
+        if got is None:
+            return "missing"
+        return None if got.kind == ob.COMMIT else ob.KIND_NAMES.get(got.kind, b"object").decode()
 
     def _reflog_base(self, r: revisions.Revision) -> bytes:
         """``REF@{N}`` (N-th prior value of REF; ``@{N}``: of the current branch; ``HEAD@{N}``: of HEAD) and
@@ -750,18 +761,15 @@ class Store:
         commits it names (prune + gc), so an id that is not stored is "not in the store" either way; a
         malformed id or another kind of object is a damaged entry. Raises UnknownRevision (one line)."""
         fix = f"see `ckpt reflog {label}`; `ckpt fsck` lists damaged reflog entries"
-        if len(t) != ob.ID_BYTES:
+        problem = self._target_problem(t)
+        if problem == "malformed":
             raise UnknownRevision(f"reflog entry {rev} is malformed: it holds {len(t)} byte(s) ({t[:32].hex()}), "
                                   f"not a {ob.ID_BYTES}-byte commit id; {fix}")
-        if self.backend.index_get(t) is not None:
-            return t
-        got = self.backend.get(t)
-        if got is None:
+        if problem == "missing":
             raise UnknownRevision(f"reflog entry {rev} names {t.hex()[:12]}, which is not in the store (pruned "
                                   f"and collected by gc, or a damaged reflog); {fix}")
-        if got.kind != ob.COMMIT:
-            kind = ob.KIND_NAMES.get(got.kind, b"object").decode()
-            raise UnknownRevision(f"reflog entry {rev} names {t.hex()[:12]}, a {kind}, not a commit: the reflog "
+        if problem is not None:
+            raise UnknownRevision(f"reflog entry {rev} names {t.hex()[:12]}, a {problem}, not a commit: the reflog "
                                   f"is damaged; {fix}")
         return t
 
