@@ -30,12 +30,14 @@ from crewckpt.errors import (
     AmbiguousRevision,
     BranchExists,
     BranchInUse,
+    BranchNotMerged,
     CkptError,
     DecodeError,
     FormatVersionError,
     IntegrityError,
     MissingObject,
     RefConflict,
+    StoreBusy,
     StoreNotFound,
     UnknownRevision,
 )
@@ -923,22 +925,82 @@ class Store:
         txn.set_ref_if_equals(ref, None, cid)
         txn.reflog_append(ReflogEntry(ref, None, cid, now, f"branch: created from {rev}"))
 
-    def delete_branch(self, name: str) -> None:
+    def delete_branch(self, name: str, *, force: bool = True) -> None:
         """Delete a branch ref and its reflog (its commits stay until pruned).
+
+        ``force=False`` is ``ckpt branch -d`` (git's ``branch -d``): refuse unless another branch's tip or a
+        remote-tracking ref (``refs/remotes/*``) is the tip or has it as an ancestor, so prune and gc cannot
+        drop checkpoints only this branch keeps. A ref naming no commit (damaged) holds no history and is
+        deleted either way. The default, True, deletes as before (``ckpt branch -D``).
 
         Raises:
             UnknownRevision: no such branch. BranchInUse: it is the current branch (git refuses too).
+            BranchNotMerged: ``force=False`` and nothing else reaches its tip (nothing changed).
         """
         ref = refnames.branch_ref(name)
-        with self._writing() as txn:
-            cur = txn.get_ref(ref)
-            if cur is None:
-                raise UnknownRevision(f"no branch named {name!r}; see `ckpt branch`")
-            if head.head_ref_stored(txn) == ref:
-                raise BranchInUse(f"cannot delete branch {head.branch_of(ref)!r}: it is the current branch "
-                                  f"(HEAD); switch to another first with `ckpt switch BRANCH`")
-            txn.set_ref_if_equals(ref, cur, None)
-            txn.reflog_delete(ref)
+        for _ in range(_CAS_RETRIES):
+            witness = None if force else self._reached_elsewhere(ref)  # walked outside the transaction
+            with self._writing() as txn:
+                cur = txn.get_ref(ref)
+                if cur is None:
+                    raise UnknownRevision(f"no branch named {name!r}; see `ckpt branch`")
+                if head.head_ref_stored(txn) == ref:
+                    raise BranchInUse(f"cannot delete branch {head.branch_of(ref)!r}: it is the current branch "
+                                      f"(HEAD); switch to another first with `ckpt switch BRANCH`")
+                if not force:
+                    tip, by = witness if witness is not None else (None, None)
+                    if tip != cur or (by is not None and txn.get_ref(by[0]) != by[1]):
+                        continue  # a ref moved since the walk: walk again
+                    if by is None:
+                        raise BranchNotMerged(
+                            f"branch {head.branch_of(ref)!r} is not fully merged: no other branch or "
+                            f"remote-tracking ref reaches its tip {cur.hex()[:12]} (prune and gc would then "
+                            f"drop its checkpoints); if you are sure, run `ckpt branch -D {head.branch_of(ref)}`")
+                txn.set_ref_if_equals(ref, cur, None)
+                txn.reflog_delete(ref)
+                return
+        raise StoreBusy(f"branch {name!r} kept moving while checking what reaches it; try again")
+
+    def _reached_elsewhere(self, ref: str) -> tuple[bytes | None, tuple[str, bytes] | None]:
+        """(``ref``'s tip, ``(other ref, its tip)`` reaching it or None): the first other branch or
+        remote-tracking ref whose tip is the tip or has it as an ancestor. A tip that is no commit (a damaged
+        ref) counts as reached (there is no history to lose). Walks verified commit objects, and only commits
+        newer than the tip in local order (an older one cannot descend from it)."""
+        tip = self.backend.get_ref(ref)
+        if tip is None:
+            return None, None
+        others = {k: v for prefix in (refnames.HEADS, refnames.REMOTES)
+                  for k, v in self.backend.refs(prefix).items() if k != ref and len(v) == ob.ID_BYTES}
+        stored = self.backend.get(tip) if len(tip) == ob.ID_BYTES else None
+        if stored is None or stored.kind != ob.COMMIT:
+            return tip, (ref, tip)  # itself as the witness: it must still name the same thing
+        floor = self._seq(tip)
+        for k, v in sorted(others.items(), key=lambda kv: kv[1] != tip):  # an equal tip first: no walk
+            if self._descends(v, tip, floor):
+                return tip, (k, v)
+        return tip, None
+
+    def _descends(self, start: bytes, tip: bytes, floor: int | None) -> bool:
+        """Whether ``tip`` is ``start`` or one of its ancestors (commits at or below seq ``floor`` are not
+        followed; unreadable or collected commits end their path: a wrong "no" is a refusal, never a loss)."""
+        seen = {start}
+        stack = [start]
+        while stack:
+            c = stack.pop()
+            if c == tip:
+                return True
+            try:
+                s = self._seq(c)
+                if floor is not None and s is not None and s <= floor:
+                    continue
+                ps = self._parents(c)
+            except CkptError:
+                continue
+            for p in ps:
+                if p not in seen:
+                    seen.add(p)
+                    stack.append(p)
+        return False
 
     def rename_branch(self, old: str, new: str) -> None:
         """Rename a branch: its ref, reflog and the branch of its live commits; HEAD follows a rename of the
