@@ -47,6 +47,7 @@ from crewckpt.history.commits import (
     PrunedCommit,
     branch_ok,
     damaged_row,
+    distinct_parents,
     from_commit,
     from_row,
     row_differences,
@@ -256,7 +257,8 @@ class Store:
                 commit written, else ``main``, with one warning, and replaced by it. An explicit branch
                 moves that branch only; HEAD stays where it is (writers never switch it).
             parents: revisions of the parents; None = the branch's current tip (none if the branch is new);
-                ``[]`` = a root commit.
+                ``[]`` = a root commit. A commit named twice (by any names) is listed once, where it came first,
+                with a warning "duplicate parent X ignored" (as git's commit-tree).
             meta: JSON-serialisable metadata kept in the commit.
             run_id: the writer/lineage id; a ref ``refs/runs/<run_id>`` follows the run's last commit.
                 Default: a new id per Store object.
@@ -272,7 +274,11 @@ class Store:
         ref = None if branch is None else refnames.branch_ref(branch)  # None: HEAD's, read in _land
         run = run_id or self._default_run
         rref = refnames.run_ref(run)
-        parent_ids = None if parents is None else [bytes.fromhex(self.resolve(p)) for p in parents]
+        parent_ids = None
+        if parents is not None:
+            parent_ids, repeats = distinct_parents([bytes.fromhex(self.resolve(p)) for p in parents])
+            for p in repeats:  # git's commit-tree: "duplicate parent X ignored"
+                _log.warning("crewckpt: duplicate parent %s ignored", p.hex())
         meta_json = orjson.dumps(meta).decode() if meta else None
         prof = self.profile if profile is None else profile
         summary = prof.summary(doc)
