@@ -78,6 +78,7 @@ MERGE_LEVEL = 3  # zstd level of a writer's merges: 4x faster than gc's level 9,
 _COMMIT_CACHE = 4096  # verified commit objects a handle keeps (~200 bytes each)
 MERGE_MEMORY = 16 << 20  # bytes of its unmerged packs' bodies a writer keeps for its next merge
 LOOSE_MIN = 1 << 20  # bytes: bodies larger than this are stored loose, not packed
+RUN_MERGE_BYTES = 4 << 20  # body bytes: a run whose packs hold at most this ends with them all in one pack
 
 
 class Store:
@@ -108,6 +109,11 @@ class Store:
         # need not read and decompress them back; at most MERGE_MEMORY bytes, else the merge reads the rest
         self._pack_bodies: dict[bytes, tuple[int, bytes]] = {}
         self._pack_bytes = 0
+        self._my_bytes = 0  # body bytes of _my_packs
+        # (pack id, members, body bytes) of the packs this handle's merges made since finish_writes, while they
+        # hold at most RUN_MERGE_BYTES (then []): finish_writes merges them with _my_packs into one pack
+        self._run_packs: builtins.list[tuple[bytes, builtins.list[bytes], int]] = []
+        self._run_bytes = 0
         self._last_bodies: builtins.list[tuple[bytes, int, bytes]] = []
         self._last_commit: StoredObject | None = None  # the commit object _land wrote last
         self._commit_cache: dict[bytes, ob.Commit] = {}  # verified commit objects (immutable: ids hash them)
@@ -212,16 +218,21 @@ class Store:
 
     def finish_writes(self) -> None:
         """Compact what this handle wrote, at the end of a run (the CrewAI writer calls it when a crew or flow
-        run ends) and at close: its per-checkpoint packs not merged yet become one pack, and the backend gives
-        space back (SQLite: incremental vacuum, WAL checkpointed and truncated to zero bytes). Best effort and
-        short: other writers are not blocked (packs merge under the gc lock only writers' own repacks take,
-        each in its own small transaction); a failure only logs."""
+        run ends) and at close: its per-checkpoint packs not merged yet become one pack (with the packs its
+        earlier merges made, at gc's zstd level, when they hold at most RUN_MERGE_BYTES of bodies: a short
+        run ends with one pack), the backend gives space back (SQLite: incremental vacuum, a small store's
+        VACUUM when no other writer is in it, WAL checkpointed and truncated to zero bytes), then releases
+        what an idle handle holds (SQLite: its connection, so the -wal and -shm files go; the next call
+        reopens). Best effort and short: other writers are not blocked (packs merge under the gc lock only
+        writers' own repacks take, each in its own small transaction); a failure only logs."""
         with self._wlock:
-            if self._my_packs:
-                self._auto_repack()
+            if self._my_packs or len(self._run_packs) > 1:
+                self._auto_repack(final=True)
+            self._run_packs, self._run_bytes = [], 0
             self._wrote = False
         try:
             self.backend.maintain()
+            self.backend.release()
         except CkptError as e:
             _log.warning("crewckpt: compacting the store after writing skipped: %s", e)
 
@@ -306,6 +317,7 @@ class Store:
                 self._wrote = True
                 if self._last_pack is not None:
                     self._my_packs.append(self._last_pack)
+                    self._my_bytes += sum(len(b) for _, _, b in self._last_bodies)
                     for oid, kind, body in self._last_bodies:
                         if self._pack_bytes + len(body) <= MERGE_MEMORY:
                             self._pack_bodies[oid] = (kind, body)
@@ -347,15 +359,29 @@ class Store:
             raise IntegrityError(root.oid.hex(), "the document split differently when it was put again after a "
                                                  "concurrent gc; run `ckpt fsck` on this checkpoint")
 
-    def _auto_repack(self) -> None:
+    def _auto_repack(self, final: bool = False) -> None:
         """Merge this writer's per-checkpoint packs every AUTO_PACKS checkpoints (best effort: a failure only
-        logs; a running gc postpones it)."""
+        logs; a running gc postpones it). ``final`` (run end): also the packs earlier merges made, into one
+        pack at gc's level, when all of them hold at most RUN_MERGE_BYTES of bodies (reading those back
+        costs a few ms; one pack compresses a short run's versions against each other)."""
+        from crewckpt.format.frame import PACK_LEVEL
         from crewckpt.history.gc import merge_packs
+        packs, level = self._my_packs, MERGE_LEVEL
+        whole = final and bool(self._run_packs) and self._run_bytes + self._my_bytes <= RUN_MERGE_BYTES
+        if whole:
+            packs, level = [(p, m) for p, m, _ in self._run_packs] + self._my_packs, PACK_LEVEL
+        made: builtins.list[tuple[bytes, builtins.list[bytes], int]] = []
         try:
-            if merge_packs(self.parts, self._my_packs, level=MERGE_LEVEL, bodies=self._pack_bodies):
+            if merge_packs(self.parts, packs, level=level, bodies=self._pack_bodies, made=made):
+                if whole:
+                    self._run_packs, self._run_bytes = [], 0
+                self._run_bytes += sum(n for _, _, n in made)
+                self._run_packs += made
+                if self._run_bytes > RUN_MERGE_BYTES:  # too big to merge whole at the end: stop tracking
+                    self._run_packs = []
                 self._my_packs = []
                 self._pack_bodies = {}
-                self._pack_bytes = 0
+                self._pack_bytes = self._my_bytes = 0
         except CkptError as e:
             _log.warning("crewckpt: automatic repack skipped: %s", e)
 
