@@ -565,3 +565,23 @@ def test_the_dense_rewrite_never_waits_for_another_writer(tmp_path: Any) -> None
         other.execute("COMMIT")
     assert s.read(cid)["step"] == 1 and s.backend.meta_get("other") == "writer"
     s.close()
+
+
+def test_the_splitter_caches_hold_at_most_their_bound_counting_keys_and_values() -> None:
+    """Issue 13 "bounded memory": the bound counts what an entry holds (key, representation, ENTRY_BYTES), not
+    only the key; a cache past its bound drops its oldest entries and a hit is still the same representation."""
+    from crewckpt.history import snapshot as sn
+
+    sp = Splitter(cache_bytes=20_000)
+    docs = [{"run": i, "rows": [{"n": i, "k": k, "text": f"row {k} of {i} " * 30} for k in range(20)]}
+            for i in range(40)]
+    ids = []
+    for d in docs:
+        ids.append(sp.split(d, lambda k, b: ob.object_id(k, b)).oid)
+        sp.keep()
+    for cache in (sp._cache, sp._strs, sp._small):
+        held = sum(sn._Cache._bytes(k, v) for k, v in cache.d.items())
+        assert held == cache.size <= cache.limit
+    assert sum(len(k) + len(v[0]) for k, v in sp._cache.d.items()) > 5_000  # it does cache
+    again = [Splitter().split(d, lambda k, b: ob.object_id(k, b)).oid for d in docs]
+    assert ids == again
