@@ -279,3 +279,22 @@ def test_a_branch_named_like_a_tracking_ref_is_warned_about_and_not_created_here
     ok(ckpt(dest, "branch", "originals/exp", "main"))  # only REMOTE + '/' is taken
     with Store.open(dest) as s:
         assert set(s.branches()) == {"main", "origin/main", "originals/exp"}
+
+
+def test_fetch_pull_and_clone_say_fetched_push_says_sent(tmp_path: Path) -> None:
+    """The transfer line is from the user's side: what came in was fetched, what went out was sent."""
+    demo = build_demo_store(tmp_path / "demo")
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    assert "clone origin: fetched " in ok(ckpt(None, "clone", demo.path, a)).stderr
+    ok(ckpt(None, "clone", demo.path, b))
+    with Store.open(a) as s:
+        s.commit({"from": "a"}, branch="main")
+    pushed = ok(ckpt(a, "push")).stderr
+    assert "push origin: sent 1 checkpoint(s)" in pushed and "fetched" not in pushed
+    assert "fetch origin: would fetch 1 checkpoint(s)" in ok(ckpt(b, "fetch", "--dry-run")).stderr
+    pulled = ok(ckpt(b, "pull")).stderr
+    assert "pull origin: fetched 1 checkpoint(s)" in pulled and "sent" not in pulled
+    with Store.open(demo.path) as s:
+        s.commit({"from": "demo"}, branch="main")
+    fetched = ok(ckpt(b, "fetch")).stderr
+    assert "fetch origin: fetched 1 checkpoint(s)" in fetched and "sent" not in fetched

@@ -102,7 +102,9 @@ def _report(rep: SyncReport, as_json: bool) -> None:
         emit_json(rep.to_json())
         return
     app = obj()
-    verb = "would send" if rep.dry_run else "sent"
+    # the user's side of the transfer: push/publish send, fetch/pull/clone receive
+    incoming = rep.verb in ("fetch", "pull", "clone")
+    verb = ("would fetch" if incoming else "would send") if rep.dry_run else ("fetched" if incoming else "sent")
     if rep.verb == "prune":
         n = len(rep.refs)
         click.echo(f"prune {rep.remote}: {'would delete' if rep.dry_run else 'deleted'} {n} stale remote-tracking "
