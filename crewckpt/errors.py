@@ -109,6 +109,11 @@ class BranchInUse(CkptError):
     """The branch is the current branch (HEAD names it): it cannot be deleted."""
 
 
+class BranchNotMerged(CkptError):
+    """No other branch or remote-tracking ref reaches the branch's tip: deleting it (``ckpt branch -d``) would
+    let prune and gc drop checkpoints nothing else keeps. ``ckpt branch -D`` deletes it anyway."""
+
+
 INSTALL_HINT = "pip install 'crewckpt[crewai]'"
 """How to get the optional CrewAI runtime (the ``crewai`` extra)."""
 

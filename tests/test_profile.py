@@ -20,10 +20,13 @@ from crewckpt.history.store import Store
 from crewckpt.views.document import CREWAI, SEPARATE_KEYS, crew_summary
 
 # Tree ids of real CrewAI checkpoints as main wrote them before the split hints moved out of history/
-# (Splitter() with the built-in SEPARATE_KEYS, at 89c5173). The CrewAI profile must keep every one.
+# (Splitter() with the built-in SEPARATE_KEYS, at 89c5173). The CrewAI profile must keep every one. Except
+# crew_json_star's, re-pinned when the splitter's caches became per place (tests/test_splitter_determinism.py):
+# its crew.agents[0] came first, inline, and the per-split memo then put that inline body into tasks[0].agent,
+# which the policy (objects_format.md 4.1) makes its own tree; was df85d9a5dfd2a2346f186beb2ee049d4c5399d18...
 TREE_IDS = {
     "crew_json_star/main/20261129T234227_f7f0509e_p-20261129T234227_4e04ef61.json":
-        "df85d9a5dfd2a2346f186beb2ee049d4c5399d182b0f4db07a28052251a62011",
+        "9ab8ca2d29e10c90d9a00816fb5910d0d22204feec6cfde21e1ad1358f0146ed",
     "flow_json/main/20261129T235149_b75d688a_p-none.json":
         "b1fd848109d834ccb72054f1f6ad25324dbac0c46408d83d0203bc32ce3c04bd",
     "agent_json/main/20261129T235149_809e2c73_p-none.json":

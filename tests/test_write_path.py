@@ -209,11 +209,46 @@ def test_finish_writes_merges_the_writers_packs_and_truncates_the_wal(tmp_path: 
     packs = lambda: sum(1 for m in s.backend.iter_objects() if m.kind == ob.PACK)  # noqa: E731
     assert packs() == 10
     s.finish_writes()
-    assert wal.stat().st_size == 0 and packs() == 1
+    # the handle released its connection: the last one took the WAL and the -shm index with it
+    assert not wal.exists() and not (tmp_path / "s" / "store.db-shm").exists() and packs() == 1
     assert [s.read(c)["step"] for c in ids] == list(range(10))
     s.close()  # nothing more to do: close after finish_writes is cheap and leaves the store alike
     s = Store.open(tmp_path / "s")
     assert [s.read(c)["step"] for c in ids] == list(range(10)) and packs() == 1
+    s.close()
+
+
+def test_a_run_ends_with_one_pack_when_its_packs_are_small(tmp_path: Any) -> None:
+    """A run longer than AUTO_PACKS checkpoints merged once on the way; at its end every pack it made becomes
+    one (gc's zstd level: a short run's versions compress against each other), and nothing is lost."""
+    from crewckpt.history import store as store_mod
+
+    s = Store.init(tmp_path / "s")
+    n = 2 * store_mod.AUTO_PACKS + 6
+    ids = [s.commit({"step": i, "text": [f"line {i} {k} " * 400 for k in range(3)]}) for i in range(n)]
+    packs = lambda: sorted(m.oid for m in s.backend.iter_objects() if m.kind == ob.PACK)  # noqa: E731
+    assert 1 < len(packs()) < n // 2  # merged every AUTO_PACKS packs on the way, then one per checkpoint
+    s.finish_writes()
+    assert len(packs()) == 1
+    assert [s.read(c)["step"] for c in ids] == list(range(n))
+    assert s.fsck().ok
+    for i in range(n, n + 4):  # the next run of the same handle starts a fresh tally
+        s.commit({"step": i, "text": [f"line {i} {k} " * 400 for k in range(3)]})
+    s.finish_writes()
+    assert len(packs()) == 2 and s.read("main")["step"] == n + 3
+    s.close()
+
+
+def test_a_run_too_big_to_merge_whole_keeps_its_merged_packs(tmp_path: Any, monkeypatch: Any) -> None:
+    from crewckpt.history import store as store_mod
+
+    monkeypatch.setattr(store_mod, "AUTO_PACKS", 4)
+    monkeypatch.setattr(store_mod, "RUN_MERGE_BYTES", 2000)
+    s = Store.init(tmp_path / "s")
+    ids = [s.commit({"step": i, "text": [f"line {i} {k} " * 400 for k in range(3)]}) for i in range(10)]
+    s.finish_writes()  # merged 4 + 4 on the way (over 2000 bytes of bodies), then the last 2
+    assert sum(1 for m in s.backend.iter_objects() if m.kind == ob.PACK) == 3
+    assert [s.read(c)["step"] for c in ids] == list(range(10))
     s.close()
 
 
@@ -229,7 +264,8 @@ def test_a_finished_crew_run_leaves_a_compact_store_while_the_process_lives() ->
     research_crew(2, checkpoint=CheckpointConfig(location=".ckpt", on_events=["*"])).kickoff(
         inputs={"topic": "otters"})
     store = open_store(".ckpt")  # the writer's own handle, still open
-    assert Path(".ckpt/store.db-wal").stat().st_size == 0
+    # one file while the process lives: the handle released its connection at the run's end (issue 13)
+    assert sorted(p.name for p in Path(".ckpt").iterdir()) == ["gc.lock", "store.db"]
     assert sum(1 for m in store.backend.iter_objects() if m.kind == ob.PACK) == 1
     assert len(store.list()) == 2 + 6 * 2
 
@@ -454,3 +490,98 @@ def test_a_string_is_a_blob_only_under_a_split_hint_key_whatever_the_cache_holds
     inline, blob = (_puts(Splitter(separate_keys=keys), d)[1] for d in ({"other": text}, {"description": text}))
     assert len(inline) == 1 and len(blob) == 2 and text.encode() in blob
     assert _puts(Splitter(separate_keys=keys), {"description": "short"})[1][0].count(b"short") == 1
+
+
+# -- store bytes of a short run (issue 13: 80x under CrewAI's complete JSON after exit) ----------------------
+
+def _pages(path: Any) -> int:
+    import contextlib
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(path)) as c:
+        return int(c.execute("PRAGMA page_count").fetchone()[0])
+
+
+def test_a_new_store_uses_small_pages(tmp_path: Any) -> None:
+    """Each of the store's tables and indexes takes at least one page: 2 KiB pages halve a short run's fixed
+    overhead (SQLite's default is 4 KiB)."""
+    import contextlib
+    import sqlite3
+
+    from crewckpt.backends.sqlite import PAGE_SIZE
+
+    Store.init(tmp_path / "s").close()
+    with contextlib.closing(sqlite3.connect(tmp_path / "s" / "store.db")) as c:
+        assert c.execute("PRAGMA page_size").fetchone()[0] == PAGE_SIZE == 2048
+
+
+def test_the_last_handle_leaves_a_small_store_dense_and_one_file(tmp_path: Any) -> None:
+    s = Store.init(tmp_path / "s")
+    ids = [s.commit({"step": i, "text": [f"line {i} {k} " * 40 for k in range(3)], "n": list(range(i))})
+           for i in range(120)]
+    s.backend.maintain()  # freed pages given back first: what remains is the B-trees' slack
+    before = _pages(tmp_path / "s" / "store.db")
+    s.finish_writes()
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["gc.lock", "store.db"]
+    assert _pages(tmp_path / "s" / "store.db") < before  # VACUUMed: it was the only connection
+    assert [s.read(c)["step"] for c in ids] == list(range(120))  # the handle reopens on its next call
+    s.commit({"step": 120})
+    assert s.fsck().ok and s.read("main")["step"] == 120
+    s.close()
+
+
+def test_releasing_leaves_a_store_another_handle_has_open_alone(tmp_path: Any) -> None:
+    """A second connection (here in this process; another process's alike) keeps the -shm file: no VACUUM,
+    no wait, and both handles go on writing."""
+    a = Store.init(tmp_path / "s")
+    b = Store.open(tmp_path / "s")
+    assert b.list() == []
+    first = [a.commit({"step": i, "text": [f"line {i} {k} " * 400 for k in range(3)]}, branch="a") for i in range(5)]
+    a.finish_writes()
+    assert (tmp_path / "s" / "store.db-shm").exists()  # b's connection is still open
+    b.commit({"from": "b"}, branch="b")
+    a.commit({"step": 5}, branch="a")
+    assert [b.read(c)["step"] for c in first] == list(range(5)) and a.read("b") == {"from": "b"}
+    a.close()
+    b.close()
+
+
+def test_the_dense_rewrite_never_waits_for_another_writer(tmp_path: Any) -> None:
+    """A writer that took the store between the last close and the VACUUM keeps it: the VACUUM is skipped
+    at once (busy timeout 0), not after the 60 s busy timeout, and nothing changes."""
+    import contextlib
+    import sqlite3
+    import time
+
+    s = Store.init(tmp_path / "s")
+    cid = s.commit({"step": 1, "text": [f"line {k} " * 400 for k in range(3)]})
+    s.finish_writes()
+    with contextlib.closing(sqlite3.connect(tmp_path / "s" / "store.db", isolation_level=None)) as other:
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("INSERT INTO meta(key, value) VALUES ('other', 'writer')")
+        t = time.monotonic()
+        s.backend._vacuum_alone()  # type: ignore[attr-defined]
+        assert time.monotonic() - t < s.backend._busy / 2  # type: ignore[attr-defined]
+        other.execute("COMMIT")
+    assert s.read(cid)["step"] == 1 and s.backend.meta_get("other") == "writer"
+    s.close()
+
+
+def test_the_splitter_caches_hold_at_most_their_bound_counting_keys_and_values() -> None:
+    """Issue 13 "bounded memory": the bound counts what an entry holds (key, representation, ENTRY_BYTES), not
+    only the key; a cache past its bound drops its oldest entries and a hit is still the same representation."""
+    from crewckpt.history import snapshot as sn
+
+    sp = Splitter(cache_bytes=20_000)
+    docs = [{"run": i, "rows": [{"n": i, "k": k, "text": f"row {k} of {i} " * 30} for k in range(20)]}
+            for i in range(40)]
+    ids = []
+    for d in docs:
+        ids.append(sp.split(d, lambda k, b: ob.object_id(k, b)).oid)
+        sp.keep()
+    for cache in (sp._cache, sp._strs, sp._small):
+        held = sum(sn._Cache._bytes(k, v) for k, v in cache.d.items())
+        assert held == cache.size <= cache.limit
+    assert sum(len(k) + len(v[0]) for k, v in sp._cache.d.items()) > 5_000  # it does cache
+    again = [Splitter().split(d, lambda k, b: ob.object_id(k, b)).oid for d in docs]
+    assert ids == again

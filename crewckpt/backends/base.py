@@ -372,6 +372,12 @@ class Backend(Parts, abc.ABC):
         """The maintenance hook gc calls after a sweep: give freed space back (SQLite: incremental vacuum and
         WAL checkpoint; ``compact``: rewrite densely). Default: nothing to do."""
 
+    def release(self) -> None:
+        """Give back what an idle handle holds between uses (the writer calls it at the end of a run, after
+        :meth:`maintain`); the next call on the backend takes it again. Never loses or blocks anything.
+        SQLite: closes its connection, so the last one in the store removes the ``-wal`` and ``-shm``
+        files. Default: nothing."""
+
     def recovery_advice(self) -> str:
         """One clause telling a user whose store is damaged below crewckpt's rows how to get it back (fsck
         appends it to such a problem). Default: restore from a backup; backends with their own salvage tool

@@ -36,6 +36,10 @@ from crewckpt.errors import CkptError, CorruptStore, StoreExists, StoreNotFound
 DB_NAME = "store.db"
 BATCH = 900  # bound parameters per statement; far below SQLite's 32,766 limit on any build
 BUSY_TIMEOUT_S = 60.0
+# bytes per database page of a new store (SQLite's default is 4096): each of the 9 tables and indexes takes at
+# least one page, so 2 KiB pages halve a short run's fixed overhead; no slower to write (docs/write-path.md)
+PAGE_SIZE = 2048
+SMALL_VACUUM_BYTES = 1 << 20  # a store file at most this big is VACUUMed when its last writer releases it
 
 _SCHEMA = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
@@ -346,26 +350,33 @@ class SqliteBackend(_SqlReader, TransactionalBackend):
             self._read_only_why = _hard_link_problem(self.path)
             if self._read_only_why:  # readable as a read-only store; every write refuses with the fix
                 self.read_only = True
+        self._c: sqlite3.Connection | None = None
+        self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        """Open the connection (at construction, and again on first use after :meth:`release`)."""
         # as_uri() percent-encodes: a raw '?' or '#' in the folder name would end the path early and make
         # SQLite open (and create) a different file outside the store
         uri = self.path.resolve().as_uri()
         modes = ("mode=ro", "immutable=1") if self.read_only else ("mode=rw",)
+        busy_timeout_s = self._busy
         for n, mode in enumerate(modes):
             try:
-                self._conn = sqlite3.connect(f"{uri}?{mode}", uri=True, timeout=busy_timeout_s,
-                                             isolation_level=None, check_same_thread=False)
+                conn = sqlite3.connect(f"{uri}?{mode}", uri=True, timeout=busy_timeout_s,
+                                       isolation_level=None, check_same_thread=False)
                 if not self.read_only:
-                    self._conn.execute("PRAGMA journal_mode=WAL")
-                    self._conn.execute("PRAGMA synchronous=NORMAL")
+                    conn.execute("PRAGMA journal_mode=WAL")
+                    conn.execute("PRAGMA synchronous=NORMAL")
                     # checkpoint the WAL every ~512 KiB and cut it back to 256 KiB when it restarts (it would
                     # idle at 4 MiB; a short run's whole store is smaller than that); Store.finish_writes (run end,
                     # close) truncates it to zero
-                    self._conn.execute("PRAGMA wal_autocheckpoint=128")
-                    self._conn.execute("PRAGMA journal_size_limit=262144")
-                self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
-                self._conn.execute("SELECT count(*) FROM meta").fetchone()
-                self._conn.execute("SELECT oid FROM objects LIMIT 1").fetchall()
-                break
+                    conn.execute("PRAGMA wal_autocheckpoint=128")
+                    conn.execute("PRAGMA journal_size_limit=262144")
+                conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+                conn.execute("SELECT count(*) FROM meta").fetchone()
+                conn.execute("SELECT oid FROM objects LIMIT 1").fetchall()
+                self._c = conn
+                return conn
             except sqlite3.OperationalError as e:
                 # read-only folder without a -shm file: WAL readers need one, so read it as immutable
                 if n + 1 < len(modes) and ("unable to open" in str(e) or "readonly" in str(e)):
@@ -377,6 +388,20 @@ class SqliteBackend(_SqlReader, TransactionalBackend):
             except UnicodeDecodeError:  # a damaged schema makes even SQLite's error message invalid UTF-8
                 raise CorruptStore(f"{self.path}: not a readable crewckpt database (damaged schema); restore "
                                    f"it from a backup or re-import") from None
+        raise AssertionError("unreachable: the last mode raises")
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        """The connection, reopened on first use after :meth:`release`."""
+        c = self._c
+        if c is None:
+            with self._lock:
+                c = self._c if self._c is not None else self._connect()
+        return c
+
+    @_conn.setter
+    def _conn(self, conn: sqlite3.Connection) -> None:  # tests wrap it to count statements
+        self._c = conn
 
     @classmethod
     def create(cls, folder: str | os.PathLike[str], meta: dict[str, str] | None = None, *,
@@ -408,6 +433,7 @@ class SqliteBackend(_SqlReader, TransactionalBackend):
             # (file:v/x -> "unable to open", file:w?mode=memory -> the schema goes to memory)
             conn = sqlite3.connect(Path(os.path.abspath(tmp)).as_uri() + "?mode=rw", uri=True, isolation_level=None)
             try:
+                conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
                 conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.executescript("BEGIN;" + _SCHEMA + rows + "COMMIT;")
@@ -545,9 +571,48 @@ class SqliteBackend(_SqlReader, TransactionalBackend):
         return (f"restore {self.path} from a backup, or salvage what SQLite can still read: "
                 f"`sqlite3 {self.path} .recover | sqlite3 recovered.db`, then `ckpt fsck --full` on it")
 
+    def release(self) -> None:
+        """Close the connection until the next call (base.Backend.release): the last connection to the store
+        checkpoints the WAL and removes the -wal and -shm files, so an idle store is one file. When it was the
+        last one (the -shm file went with it) and the file holds at most SMALL_VACUUM_BYTES, the store is first
+        rewritten densely (:meth:`_vacuum_alone`; a short run's pages are a quarter slack). A transaction of
+        another thread of this process finishes first (the lock waits for it)."""
+        with self._lock:
+            c, self._c = self._c, None
+            if c is None:
+                return
+            c.close()
+            if self.read_only or os.path.lexists(f"{self.path}-shm"):
+                return  # another connection has the store open: leave it be
+            try:
+                small = self.path.stat().st_size <= SMALL_VACUUM_BYTES
+            except OSError:
+                return
+            if small:
+                self._vacuum_alone()
+
+    def _vacuum_alone(self) -> None:
+        """VACUUM a small store that no connection had open a moment ago, then close again. Never waits (busy
+        timeout 0): a writer that came meanwhile keeps the store and the VACUUM is skipped; one that comes
+        during it waits as for any write (a few ms at this size). Best effort: a failure changes nothing."""
+        try:
+            conn = self._connect()
+        except CkptError:
+            return
+        try:
+            conn.execute("PRAGMA busy_timeout=0")
+            conn.execute("VACUUM")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except sqlite3.Error:
+            pass
+        finally:
+            self._c = None
+            conn.close()
+
     def close(self) -> None:
         with self._lock:
-            self._conn.close()
+            if self._c is not None:
+                self._c.close()
 
     def disk_bytes(self) -> int:
         """Bytes the store keeps on disk: the database and its WAL (the -shm index and the lock file are

@@ -19,12 +19,18 @@ if TYPE_CHECKING:
 @click.argument("name", required=False)
 @click.argument("rev", required=False)
 @click.option(
-    "-d", "--delete", "delete", metavar="NAME", help="Delete branch NAME (its commits stay until pruned)."
+    "-d", "--delete", "delete", metavar="NAME",
+    help="Delete branch NAME if another branch or remote-tracking ref reaches its tip (its commits stay until "
+         "pruned).",
 )
+@click.option("-D", "force_delete", metavar="NAME", help="Delete branch NAME even if nothing else reaches its tip "
+                                                         "(= -d NAME --force).")
+@click.option("-f", "--force", "force", is_flag=True, help="With -d: delete even if nothing else reaches the tip.")
 @click.option("-m", "--move", "move", nargs=2, metavar="OLD NEW", help="Rename branch OLD to NEW.")
 @json_option
 def branch(
-    name: str | None, rev: str | None, delete: str | None, move: tuple[str, str] | None, as_json: bool
+    name: str | None, rev: str | None, delete: str | None, force_delete: str | None, force: bool,
+    move: tuple[str, str] | None, as_json: bool
 ) -> None:
     """List branches, or create branch NAME at REV (default HEAD).
 
@@ -36,15 +42,21 @@ def branch(
       ckpt branch                        # list, with each tip
       ckpt branch try-gpt main~2         # new branch at main~2
       ckpt branch -m try-gpt experiment  # rename
-      ckpt branch -d experiment          # delete the ref
+      ckpt branch -d experiment          # delete the ref (refused if only it reaches its checkpoints)
+      ckpt branch -D experiment          # delete it anyway
     """
     app = obj()
-    if sum(x is not None for x in (name, delete, move)) > 1:
-        raise UsageProblem("use one of: ckpt branch NAME [REV], ckpt branch -d NAME, ckpt branch -m OLD NEW")
+    if sum(x is not None for x in (name, delete, force_delete, move)) > 1:
+        raise UsageProblem("use one of: ckpt branch NAME [REV], ckpt branch -d NAME, ckpt branch -D NAME, "
+                           "ckpt branch -m OLD NEW")
+    if force and delete is None:
+        raise UsageProblem("--force goes with -d NAME (ckpt branch -d NAME --force, or ckpt branch -D NAME)")
+    if force_delete is not None:
+        delete, force = force_delete, True
     store = app.store()
     if delete is not None:
         tip = store.branches().get(delete)  # as stored: a damaged ref (naming no commit) can be deleted too
-        store.delete_branch(delete)
+        store.delete_branch(delete, force=force)
         if as_json:
             emit_json({"deleted": delete, "tip": tip})
         else:

@@ -190,6 +190,28 @@ _COPIED = ("parents", "tree", "time_ns", "run_id", "trigger", "meta_json", "alia
 """The index row fields that copy the commit object's (the rest, branch, seq and summary, are local)."""
 
 
+def distinct_parents(parents: list[bytes]) -> tuple[list[bytes], list[bytes]]:
+    """``parents`` with each id once, in first-seen order, and the ids that were repeated (objects_format.md 5.3:
+    a writer lists a parent once, as git's commit-tree does)."""
+    seen: dict[bytes, None] = {}
+    dropped = []
+    for p in parents:
+        if p in seen:
+            if p not in dropped:
+                dropped.append(p)
+        else:
+            seen[p] = None
+    return list(seen), dropped
+
+
+def repeated_parents(parents: tuple[bytes, ...]) -> dict[bytes, int]:
+    """Parent id -> count, for each id a commit object lists more than once (another store's writer)."""
+    counts: dict[bytes, int] = {}
+    for p in parents:
+        counts[p] = counts.get(p, 0) + 1
+    return {p: n for p, n in counts.items() if n > 1}
+
+
 def _object_fields(c: ob.Commit) -> tuple[Any, ...]:
     return c.parents, c.tree.oid, c.time_ns, c.run_id, c.trigger, c.meta_json, c.alias
 

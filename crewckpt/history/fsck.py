@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from crewckpt.errors import CkptError, CorruptStore, DocumentTooLarge, IntegrityError, MissingObject
 from crewckpt.format import objects as ob
 from crewckpt.history import head
-from crewckpt.history.commits import REBUILD, row_damage, row_differences, row_matches
+from crewckpt.history.commits import REBUILD, repeated_parents, row_damage, row_differences, row_matches
 from crewckpt.history.limits import ObjectBound, ReadBudget
 from crewckpt.history.refnames import HEADS, ref_fix
 from crewckpt.history.snapshot import links_in
@@ -110,6 +110,9 @@ def _fsck(parts: StoreParts, full: bool, progress: Progress | None,
             c = objects.commit(cid, budget=bound)
             checked += 1
             children[cid] = [c.tree.oid]
+            for p, n in repeated_parents(c.parents).items():  # objects_format.md 5.3: a writer lists a parent once
+                problems.append(f"commit {cid.hex()} lists parent {p.hex()} {_times(n)} (written by another store; "
+                                f"readers follow it once, and its id keeps both: nothing to repair)")
             # branch, seq and summary are the index's own (local) fields; the rest copies the object. Walks,
             # info and resume use the object, but listing shows the row: a disagreement is always reported
             if cid.hex() not in stale and not row_matches(row, c):
@@ -176,6 +179,10 @@ def _fsck(parts: StoreParts, full: bool, progress: Progress | None,
     affected = _affected(commits, children, broken)
     return FsckReport({k.hex(): v for k, v in broken.items()}, affected, checked, problems, other,
                       stale), too_large
+
+
+def _times(n: int) -> str:
+    return "twice" if n == 2 else f"{n} times"
 
 
 def _why(e: Exception) -> str:

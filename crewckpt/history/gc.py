@@ -216,7 +216,8 @@ def repack_plan(live: set[bytes], metas: dict[bytes, ObjectMeta]) -> list[bytes]
 
 def write_packs(parts: StoreParts, oids: list[bytes], progress: Progress | None = None,
                 sizes: dict[bytes, int] | None = None, level: int = PACK_LEVEL,
-                drop: list[bytes] | None = None, known: Mapping[bytes, tuple[int, bytes]] | None = None) -> int:
+                drop: list[bytes] | None = None, known: Mapping[bytes, tuple[int, bytes]] | None = None,
+                made: list[tuple[bytes, list[bytes], int]] | None = None) -> int:
     """Move objects into new packs of up to PACK_MAX body bytes at zstd ``level`` (default PACK_LEVEL), ordered
     by kind and body prefix; returns how many frames changed. Objects gone meanwhile are skipped. Each pack
     lands with its members' new frames in one transaction, so a crash leaves either frame. ``sizes``
@@ -224,7 +225,8 @@ def write_packs(parts: StoreParts, oids: list[bytes], progress: Progress | None 
     (a writer's merge); they are deleted in the transaction of the last new pack, when no frame names them
     any more, so no crash or failure leaves their bytes behind (a reader that read an old frame retries on
     the miss: objectdb.get_many). ``known``: ``oid -> (kind, body)`` the caller made itself and hashed to
-    those ids (a writer merging its own packs): used instead of reading them back, for the ones still stored."""
+    those ids (a writer merging its own packs): used instead of reading them back, for the ones still stored.
+    ``made``: gets ``(pack id, member ids, body bytes)`` of each new pack once it landed."""
     bodies: dict[bytes, tuple[int, bytes]] = {}
     if known:
         mine = [o for o in oids if o in known]
@@ -246,6 +248,8 @@ def write_packs(parts: StoreParts, oids: list[bytes], progress: Progress | None 
                 moved += txn.reframe((o.oid, o.frame) for o in objs[1:])
                 if last and drop:
                     txn.drop_packs(drop, time.time_ns() + 1)
+            if made is not None:
+                made.append((objs[0].oid, [o for o, _, _ in batch], size))
             batch, size = [], 0
             if progress:
                 progress("repack", moved, len(items))
@@ -269,13 +273,14 @@ def drop_unreferenced_packs(parts: StoreParts, touched_before_ns: int) -> int:
 
 
 def merge_packs(parts: StoreParts, packs: list[tuple[bytes, list[bytes]]], level: int = PACK_LEVEL,
-                bodies: Mapping[bytes, tuple[int, bytes]] | None = None) -> bool:
+                bodies: Mapping[bytes, tuple[int, bytes]] | None = None,
+                made: list[tuple[bytes, list[bytes], int]] | None = None) -> bool:
     """Merge packs this writer wrote, given as ``(pack id, member ids)``, into bigger packs compressed together
     (git's gc.autoPackLimit idea), deleting them in the same transaction as the last new pack. Needs no
     scan: only the writer's own rows name its packs (a member that already existed kept its older frame).
     Skipped, returning False, while a gc holds the lock; the caller keeps its list and tries again later.
     ``level``: zstd level of the merged packs; ``bodies``: members' bodies the writer still holds (see
-    :func:`write_packs` ``known``)."""
+    :func:`write_packs` ``known``); ``made``: as in :func:`write_packs`."""
     b = parts.backend
     if not (b.capabilities.reframe and b.capabilities.locks):
         return True  # nothing to merge on a backend that cannot reframe: per-checkpoint packs stay
@@ -283,7 +288,7 @@ def merge_packs(parts: StoreParts, packs: list[tuple[bytes, list[bytes]]], level
         if not got:
             return False
         write_packs(parts, [o for _, members in packs for o in members], level=level,
-                    drop=[p for p, _ in packs], known=bodies)
+                    drop=[p for p, _ in packs], known=bodies, made=made)
     return True
 
 

@@ -16,7 +16,9 @@ Writer policy (v1; not canonical: a reader accepts any valid tree graph):
   link lists longer than CHUNK_ENTRIES are cut again at boundaries picked by the child ids.
 
 Caching (not canonical, per writer): a container's msgpack bytes -> its finished representation, and large
-strings -> their link, so unchanged parts of the next checkpoint are neither walked nor hashed again.
+strings -> their link, so unchanged parts of the next checkpoint are neither walked nor hashed again. Each
+entry serves only the place it was made for (plain, under a split-hint key, a Parts piece): ids never depend
+on what the caches hold (tests/test_splitter_determinism.py).
 """
 
 from __future__ import annotations
@@ -43,13 +45,21 @@ LEAF_BYTES = 16384
 SEPARATE_MIN = 256  # bytes: tinier containers stay inline anyway (a link costs 35)
 _MASK = CHUNK_ENTRIES // 2 - 1
 _FORCE_CUT = 8 * CHUNK_ENTRIES
-CACHE_BYTES = 32 * 1024 * 1024  # a Splitter's container cache (+ a quarter for long strings, an eighth for
-# split-hint strings): its memory bound
+CACHE_BYTES = 12 * 1024 * 1024  # a Splitter's container cache (+ a quarter for long strings, an eighth for
+# split-hint strings): its memory bound, counting each entry's key, value and ENTRY_BYTES (issue 13: a 100-task
+# CrewAI run held ~40 MB in these caches when only keys counted against 32 MiB; 12 MiB costs no CPU there)
+ENTRY_BYTES = 150  # per cache entry: the OrderedDict node and the key and value objects' headers
 
 _PENDING = object()
 _JOINED = 16  # added to a piece's form: a piece of a joined Parts value (forms are below 16)
 _SCALARS = (type(None), bool, float)
 _DEEP_SKIP = 400  # msgpack-python packs at most 511 levels
+# A value's representation depends on its place (objects_format.md 4.1): PLAIN, OWN (under a split-hint key: a
+# container over SEPARATE_MIN is its own tree, a string a blob) or LEAF (a piece of a Parts value: its own tree
+# whatever its size). Every cache entry is made for one place and serves only that place, so an id never depends
+# on where the writer met the same value before.
+_PLAIN, _OWN, _LEAF = 0, 1, 2
+_PLACE_TAG = (b"", b"\x01", b"\x02")  # prefixed to a container cache key (msgpack keys start at 0x80 or above)
 
 
 @functools.cache
@@ -89,7 +99,8 @@ def _as_link(rep: bytes) -> ob.Link | None:
 
 
 class _Cache:
-    """Bounded LRU: key -> value, sized by the key's length (bytes or characters)."""
+    """Bounded LRU: key -> representation (bytes, or (bytes, height)), at most ``limit`` bytes counting every
+    entry's key length (bytes or characters), representation length and ENTRY_BYTES."""
 
     def __init__(self, limit: int) -> None:
         self.d: collections.OrderedDict[Any, Any] = collections.OrderedDict()
@@ -102,13 +113,19 @@ class _Cache:
             self.d.move_to_end(k)
         return v
 
+    @staticmethod
+    def _bytes(k: Any, v: Any) -> int:
+        return len(k) + len(v[0] if isinstance(v, tuple) else v) + ENTRY_BYTES  # v: rep, or (rep, height)
+
     def put(self, k: Any, v: Any) -> None:
-        if k not in self.d:
-            self.size += len(k)
+        was = self.d.get(k)
+        if was is not None:
+            self.size -= self._bytes(k, was)
+        self.size += self._bytes(k, v)
         self.d[k] = v
         while self.size > self.limit and self.d:
-            old, _ = self.d.popitem(last=False)
-            self.size -= len(old)
+            old, ov = self.d.popitem(last=False)
+            self.size -= self._bytes(old, ov)
 
     def clear(self) -> None:
         self.d.clear()
@@ -382,15 +399,15 @@ class Splitter:
         self._strs = _Cache(cache_bytes // 4)
         self._small = _Cache(cache_bytes // 8)  # own strings of SEPARATE_MIN..INLINE_MAX bytes -> their blob link
         self._keys: dict[str, bytes] = {}
-        self._staged: list[tuple[_Cache | None, Any, Any]] = []
+        self._staged: list[tuple[Any, Any, Any]] = []  # (cache, key, rep), or (token, Frozen, rep)
         self._local: dict[Any, Any] = {}  # this split's finished containers: identical subtrees repeat a lot
         self._put: Callable[[int, bytes], bytes] = lambda k, b: ob.object_id(k, b)
-        self._token = object()  # generation tag for Frozen representations
+        self._tokens = (object(), object(), object())  # generation tags of Frozen representations, one per place
         self._pack = msgpack.Packer(use_bin_type=True).pack  # reused: msgpack.packb allocates a buffer per call
 
     def reset(self) -> None:
         """Forget every cached representation (after a gc epoch change: objects may be gone)."""
-        self._token = object()
+        self._tokens = (object(), object(), object())
         self._cache.clear()
         self._strs.clear()
         self._small.clear()
@@ -401,8 +418,8 @@ class Splitter:
         """The objects of the last split are stored: publish its staged cache entries."""
         for cache, k, v in self._staged:
             if isinstance(k, Frozen):
-                k._rep, k._token = v, self._token
-            elif cache is not None:
+                k._rep, k._token = v, cache  # cache: the token of the place the representation was made for
+            else:
                 cache.put(k, v)
         self._staged.clear()
         self._local.clear()
@@ -453,6 +470,8 @@ class Splitter:
         stack: list[_Frame] = []
         result: list[tuple[bytes, int]] = []
         separate = self._separate
+        tokens = self._tokens
+        local = self._local
 
         def enter(v: Any, keyed: bool = True, own: bool = False, piece: int | None = None
                   ) -> tuple[bytes, int] | object:
@@ -468,13 +487,16 @@ class Splitter:
                 return self._scalar(v), 0
             if isinstance(v, str):
                 return self._str(v, own), 0
+            place = _LEAF if piece is not None else _OWN if own else _PLAIN
             if isinstance(v, Frozen):
-                if v._token is self._token and v._rep is not None:
+                tok = tokens[place]
+                if v._token is tok and v._rep is not None:
                     return v._rep
-                if piece is None:  # finished earlier in this split (an agent embedded in every task it works on)
-                    hit = self._local.get(v)  # keyed by the object itself: alive and immutable for the split
-                    if hit is not None:
-                        return hit  # type: ignore[no-any-return]
+                # finished earlier in this split (an agent embedded in every task it works on): keyed by the
+                # object itself (alive and immutable for the split) and its place
+                hit = local.get(v if place == _PLAIN else (place, v))
+                if hit is not None:
+                    return hit  # type: ignore[no-any-return]
                 inner = v.value
                 if isinstance(inner, Frozen):
                     raise TypeError("Frozen(Frozen(...)): freeze the plain value instead")
@@ -489,11 +511,11 @@ class Splitter:
                     return _PENDING
                 if not isinstance(inner, (dict, list, tuple)):
                     rep = enter(inner, True, own)
-                    if not own:  # a string's representation under a split-hint key differs: not kept on v
-                        self._staged.append((None, v, rep))  # type: ignore[arg-type]
+                    self._staged.append((tok, v, rep))  # kept for this place only (a hinted string is a blob)
                     return rep
                 frame = _Frame(inner, None, v)
                 frame.leaf = piece is not None
+                frame.own = own
                 stack.append(frame)
                 return _PENDING
             if isinstance(v, Parts):
@@ -516,7 +538,9 @@ class Splitter:
                     except (TypeError, OverflowError, UnicodeEncodeError):
                         key = None  # big ints, surrogates or not JSON: walk without the cache
                 if key is not None:
-                    hit = self._local.get(key) or self._cache.get(key)
+                    if place:
+                        key = _PLACE_TAG[place] + key
+                    hit = local.get(key) or self._cache.get(key)
                     if hit is not None:
                         return hit
                 frame = _Frame(v, key)
@@ -530,17 +554,20 @@ class Splitter:
         r = enter(root, keyed=False)
         if r is not _PENDING:
             return r  # type: ignore[return-value]
-        token = self._token
+        own_token = tokens[_OWN]
         while stack:
             f = stack[-1]
             vals = f.vals
-            # fast path: a run of Frozen values whose representation is cached (finished tasks, sealed pieces of
-            # an event log) costs one check each, no call (the kind check of a piece is kept)
+            # fast path: a run of Frozen values whose representation is cached for their place (finished tasks,
+            # sealed pieces of an event log) costs one check each, no call (the kind check of a piece is kept)
             i, n = f.i, len(vals)
             want: Any = None if f.parts is None else dict if f.parts == ob.OBJECT else (list, tuple)
+            token = tokens[_LEAF] if f.parts is not None and not f.join else tokens[_PLAIN]
+            keys = f.keys if f.is_dict and separate else None  # an entry under a hint key is in the OWN place
             while i < n:
                 v = vals[i]
-                if v.__class__ is not Frozen or v._token is not token or v._rep is None or (
+                if v.__class__ is not Frozen or v._token is not (
+                        own_token if keys is not None and keys[i] in separate else token) or v._rep is None or (
                         want is not None and not isinstance(v.value, want)):
                     break
                 rep = v._rep
@@ -562,11 +589,11 @@ class Splitter:
             done = self._finish(f)
             if f.key is not None:
                 self._staged.append((self._cache, f.key, done))
-                self._local[f.key] = done
+                local[f.key] = done
             if f.frozen is not None:
-                self._staged.append((None, f.frozen, done))  # type: ignore[arg-type]
-                if not f.leaf:
-                    self._local[f.frozen] = done
+                place = _LEAF if f.leaf else _OWN if f.own else _PLAIN
+                self._staged.append((tokens[place], f.frozen, done))
+                local[f.frozen if place == _PLAIN else (place, f.frozen)] = done
             if stack:
                 p = stack[-1]
                 p.out.append(done[0])

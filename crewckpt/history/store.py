@@ -30,12 +30,14 @@ from crewckpt.errors import (
     AmbiguousRevision,
     BranchExists,
     BranchInUse,
+    BranchNotMerged,
     CkptError,
     DecodeError,
     FormatVersionError,
     IntegrityError,
     MissingObject,
     RefConflict,
+    StoreBusy,
     StoreNotFound,
     UnknownRevision,
 )
@@ -47,6 +49,7 @@ from crewckpt.history.commits import (
     PrunedCommit,
     branch_ok,
     damaged_row,
+    distinct_parents,
     from_commit,
     from_row,
     row_differences,
@@ -75,6 +78,7 @@ MERGE_LEVEL = 3  # zstd level of a writer's merges: 4x faster than gc's level 9,
 _COMMIT_CACHE = 4096  # verified commit objects a handle keeps (~200 bytes each)
 MERGE_MEMORY = 16 << 20  # bytes of its unmerged packs' bodies a writer keeps for its next merge
 LOOSE_MIN = 1 << 20  # bytes: bodies larger than this are stored loose, not packed
+RUN_MERGE_BYTES = 4 << 20  # body bytes: a run whose packs hold at most this ends with them all in one pack
 
 
 class Store:
@@ -105,6 +109,11 @@ class Store:
         # need not read and decompress them back; at most MERGE_MEMORY bytes, else the merge reads the rest
         self._pack_bodies: dict[bytes, tuple[int, bytes]] = {}
         self._pack_bytes = 0
+        self._my_bytes = 0  # body bytes of _my_packs
+        # (pack id, members, body bytes) of the packs this handle's merges made since finish_writes, while they
+        # hold at most RUN_MERGE_BYTES (then []): finish_writes merges them with _my_packs into one pack
+        self._run_packs: builtins.list[tuple[bytes, builtins.list[bytes], int]] = []
+        self._run_bytes = 0
         self._last_bodies: builtins.list[tuple[bytes, int, bytes]] = []
         self._last_commit: StoredObject | None = None  # the commit object _land wrote last
         self._commit_cache: dict[bytes, ob.Commit] = {}  # verified commit objects (immutable: ids hash them)
@@ -209,16 +218,21 @@ class Store:
 
     def finish_writes(self) -> None:
         """Compact what this handle wrote, at the end of a run (the CrewAI writer calls it when a crew or flow
-        run ends) and at close: its per-checkpoint packs not merged yet become one pack, and the backend gives
-        space back (SQLite: incremental vacuum, WAL checkpointed and truncated to zero bytes). Best effort and
-        short: other writers are not blocked (packs merge under the gc lock only writers' own repacks take,
-        each in its own small transaction); a failure only logs."""
+        run ends) and at close: its per-checkpoint packs not merged yet become one pack (with the packs its
+        earlier merges made, at gc's zstd level, when they hold at most RUN_MERGE_BYTES of bodies: a short
+        run ends with one pack), the backend gives space back (SQLite: incremental vacuum, a small store's
+        VACUUM when no other writer is in it, WAL checkpointed and truncated to zero bytes), then releases
+        what an idle handle holds (SQLite: its connection, so the -wal and -shm files go; the next call
+        reopens). Best effort and short: other writers are not blocked (packs merge under the gc lock only
+        writers' own repacks take, each in its own small transaction); a failure only logs."""
         with self._wlock:
-            if self._my_packs:
-                self._auto_repack()
+            if self._my_packs or len(self._run_packs) > 1:
+                self._auto_repack(final=True)
+            self._run_packs, self._run_bytes = [], 0
             self._wrote = False
         try:
             self.backend.maintain()
+            self.backend.release()
         except CkptError as e:
             _log.warning("crewckpt: compacting the store after writing skipped: %s", e)
 
@@ -245,7 +259,8 @@ class Store:
                 commit written, else ``main``, with one warning, and replaced by it. An explicit branch
                 moves that branch only; HEAD stays where it is (writers never switch it).
             parents: revisions of the parents; None = the branch's current tip (none if the branch is new);
-                ``[]`` = a root commit.
+                ``[]`` = a root commit. A commit named twice (by any names) is listed once, where it came first,
+                with a warning "duplicate parent X ignored" (as git's commit-tree).
             meta: JSON-serialisable metadata kept in the commit.
             run_id: the writer/lineage id; a ref ``refs/runs/<run_id>`` follows the run's last commit.
                 Default: a new id per Store object.
@@ -261,7 +276,11 @@ class Store:
         ref = None if branch is None else refnames.branch_ref(branch)  # None: HEAD's, read in _land
         run = run_id or self._default_run
         rref = refnames.run_ref(run)
-        parent_ids = None if parents is None else [bytes.fromhex(self.resolve(p)) for p in parents]
+        parent_ids = None
+        if parents is not None:
+            parent_ids, repeats = distinct_parents([bytes.fromhex(self.resolve(p)) for p in parents])
+            for p in repeats:  # git's commit-tree: "duplicate parent X ignored"
+                _log.warning("crewckpt: duplicate parent %s ignored", p.hex())
         meta_json = orjson.dumps(meta).decode() if meta else None
         prof = self.profile if profile is None else profile
         summary = prof.summary(doc)
@@ -298,6 +317,7 @@ class Store:
                 self._wrote = True
                 if self._last_pack is not None:
                     self._my_packs.append(self._last_pack)
+                    self._my_bytes += sum(len(b) for _, _, b in self._last_bodies)
                     for oid, kind, body in self._last_bodies:
                         if self._pack_bytes + len(body) <= MERGE_MEMORY:
                             self._pack_bodies[oid] = (kind, body)
@@ -339,15 +359,29 @@ class Store:
             raise IntegrityError(root.oid.hex(), "the document split differently when it was put again after a "
                                                  "concurrent gc; run `ckpt fsck` on this checkpoint")
 
-    def _auto_repack(self) -> None:
+    def _auto_repack(self, final: bool = False) -> None:
         """Merge this writer's per-checkpoint packs every AUTO_PACKS checkpoints (best effort: a failure only
-        logs; a running gc postpones it)."""
+        logs; a running gc postpones it). ``final`` (run end): also the packs earlier merges made, into one
+        pack at gc's level, when all of them hold at most RUN_MERGE_BYTES of bodies (reading those back
+        costs a few ms; one pack compresses a short run's versions against each other)."""
+        from crewckpt.format.frame import PACK_LEVEL
         from crewckpt.history.gc import merge_packs
+        packs, level = self._my_packs, MERGE_LEVEL
+        whole = final and bool(self._run_packs) and self._run_bytes + self._my_bytes <= RUN_MERGE_BYTES
+        if whole:
+            packs, level = [(p, m) for p, m, _ in self._run_packs] + self._my_packs, PACK_LEVEL
+        made: builtins.list[tuple[bytes, builtins.list[bytes], int]] = []
         try:
-            if merge_packs(self.parts, self._my_packs, level=MERGE_LEVEL, bodies=self._pack_bodies):
+            if merge_packs(self.parts, packs, level=level, bodies=self._pack_bodies, made=made):
+                if whole:
+                    self._run_packs, self._run_bytes = [], 0
+                self._run_bytes += sum(n for _, _, n in made)
+                self._run_packs += made
+                if self._run_bytes > RUN_MERGE_BYTES:  # too big to merge whole at the end: stop tracking
+                    self._run_packs = []
                 self._my_packs = []
                 self._pack_bodies = {}
-                self._pack_bytes = 0
+                self._pack_bytes = self._my_bytes = 0
         except CkptError as e:
             _log.warning("crewckpt: automatic repack skipped: %s", e)
 
@@ -917,22 +951,82 @@ class Store:
         txn.set_ref_if_equals(ref, None, cid)
         txn.reflog_append(ReflogEntry(ref, None, cid, now, f"branch: created from {rev}"))
 
-    def delete_branch(self, name: str) -> None:
+    def delete_branch(self, name: str, *, force: bool = True) -> None:
         """Delete a branch ref and its reflog (its commits stay until pruned).
+
+        ``force=False`` is ``ckpt branch -d`` (git's ``branch -d``): refuse unless another branch's tip or a
+        remote-tracking ref (``refs/remotes/*``) is the tip or has it as an ancestor, so prune and gc cannot
+        drop checkpoints only this branch keeps. A ref naming no commit (damaged) holds no history and is
+        deleted either way. The default, True, deletes as before (``ckpt branch -D``).
 
         Raises:
             UnknownRevision: no such branch. BranchInUse: it is the current branch (git refuses too).
+            BranchNotMerged: ``force=False`` and nothing else reaches its tip (nothing changed).
         """
         ref = refnames.branch_ref(name)
-        with self._writing() as txn:
-            cur = txn.get_ref(ref)
-            if cur is None:
-                raise UnknownRevision(f"no branch named {name!r}; see `ckpt branch`")
-            if head.head_ref_stored(txn) == ref:
-                raise BranchInUse(f"cannot delete branch {head.branch_of(ref)!r}: it is the current branch "
-                                  f"(HEAD); switch to another first with `ckpt switch BRANCH`")
-            txn.set_ref_if_equals(ref, cur, None)
-            txn.reflog_delete(ref)
+        for _ in range(_CAS_RETRIES):
+            witness = None if force else self._reached_elsewhere(ref)  # walked outside the transaction
+            with self._writing() as txn:
+                cur = txn.get_ref(ref)
+                if cur is None:
+                    raise UnknownRevision(f"no branch named {name!r}; see `ckpt branch`")
+                if head.head_ref_stored(txn) == ref:
+                    raise BranchInUse(f"cannot delete branch {head.branch_of(ref)!r}: it is the current branch "
+                                      f"(HEAD); switch to another first with `ckpt switch BRANCH`")
+                if not force:
+                    tip, by = witness if witness is not None else (None, None)
+                    if tip != cur or (by is not None and txn.get_ref(by[0]) != by[1]):
+                        continue  # a ref moved since the walk: walk again
+                    if by is None:
+                        raise BranchNotMerged(
+                            f"branch {head.branch_of(ref)!r} is not fully merged: no other branch or "
+                            f"remote-tracking ref reaches its tip {cur.hex()[:12]} (prune and gc would then "
+                            f"drop its checkpoints); if you are sure, run `ckpt branch -D {head.branch_of(ref)}`")
+                txn.set_ref_if_equals(ref, cur, None)
+                txn.reflog_delete(ref)
+                return
+        raise StoreBusy(f"branch {name!r} kept moving while checking what reaches it; try again")
+
+    def _reached_elsewhere(self, ref: str) -> tuple[bytes | None, tuple[str, bytes] | None]:
+        """(``ref``'s tip, ``(other ref, its tip)`` reaching it or None): the first other branch or
+        remote-tracking ref whose tip is the tip or has it as an ancestor. A tip that is no commit (a damaged
+        ref) counts as reached (there is no history to lose). Walks verified commit objects, and only commits
+        newer than the tip in local order (an older one cannot descend from it)."""
+        tip = self.backend.get_ref(ref)
+        if tip is None:
+            return None, None
+        others = {k: v for prefix in (refnames.HEADS, refnames.REMOTES)
+                  for k, v in self.backend.refs(prefix).items() if k != ref and len(v) == ob.ID_BYTES}
+        stored = self.backend.get(tip) if len(tip) == ob.ID_BYTES else None
+        if stored is None or stored.kind != ob.COMMIT:
+            return tip, (ref, tip)  # itself as the witness: it must still name the same thing
+        floor = self._seq(tip)
+        for k, v in sorted(others.items(), key=lambda kv: kv[1] != tip):  # an equal tip first: no walk
+            if self._descends(v, tip, floor):
+                return tip, (k, v)
+        return tip, None
+
+    def _descends(self, start: bytes, tip: bytes, floor: int | None) -> bool:
+        """Whether ``tip`` is ``start`` or one of its ancestors (commits at or below seq ``floor`` are not
+        followed; unreadable or collected commits end their path: a wrong "no" is a refusal, never a loss)."""
+        seen = {start}
+        stack = [start]
+        while stack:
+            c = stack.pop()
+            if c == tip:
+                return True
+            try:
+                s = self._seq(c)
+                if floor is not None and s is not None and s <= floor:
+                    continue
+                ps = self._parents(c)
+            except CkptError:
+                continue
+            for p in ps:
+                if p not in seen:
+                    seen.add(p)
+                    stack.append(p)
+        return False
 
     def rename_branch(self, old: str, new: str) -> None:
         """Rename a branch: its ref, reflog and the branch of its live commits; HEAD follows a rename of the
