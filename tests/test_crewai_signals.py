@@ -112,11 +112,16 @@ def test_a_wakeup_fd_set_after_crewckpt_is_chained_at_the_next_signal():
     """asyncio's loop.add_signal_handler replaces the wakeup fd (without chaining); crewckpt takes it back
     at the next signal, chained, so both asyncio's handler and a signal taken off the main thread work."""
     status, out = run_child("""
+        running = {}
+        def previous(signum, frame):
+            running["loop"].call_soon_threadsafe(running["handed"].put_nowait, 1)
+        signal.signal(signal.SIGHUP, previous)
+        checkpointing("SIGHUP")  # outside the loop's task, where Crew/Flow.kickoff set the runtime state
+
         async def main():
             loop = asyncio.get_running_loop()
-            handed = asyncio.Queue()
-            signal.signal(signal.SIGHUP, lambda signum, frame: loop.call_soon_threadsafe(handed.put_nowait, 1))
-            checkpointing("SIGHUP")
+            handed = running["handed"] = asyncio.Queue()
+            running["loop"] = loop
             usr1 = asyncio.Event()
             loop.add_signal_handler(signal.SIGUSR1, usr1.set)  # asyncio's fd replaces crewckpt's
             signal.pthread_kill(threading.get_ident(), signal.SIGHUP)  # taken by the main thread
