@@ -97,3 +97,23 @@ def test_fork_with_new_inputs_then_resume_uses_them(crewai_offline):  # noqa: F8
         tasks = store.read("sea")["entities"][0]["tasks"]
     assert "about otters" in tasks[0]["output"]["raw"]  # done before the fork: kept
     assert all("about sea otters" in t["output"]["raw"] for t in tasks[1:])  # run after it: new topic
+
+
+def test_resume_of_a_finished_run_says_so_and_makes_its_branch_current(crewai_offline):  # noqa: F811
+    """README: `ckpt resume` makes the branch current; a finished run has nothing to run, and says that."""
+    from crewckpt import Store
+    from crewckpt.crewai import CheckpointConfig
+
+    research_crew(2, checkpoint=CheckpointConfig()).kickoff(inputs={"topic": "otters"})
+    ok(ckpt(None, "branch", "sea2", "main"))
+    with Store.open(".ckpt") as store:
+        tip, count = store.resolve("main"), len(store.list())
+        assert store.current_branch() == "main"
+    out = ok(ckpt(None, "resume", "sea2")).stdout
+    assert out.splitlines()[0] == f"nothing left to run: every task of {tip[:8]} is completed; sea2 is now the " \
+                                  "current branch"
+    with Store.open(".ckpt") as store:
+        assert store.current_branch() == "sea2" and len(store.list()) == count  # switched, nothing written
+        assert store.reflog("HEAD")[-1].message == "resume: moving from main to sea2"
+    again = ok(ckpt(None, "resume", "sea2")).stdout
+    assert again.splitlines()[0].endswith("; sea2 is the current branch")

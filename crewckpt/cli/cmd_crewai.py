@@ -94,7 +94,10 @@ def resume(rev: str, inputs_text: str | None, branch: str | None, flow_class: st
         run = run_restored(entity, inputs)
     from crewckpt.history.head import follow_run
 
-    switched = follow_run(store, run.branch, run.checkpoint_id, full)
+    finished = not run.checkpoint_id or run.checkpoint_id == full  # the run had nothing left to do
+    branch_now = run.branch or store.info(full).branch
+    # a finished run still makes REV's branch current, as the README says `ckpt resume` does
+    switched = follow_run(store, branch_now, None if finished else run.checkpoint_id, full, finished=finished)
     output = getattr(run.result, "raw", run.result)
     record: dict[str, Any] = {
         "rev": rev,
@@ -104,17 +107,30 @@ def resume(rev: str, inputs_text: str | None, branch: str | None, flow_class: st
         if isinstance(output, (str, int, float, bool, type(None), dict, list))
         else str(output),
         "head": run.checkpoint_id or full,
-        "branch": run.branch or store.info(full).branch,
+        "branch": branch_now,
     }
     if as_json:
         emit_json(record, file=stdout)
         return
-    click.echo(f"Resumed {type(entity).__name__} from {full[:8]}; latest checkpoint now {record['head'][:8]} "
-               f"on branch {record['branch']}" + (" (now the current branch)" if switched else ""))
+    if finished:
+        click.echo(_nothing_left(entity, full, branch_now, switched=switched,
+                                 current=store.current_branch() == branch_now))
+    else:
+        click.echo(f"Resumed {type(entity).__name__} from {full[:8]}; latest checkpoint now {record['head'][:8]} "
+                   f"on branch {record['branch']}" + (" (now the current branch)" if switched else ""))
     if record["output"] is not None:
         click.echo(
             record["output"] if isinstance(record["output"], str) else jsontext.dumps(record["output"])
         )
+
+
+def _nothing_left(entity: Any, full: str, branch: str, *, switched: bool, current: bool) -> str:
+    """The line of a ``ckpt resume`` whose checkpoint records a finished run (it wrote nothing)."""
+    what = (f"every task of {full[:8]} is completed" if type(entity).__name__ == "Crew"
+            else f"{full[:8]} records a finished {type(entity).__name__.lower()}")
+    where = (f"{branch} is now the current branch" if switched else f"{branch} is the current branch" if current
+             else "no checkpoint was written")
+    return f"nothing left to run: {what}; {where}"
 
 
 @contextlib.contextmanager

@@ -68,17 +68,19 @@ def follow(txn: Parts, ref: str, old: bytes | None, new: bytes, time_ns: int, me
         txn.reflog_append(ReflogEntry(HEAD, old, new, time_ns, message))
 
 
-def follow_run(store: Store, branch: str | None, last: str | None, restored_from: str) -> bool:
+def follow_run(store: Store, branch: str | None, last: str | None, restored_from: str, *,
+               finished: bool = False) -> bool:
     """After a resumed run in the user's terminal (``ckpt resume``, the TUI's Resume and Fork): make the
     branch it wrote on the current branch, as `git switch` before committing would, so that ``ckpt log`` and
     ``ckpt resume`` without REV go on from it. Nothing moves when the run wrote no checkpoint (``last`` is
-    None or ``restored_from``) or its branch is already current. Python restores (``restore``,
+    None or ``restored_from``) or its branch is already current, unless ``finished`` (the run had nothing
+    left to do: the branch REV named still becomes current, when it exists). Python restores (``restore``,
     ``from_checkpoint``) never call this: a program writing checkpoints does not move the store's HEAD.
 
     Returns:
         True when HEAD moved (one ``resume: moving from A to B`` entry in HEAD's reflog).
     """
-    if not branch or not last or last == restored_from:
+    if not branch or (not finished and (not last or last == restored_from)):
         return False
     if branch not in store.branches() or store.current_branch() == branch:
         return False
