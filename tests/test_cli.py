@@ -235,6 +235,26 @@ def test_unknown_revision_is_one_line(demo):
     assert ckpt(demo.path, "rev-parse", "main~9").exit_code == 1
 
 
+RANGES = ("ranges (A..B, A...B, ^A) are not supported; show one branch with `ckpt log B`, or compare tips with "
+          "`ckpt diff A B`")
+DATES = "dates in @{...} are not supported; use @{N} (the N-th previous value; see `ckpt reflog`)"
+
+
+@pytest.mark.parametrize("rev, problem", [("main..alt", RANGES), ("main...alt", RANGES), ("^main", RANGES),
+                                          ("main~1..alt", RANGES), ("HEAD@{yesterday}", DATES),
+                                          ("main@{2.days.ago}", DATES), ("@{1 hour ago}~1", DATES)])
+def test_git_ranges_and_reflog_dates_get_their_own_line(demo, rev, problem):
+    """git syntax crewckpt does not take is named as such, not as a typo (one line, exit 1)."""
+    result = ckpt(demo.path, "log", rev)
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr == f"ckpt: error: revision {rev!r}: {problem}\n"
+
+
+def test_supported_reflog_forms_are_unaffected(demo):
+    assert ok(ckpt(demo.path, "rev-parse", "HEAD@{0}")).stdout.strip() == demo.main[-1]
+    assert "unknown revision 'nosuch': not a commit id" in ckpt(demo.path, "log", "nosuch").stderr
+
+
 def test_ambiguous_prefix_lists_candidates(tmp_path):
     store = Store.init(tmp_path / "s")
     seen: dict[str, str] = {}

@@ -37,6 +37,23 @@ class Revision:
     steps: tuple[tuple[int, int], ...]
 
 
+_AT_BRACES = re.compile(r"@\{([^}]*)\}")
+
+
+def unsupported(text: str) -> str | None:
+    """The one line naming git revision syntax crewckpt does not take (ranges, dates in ``@{...}``) that
+    ``text`` uses, or None. Asked only for a revision that is otherwise unknown or malformed (git refuses
+    ``..`` and ``@{`` in branch names, so no branch is shadowed)."""
+    shown = text if len(text) <= 80 else text[:77] + "..."
+    if text.startswith("^") or ".." in text:
+        return (f"revision {shown!r}: ranges (A..B, A...B, ^A) are not supported; show one branch with "
+                f"`ckpt log B`, or compare tips with `ckpt diff A B`")
+    if any(not re.fullmatch(r"-?\d+", m.group(1).strip()) for m in _AT_BRACES.finditer(text)):
+        return (f"revision {shown!r}: dates in @{{...}} are not supported; use @{{N}} (the N-th previous "
+                f"value; see `ckpt reflog`)")
+    return None
+
+
 def parse(text: object) -> Revision:
     """Parse a revision string.
 
@@ -61,13 +78,14 @@ def parse(text: object) -> Revision:
             raise UnknownRevision(f"revision {text!r}: @{{-N}} stands alone (the N-th branch checked out "
                                   f"before the current one); write e.g. @{{-1}} or {head}@{{1}}")
     if not head and reflog is None:
-        raise UnknownRevision(f"revision {text!r} has no base; write e.g. main~2")
+        raise UnknownRevision(unsupported(text) or f"revision {text!r} has no base; write e.g. main~2")
     steps: list[tuple[int, int]] = []
     pos = 0
     while pos < len(tail):
         m = _SUFFIX.match(tail, pos)
         if not m:
-            raise UnknownRevision(f"revision {text!r}: cannot parse {tail[pos:]!r}; use ~N, ^ or ^N")
+            raise UnknownRevision(unsupported(text) or f"revision {text!r}: cannot parse {tail[pos:]!r}; use ~N, ^ "
+                                  f"or ^N")
         if m.group(0).startswith("~"):
             steps.append((1, int(m.group(1) or 1)))
         else:

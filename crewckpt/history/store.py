@@ -702,7 +702,8 @@ class Store:
         hint = ("; short ids need at least 4 hex digits" if len(b) < revisions.MIN_PREFIX
                 and all(c in "0123456789abcdefABCDEF" for c in b) else "; see `ckpt list`")
         shown = r.text if len(r.text) <= 80 else r.text[:77] + "..."
-        raise UnknownRevision(f"unknown revision {shown!r}: not a commit id, branch or checkpoint id{hint}")
+        raise UnknownRevision(revisions.unsupported(r.text)
+                              or f"unknown revision {shown!r}: not a commit id, branch or checkpoint id{hint}")
 
     def _latest(self) -> bytes:
         """``latest``: the newest (highest local seq) tip among the local branches (refs/heads). Never a
