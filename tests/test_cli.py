@@ -64,6 +64,23 @@ def test_unknown_option_is_usage_error():
     assert as_json["type"] == "BadParameter" and as_json["exit_code"] == 2
 
 
+@pytest.mark.parametrize("args, name, fixed", [
+    (("gc", "--store", "/tmp/x"), "--store", "ckpt --store /tmp/x gc"),
+    (("log", "-n", "2", "--store=my store"), "--store", "ckpt '--store=my store' log -n 2"),
+    (("log", "--debug", "main"), "--debug", "ckpt --debug log main"),
+    (("gc", "--store", "postgresql://u:hunter2@db/ckpt"), "--store", "ckpt --store postgresql://u:***@db/ckpt gc"),
+])
+def test_a_global_option_after_the_verb_says_where_it_goes(args, name, fixed):
+    """`ckpt gc --store X`: click would suggest --json; the line names the option's place and the command."""
+    result = ckpt(None, *args)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == f"ckpt: error: {name} is an option of ckpt itself: write `{fixed}`\n"
+
+
+def test_an_unknown_option_of_neither_keeps_clicks_line():
+    assert ckpt(None, "gc", "--bogus").stderr == "ckpt: error: No such option '--bogus'; see `ckpt gc --help`\n"
+
+
 # -- init / store discovery ---------------------------------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ problem and the fix (a JSON object with --json); `--debug` adds the traceback.
 from __future__ import annotations
 
 import contextlib
+import shlex
 import sys
 import traceback
 from collections.abc import Iterator, Sequence
@@ -85,7 +86,7 @@ class CkptGroup(click.Group):
         try:
             rv = super().main(args, prog_name, complete_var, False, **extra)
         except click.ClickException as exc:
-            _report_click_error(exc, "--json" in argv)
+            _report_click_error(exc, "--json" in argv, argv)
             sys.exit(exc.exit_code)
         except click.Abort:
             click.echo("ckpt: aborted", err=True)
@@ -154,10 +155,34 @@ def terminal_guard(json_output: bool) -> Iterator[None]:
         sys.stdout, sys.stderr = real_out, real_err
 
 
-def _report_click_error(exc: click.ClickException, json_asked: bool) -> None:
+def _global_option_hint(exc: click.ClickException, argv: list[str]) -> str | None:
+    """For a verb's "No such option" that is an option of ``ckpt`` itself (``ckpt gc --store X``): the line
+    saying where it goes, with the command rewritten (``ckpt --store X gc``); else None."""
+    ctx = getattr(exc, "ctx", None)
+    if not isinstance(exc, click.NoSuchOption) or ctx is None or ctx.parent is None:
+        return None
+    name = exc.option_name
+    opt = next((p for p in ctx.find_root().command.params if isinstance(p, click.Option) and name in p.opts), None)
+    if opt is None:
+        return None
+    at = [i for i, a in enumerate(argv) if a == name or a.startswith(name + "=")]
+    if not at:
+        return f"{name} is an option of ckpt itself: write it before the command (`ckpt {name} ... COMMAND`)"
+    i = at[-1]  # the one after the verb (one before it parsed fine)
+    take = 1 if opt.is_flag or "=" in argv[i] else 2
+    from crewckpt.backends.registry import scrub
+
+    fixed = shlex.join(["ckpt", *argv[i:i + take], *argv[:i], *argv[i + take:]])
+    return scrub(f"{name} is an option of ckpt itself: write `{fixed}`")
+
+
+def _report_click_error(exc: click.ClickException, json_asked: bool, argv: Sequence[str] = ()) -> None:
     ctx = getattr(exc, "ctx", None)
     message = " ".join(exc.format_message().split())
-    if isinstance(exc, click.UsageError):
+    moved = _global_option_hint(exc, list(argv))
+    if moved is not None:
+        message = moved
+    elif isinstance(exc, click.UsageError):
         message = f"{message.rstrip('.')}; see `{ctx.command_path if ctx is not None else 'ckpt'} --help`"
     app = ctx.find_object(AppContext) if ctx is not None else None
     if (app is not None and app.json) or json_asked:
