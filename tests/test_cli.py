@@ -174,6 +174,26 @@ def test_log_json_is_ndjson_with_full_ids(demo):
     assert [r["seq"] for r in all_records] == sorted((r["seq"] for r in all_records), reverse=True)
 
 
+def test_prune_that_other_branches_hold_back_says_why(demo):
+    """`prune --branch main` keeping checkpoints names the branches whose history holds them (alt forks at
+    main[1]; try1 starts at main[0])."""
+    with Store.open(demo.path) as store:
+        store.create_branch("try1", demo.main[0])
+    why = ("2 older checkpoint(s) of main are history of other branches (alt, try1); prune those branches or "
+           "delete them first")
+    out = ok(ckpt(demo.path, "prune", "--keep", "1", "--branch", "main")).stdout.splitlines()
+    assert len(demo.main) == 4 and out[-2:] == [why, "1 checkpoint(s) pruned; run `ckpt gc` to free the space"]
+    out = ok(ckpt(demo.path, "prune", "--keep", "1", "--branch", "main")).stdout
+    assert out == f"0 checkpoint(s) pruned: {why}\n"
+    rep = orjson.loads(ok(ckpt(demo.path, "prune", "--keep", "1", "--branch", "main", "--json")).stdout)
+    assert rep["pruned"] == 0 and rep["held"] == [{"branch": "main", "count": 2, "by": ["alt", "try1"]}]
+    ok(ckpt(demo.path, "branch", "-D", "try1"))
+    ok(ckpt(demo.path, "branch", "-D", "alt"))
+    out = ok(ckpt(demo.path, "prune", "--keep", "1", "--branch", "main")).stdout
+    assert out.splitlines()[-1] == "2 checkpoint(s) pruned; run `ckpt gc` to free the space"
+    assert orjson.loads(ok(ckpt(demo.path, "prune", "--keep", "1", "--json")).stdout)["held"] == []
+
+
 def test_log_marks_pruned_history(demo):
     store = Store.open(demo.path)
     assert store.prune("main", keep=2) == []  # alt forks at main[1]: its history stays

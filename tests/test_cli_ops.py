@@ -136,7 +136,9 @@ def test_resume_calls_restore_and_kickoff(demo, monkeypatch):
     assert record == {"rev": "main~1", "id": demo.main[2], "entity": "FakeCrew", "output": "final answer",
                       "head": demo.main[2], "branch": "main"}  # fmt: skip
     human = ok(ckpt(demo.path, "resume", "main")).stdout
-    assert human.endswith("final answer\n") and f"from {demo.main[-1][:8]}" in human
+    assert human.endswith("final answer\n")  # a run that wrote nothing: it had nothing left to run
+    assert human.startswith(f"nothing left to run: {demo.main[-1][:8]} records a finished fakecrew; main is the "
+                            "current branch\n")
 
 
 # -- prune / gc / fsck / stats --------------------------------------------------------------------------------
@@ -178,11 +180,11 @@ def test_prune_usage_errors(demo):
     assert bad.exit_code == 2 and "bad duration 'soon'" in bad.stderr
     assert ckpt(demo.path, "prune", "--keep", "0").exit_code == 2
     old = orjson.loads(ok(ckpt(demo.path, "prune", "--older-than", "7d", "--json")).stdout)
-    assert old == {"pruned": 0, "dry_run": False, "commits": []}  # everything was written just now
+    assert old == {"pruned": 0, "dry_run": False, "commits": [], "held": []}  # everything was written just now
     before = ok(ckpt(demo.path, "--json", "prune", "--keep", "1", "--dry-run")).stdout
     ok(ckpt(demo.path, "prune", "--keep", "1"))
     nothing = ok(ckpt(demo.path, "--json", "prune", "--keep", "1"))  # nothing left to prune: still an answer
-    assert orjson.loads(nothing.stdout) == {"pruned": 0, "dry_run": False, "commits": []}
+    assert orjson.loads(nothing.stdout) == {"pruned": 0, "dry_run": False, "commits": [], "held": []}
     assert orjson.loads(before)["pruned"] == 2
 
 

@@ -60,9 +60,12 @@ def prune(keep: int | None, older_than: str | None, branch: str | None, dry_run:
     for name in branches:
         ids = store.prune(name, keep=keep, older_than_ns=older_than_ns, dry_run=dry_run)
         removed.extend((name, cid) for cid in ids)
+    held = {name: store.prune_held(name, keep=keep, older_than_ns=older_than_ns) for name in branches}
+    held = {name: h for name, h in held.items() if h[0]}
     if as_json:  # one object, also when nothing goes: a script always gets an answer
         emit_json({"pruned": len(removed), "dry_run": dry_run,
-                   "commits": [{"id": cid, "branch": name} for name, cid in removed]})
+                   "commits": [{"id": cid, "branch": name} for name, cid in removed],
+                   "held": [{"branch": name, "count": n, "by": by} for name, (n, by) in held.items()]})
         return
     verb = "would prune" if dry_run else "pruned"
     shorts = short_ids(before)
@@ -73,6 +76,14 @@ def prune(keep: int | None, older_than: str | None, branch: str | None, dry_run:
         app.styled(
             [(f"{verb} ", "red"), (shorts.get(cid, cid[:8]), "yellow"), (f"  {name}  {when}  {what}", None)]
         )
+    # why the rule's other candidates stay (the prune rule, docs/cli.md): other branches' history
+    reasons = [f"{n} older checkpoint(s) of {name} are history of other branches ({', '.join(by)}); prune "
+               f"those branches or delete them first" for name, (n, by) in held.items()]
+    if not removed and len(reasons) == 1 and not dry_run:
+        click.echo(f"0 checkpoint(s) pruned: {reasons[0]}")
+        return
+    for line in reasons:
+        click.echo(line)
     if dry_run:
         click.echo(f"{len(removed)} checkpoint(s) would be pruned (dry run: nothing changed)")
     else:

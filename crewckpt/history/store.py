@@ -1161,6 +1161,42 @@ class Store:
                     txn.set_ref_if_equals(name, target, None)
         return [r.id.hex() for r in gone]
 
+    def prune_held(self, branch: str, *, keep: int | None = None,
+                   older_than_ns: int | None = None) -> tuple[int, builtins.list[str]]:
+        """Why :meth:`prune` keeps checkpoints of ``branch`` its rule (``keep``, ``older_than_ns``) selects:
+        ``(n, names)``, the number of them other branches' history or tips reach (or remote-tracking refs
+        point at), and those branches' names (``origin/main`` for a tracking ref), sorted. ``(0, [])`` when
+        nothing is held. Reads only.
+
+        Raises:
+            BadRefName.
+        """
+        b = refnames.check_branch(branch)
+        rows = self.backend.index_rows(b)
+        cut = time.time_ns() - older_than_ns if older_than_ns is not None else None
+        old = rows[:-keep] if keep is not None else rows
+        own = self.backend.get_ref(refnames.HEADS + b)
+        cands = {r.id for r in old if r.id != own and (cut is None or r.time_ns < cut)}
+        if not cands:
+            return 0, []
+        live = {r.id: r for r in self.backend.index_rows()}
+        held: set[bytes] = set()
+        names: set[str] = set()
+        for ref, tip in self.backend.refs(refnames.HEADS).items():
+            name = ref[len(refnames.HEADS):]
+            if name == b:
+                continue
+            hit = _ancestors(live, [r.id for r in live.values() if r.branch == name] + [tip]) & cands
+            hit |= {tip} & cands
+            if hit:
+                held |= hit
+                names.add(name)
+        for ref, tip in self.backend.refs(refnames.REMOTES).items():
+            if tip in cands:
+                held.add(tip)
+                names.add(ref[len(refnames.REMOTES):])
+        return len(held), sorted(names)
+
     def gc(self, *, dry_run: bool = False, grace_s: float = 0.0, progress: Progress | None = None,
            wait_s: float = 30.0) -> GcReport:
         """Delete objects no live commit or ref reaches, repack the rest, give the space back.
@@ -1243,7 +1279,12 @@ def _needed_by_others(txn: Parts, branch: str) -> set[bytes]:
     rows = {r.id: r for r in txn.index_rows()}
     heads = {ref[len(refnames.HEADS):]: t for ref, t in txn.refs(refnames.HEADS).items()}
     heads.pop(branch, None)
-    todo = [r.id for r in rows.values() if r.branch in heads] + list(heads.values())
+    return _ancestors(rows, [r.id for r in rows.values() if r.branch in heads] + list(heads.values()))
+
+
+def _ancestors(rows: dict[bytes, Any], starts: builtins.list[bytes]) -> set[bytes]:
+    """``starts`` and every ancestor of them through the live ``rows`` (id -> index row)."""
+    todo = list(starts)
     needed: set[bytes] = set()
     while todo:
         cid = todo.pop()
