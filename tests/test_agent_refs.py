@@ -48,6 +48,8 @@ def test_references_expand_to_a_copy_of_the_agent_in_place_and_the_marker_goes()
     assert t1["agent"] is not out["entities"][0]["agents"][0]  # each task its own object, as CrewAI's JSON
     assert list(out["entities"][0]) == ["entity_type", "name", "agents", "tasks", "after"]
     assert doc["entities"][0]["tasks"][0]["agent"] == REF  # the stored value is not changed
+    # the summary's logical_bytes is CrewAI's JSON (what `ckpt stats` calls logical), not the stored shape
+    assert CREWAI.summary(doc)["logical_bytes"] == len(orjson.dumps(out)) != len(orjson.dumps(doc))
 
 
 def test_a_document_without_the_marker_is_never_rewritten() -> None:
@@ -233,6 +235,7 @@ def test_unchanged_tasks_keep_their_value_and_every_read_gives_crewais_json(tmp_
     commits = store.list()
     stored = [store.read(c.id) for c in commits]
     assert all(d[SHAPE_KEY] == {"agent_refs": [0]} for d in stored)
+    assert [c.summary["logical_bytes"] for c in commits] == [len(orjson.dumps(crewai_json(d))) for d in stored]
     # export (JSON): byte-equal to CrewAI's own dump at that moment (entities; the rest is lineage)
     for c, want in zip(commits, theirs):
         assert orjson.dumps(json.loads(view_entry(store, c).text)["entities"]) == want

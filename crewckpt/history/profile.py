@@ -10,6 +10,8 @@ documents mean, and nothing else:
   string its own blob, even when small (over 256 bytes; so a value repeated in many places, or embedded in a
   parent changed on every checkpoint, is stored once and not rewritten with it). They change object ids,
   never what is read back.
+* ``logical_size``: ``(doc, size) -> int``, the document's size as its consumers see it, from ``size``, its
+  stored compact JSON (the CrewAI profile adds back the agents its references stand for): ``logical_bytes``.
 * ``store_version``: ``doc -> int``, the store format version (objects_format.md section 10) a store must
   record before it holds ``doc``; the commit that stores it raises the store's version in its transaction.
 
@@ -38,6 +40,11 @@ def base_version(doc: Any) -> int:
     return 2
 
 
+def stored_size(doc: Any, size: int) -> int:
+    """The generic ``logical_size``: the stored size itself."""
+    return size
+
+
 def no_summary(doc: Any) -> dict[str, Any]:
     """The generic summarizer: no keys of its own (the store still records ``logical_bytes``)."""
     return {}
@@ -56,11 +63,12 @@ class Profile:
     summarize: Summarizer = no_summary
     separate_keys: frozenset[str] = frozenset()
     store_version: Callable[[Any], int] = base_version
+    logical_size: Callable[[Any, int], int] = stored_size
 
     def summary(self, doc: Any, logical_bytes: int | None = None) -> dict[str, Any]:
         """The summary the store keeps for ``doc``: the summarizer's keys, then ``logical_bytes``
         (``logical_bytes`` if already known, else measured)."""
-        size = json_size(doc) if logical_bytes is None else logical_bytes
+        size = self.logical_size(doc, json_size(doc)) if logical_bytes is None else logical_bytes
         out = dict(self.summarize(doc))
         out.pop(LOGICAL_BYTES, None)  # the store's own measure wins, and stays last
         out[LOGICAL_BYTES] = size

@@ -25,6 +25,7 @@ import orjson
 from crewckpt.errors import DamagedCheckpoint
 from crewckpt.history.profile import Profile
 from crewckpt.history.snapshot import Frozen, Parts
+from crewckpt.history.summary import json_size
 
 SEPARATE_KEYS = frozenset({"agent", "agent_executor", "output", "memory", "prompt_context", "description",
                            "expected_output", "checkpoint_original_description",
@@ -124,6 +125,35 @@ def store_version(doc: Any) -> int:
     return REFS_VERSION if isinstance(doc, dict) and SHAPE_KEY in doc else 2
 
 
+def logical_size(doc: Any, size: int) -> int:
+    """``size`` (``doc``'s stored compact JSON length) as CrewAI's JSON of it, references expanded: the
+    marker's bytes out, each reference's replaced by its agent's (``doc`` may hold Frozen / Parts values;
+    the agents are sized from their cached sizes). A malformed reference leaves ``size`` as it is."""
+    if not isinstance(doc, dict) or SHAPE_KEY not in doc:
+        return size
+    try:
+        shape = _plain(doc[SHAPE_KEY])
+        out = size - json_size(SHAPE_KEY) - json_size(shape) - 2  # ',"$crewckpt":{...}': comma and colon
+        entities = _plain(doc.get("entities"))
+        for i in set(shape["agent_refs"]):
+            agents = _plain(_field(entities[i], "agents"))
+            agent_sizes: dict[int, int] = {}
+            for task in _plain(_field(entities[i], "tasks")):
+                ref = _plain(_field(task, "agent"))
+                if not is_ref_shaped(ref):
+                    continue
+                m = _POINTER.fullmatch(ref[REF_KEY])
+                if m is None or int(m.group(1)) != i:
+                    return size
+                j = int(m.group(2))
+                if j not in agent_sizes:
+                    agent_sizes[j] = json_size(agents[j])
+                out += agent_sizes[j] - json_size(ref)
+        return out
+    except Exception:  # a hand-made document: its stored size
+        return size
+
+
 def _copy(value: Any) -> Any:
     """An independent copy of a JSON value (each task gets its own agent object, as CrewAI's JSON has)."""
     try:
@@ -212,9 +242,10 @@ def refuse_shape_key(doc: Any) -> None:
                                 "CrewAI's: stored, it would be read back rewritten; remove that key to import it")
 
 
-CREWAI = Profile(name="crewai", summarize=summarize, separate_keys=SEPARATE_KEYS, store_version=store_version)
-"""The profile for CrewAI checkpoint documents: :func:`summarize`, :data:`SEPARATE_KEYS` and
-:func:`store_version`."""
+CREWAI = Profile(name="crewai", summarize=summarize, separate_keys=SEPARATE_KEYS, store_version=store_version,
+                 logical_size=logical_size)
+"""The profile for CrewAI checkpoint documents: :func:`summarize`, :data:`SEPARATE_KEYS`, :func:`store_version`
+and :func:`logical_size`."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
