@@ -272,7 +272,7 @@ def test_unknown_revision_is_one_line(demo):
     assert ckpt(demo.path, "rev-parse", "main~9").exit_code == 1
 
 
-RANGES = ("ranges (A..B, A...B, ^A) are not supported; show one branch with `ckpt log B`, or compare tips with "
+RANGES = ("ranges (A..B, A...B, ^A, A^!, A^@, A^-) are not supported; show one branch with `ckpt log B`, or compare tips with "
           "`ckpt diff A B`")
 DATES = "dates in @{...} are not supported; use @{N} (the N-th previous value; see `ckpt reflog`)"
 

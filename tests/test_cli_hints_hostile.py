@@ -20,3 +20,38 @@ def test_the_global_option_hint_never_echoes_a_secret(location: str, secret: str
         result = ckpt(None, *args)
         assert result.exit_code == 2 and "is an option of ckpt itself" in result.stderr
         assert secret not in result.stderr and "***" in result.stderr, result.stderr
+
+
+@pytest.fixture
+def two_commits(tmp_path):  # type: ignore[no-untyped-def]
+    from crewckpt import Store
+
+    s = Store.init(tmp_path / ".ckpt")
+    s.commit({"a": 1}, branch="main")
+    s.commit({"a": 2}, branch="main")
+    s.close()
+    return str(tmp_path / ".ckpt")
+
+
+@pytest.mark.parametrize("rev, says", [
+    # before: "dates in @{...} are not supported" for git's upstream and push shorthands
+    ("@{u}", "@{upstream} (@{u}, @{push}) is not supported; name the remote-tracking ref"),
+    ("main@{upstream}", "@{upstream} (@{u}, @{push}) is not supported"),
+    ("main@{U}", "@{upstream} (@{u}, @{push}) is not supported"),
+    ("@{push}", "@{upstream} (@{u}, @{push}) is not supported"),
+    ("main@{yesterday}", "dates in @{...} are not supported"),
+    # before: "cannot parse '!'; use ~N, ^ or ^N": git's range shorthands of one commit
+    ("main^!", "ranges (A..B, A...B, ^A, A^!, A^@, A^-) are not supported"),
+    ("main^@", "ranges (A..B, A...B, ^A, A^!, A^@, A^-) are not supported"),
+    ("main^-", "ranges (A..B, A...B, ^A, A^!, A^@, A^-) are not supported"),
+    ("main~1^-2", "ranges (A..B, A...B, ^A, A^!, A^@, A^-) are not supported"),
+    # before: "cannot parse '{commit}'": git's peeling; every crewckpt revision is a commit already
+    ("main^{commit}", "^{...} (peeling) is not needed: every revision names a commit; write 'main'"),
+    ("main~1^{}", "^{...} (peeling) is not needed: every revision names a commit; write 'main~1'"),
+    # before: "unknown revision ':/fix': not a commit id, ..."
+    (":/fix", "searching commit messages (:/TEXT) is not supported; find the commit in `ckpt log`"),
+])
+def test_git_revision_syntax_gets_a_line_naming_it(two_commits: str, rev: str, says: str) -> None:
+    result = ckpt(two_commits, "log", "-n", "1", rev)
+    assert result.exit_code != 0 and says in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1
