@@ -33,7 +33,7 @@ import weakref
 from typing import Any
 
 import orjson
-from crewai.state.runtime import RuntimeState, _prepare_entities
+from crewai.state.runtime import RuntimeState
 from crewai.types.callback import _is_non_roundtrippable, callable_to_string
 from crewai_core.version import get_crewai_version
 from pydantic import BaseModel
@@ -41,6 +41,7 @@ from pydantic import BaseModel
 from crewckpt.crewai.entities import _CALLBACK_CARRIERS, CrewDumper, Encoded, IdWeakMap
 from crewckpt.crewai.entities import callback_fields as callback_fields  # re-exported: its old home
 from crewckpt.crewai.entities import plain as plain  # re-exported: its old home
+from crewckpt.crewai.prepare import prepare_entities
 from crewckpt.crewai.secrets import Redactor
 from crewckpt.history.snapshot import AppendMap, Frozen, Parts, Refreezer
 from crewckpt.views.document import SHAPE_KEY
@@ -98,7 +99,7 @@ class SnapshotBuilder:
         The event nodes are a :class:`crewckpt.history.snapshot.Parts` value of :class:`crewckpt.Frozen`
         pieces (the store reuses what did not change); use :func:`plain` for the bare JSON value.
         """
-        _prepare_entities(state.root)
+        prepare_entities(state.root)  # what CrewAI's _prepare_entities does, without O(tasks) calls
         refs: list[int] = []
         doc: dict[str, Any] = {
             "crewai_version": self.version,

@@ -67,6 +67,7 @@ if TYPE_CHECKING:  # maintenance modules load on first use: the read path stays 
     from crewckpt.history.fsck import FsckReport
     from crewckpt.history.gc import GcReport, Progress
     from crewckpt.history.parts import StoreParts
+    from crewckpt.history.prune import PruneReport
     from crewckpt.history.reindex import RebuildReport
     from crewckpt.history.remotes import SyncReport
 
@@ -1137,70 +1138,61 @@ class Store:
         does every ancestor (through live commits) of another existing branch's live commits or tip, e.g. the
         fork point of a branch forked from this one and everything before it (git never drops history a
         branch reaches; delete that branch to let go of it).
-        Space returns with :meth:`gc`.
+        Space returns with :meth:`gc`. :meth:`prune_report` also says what other branches held back.
 
         Raises:
             ValueError: neither ``keep`` nor ``older_than_ns``, or ``keep < 1``. BadRefName.
         """
+        return self._prune(branch, keep, older_than_ns, dry_run, reasons=False).removed
+
+    def prune_report(self, branch: str, *, keep: int | None = None, older_than_ns: int | None = None,
+                     dry_run: bool = False) -> PruneReport:
+        """:meth:`prune`, also reporting which of the rule's candidates stay because other branches' history or
+        tips reach them (or remote-tracking refs point at them): ``PruneReport(removed, held, held_by)``
+        (:class:`crewckpt.history.prune.PruneReport`), from the same walk of the other branches' history.
+
+        Raises:
+            ValueError: neither ``keep`` nor ``older_than_ns``, or ``keep < 1``. BadRefName.
+        """
+        return self._prune(branch, keep, older_than_ns, dry_run, reasons=True)
+
+    def _prune(self, branch: str, keep: int | None, older_than_ns: int | None, dry_run: bool, *,
+               reasons: bool) -> PruneReport:
         if keep is None and older_than_ns is None:
             raise ValueError("prune needs keep=N or older_than_ns=NS")
         if keep is not None and keep < 1:
             raise ValueError(f"keep must be at least 1, got {keep}")
         b = refnames.check_branch(branch)
+        from crewckpt.history import prune
+
         with self._writing() as txn:
-            rows = txn.index_rows(b)
-            # branch tips and remote-tracking tips (origin/main) stay, as refs keep them reachable
-            tips = set(txn.refs(refnames.HEADS).values()) | set(txn.refs(refnames.REMOTES).values())
             cut = time.time_ns() - older_than_ns if older_than_ns is not None else None
-            old = rows[:-keep] if keep is not None else rows
-            gone = [r for r in old if r.id not in tips and (cut is None or r.time_ns < cut)]
-            if gone:
-                needed = _needed_by_others(txn, b)
-                gone = [r for r in gone if r.id not in needed]
+            gone, report = prune.plan(txn, b, keep=keep, cut_ns=cut, reasons=reasons)
             if dry_run or not gone:
-                return [r.id.hex() for r in gone]
+                return report
             ids = {r.id for r in gone}
             txn.index_remove(ids)
             for name, target in txn.refs(refnames.RUNS).items():
                 if target in ids:
                     txn.set_ref_if_equals(name, target, None)
-        return [r.id.hex() for r in gone]
+        return report
 
     def prune_held(self, branch: str, *, keep: int | None = None,
                    older_than_ns: int | None = None) -> tuple[int, builtins.list[str]]:
         """Why :meth:`prune` keeps checkpoints of ``branch`` its rule (``keep``, ``older_than_ns``) selects:
         ``(n, names)``, the number of them other branches' history or tips reach (or remote-tracking refs
         point at), and those branches' names (``origin/main`` for a tracking ref), sorted. ``(0, [])`` when
-        nothing is held. Reads only.
+        nothing is held. Reads only (:meth:`prune_report` gives this with the prune itself).
 
         Raises:
             BadRefName.
         """
+        from crewckpt.history import prune
+
         b = refnames.check_branch(branch)
-        rows = self.backend.index_rows(b)
         cut = time.time_ns() - older_than_ns if older_than_ns is not None else None
-        old = rows[:-keep] if keep is not None else rows
-        own = self.backend.get_ref(refnames.HEADS + b)
-        cands = {r.id for r in old if r.id != own and (cut is None or r.time_ns < cut)}
-        if not cands:
-            return 0, []
-        live = {r.id: r for r in self.backend.index_rows()}
-        held: set[bytes] = set()
-        names: set[str] = set()
-        for ref, tip in self.backend.refs(refnames.HEADS).items():
-            name = ref[len(refnames.HEADS):]
-            if name == b:
-                continue
-            hit = _ancestors(live, [r.id for r in live.values() if r.branch == name] + [tip]) & cands
-            hit |= {tip} & cands
-            if hit:
-                held |= hit
-                names.add(name)
-        for ref, tip in self.backend.refs(refnames.REMOTES).items():
-            if tip in cands:
-                held.add(tip)
-                names.add(ref[len(refnames.REMOTES):])
-        return len(held), sorted(names)
+        _, report = prune.plan(self.backend, b, keep=keep, cut_ns=cut, reasons=True)
+        return report.held, report.held_by
 
     def gc(self, *, dry_run: bool = False, grace_s: float = 0.0, progress: Progress | None = None,
            wait_s: float = 30.0) -> GcReport:
@@ -1275,28 +1267,6 @@ class Store:
             txn.meta_set("dictionary", d.oid.hex())
         self.objects.codec.use_dictionary(d.oid, data)
         return d.oid.hex()
-
-
-def _needed_by_others(txn: Parts, branch: str) -> set[bytes]:
-    """The live commits other branches' history reaches: their live rows and tips, and every ancestor of
-    those through live rows (prune keeps them). A deleted branch's rows (they stay live until pruned) do not
-    count: deleting a branch is how its history stops holding on to this one's."""
-    rows = {r.id: r for r in txn.index_rows()}
-    heads = {ref[len(refnames.HEADS):]: t for ref, t in txn.refs(refnames.HEADS).items()}
-    heads.pop(branch, None)
-    return _ancestors(rows, [r.id for r in rows.values() if r.branch in heads] + list(heads.values()))
-
-
-def _ancestors(rows: dict[bytes, Any], starts: builtins.list[bytes]) -> set[bytes]:
-    """``starts`` and every ancestor of them through the live ``rows`` (id -> index row)."""
-    todo = list(starts)
-    needed: set[bytes] = set()
-    while todo:
-        cid = todo.pop()
-        if cid not in needed and cid in rows:
-            needed.add(cid)
-            todo.extend(rows[cid].parents)
-    return needed
 
 
 def _cycle(child: bytes, parent: bytes | None = None) -> IntegrityError:

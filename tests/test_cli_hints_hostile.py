@@ -1,0 +1,57 @@
+"""The CLI's new hint lines (session 7) against what a user may type: secrets in locations that shell quoting
+splits, revisions git users write, deleting branches whose refs are odd (docs/cli.md)."""
+
+from __future__ import annotations
+
+import pytest
+from cli_helpers import ckpt
+
+
+@pytest.mark.parametrize("location, secret", [
+    ("postgresql://bob:s3cr'et@db.example/ck", "s3cr"),  # a quote: shlex wraps it in '"'"'
+    ("postgresql://bob:two words@db.example/ck", "words"),  # a space: shlex quotes the whole argument
+    ("s3://bucket/x?secret_key=a b", " b"),
+    ("s3://AKIA:se'cret@bucket/x", "AKIA"),
+])
+def test_the_global_option_hint_never_echoes_a_secret(location: str, secret: str) -> None:
+    # before: the secrets were scrubbed in the joined command line, where a URL ends at the first quote or
+    # space shlex put in: the password was echoed whole
+    for args in (("gc", "--store", location), ("gc", f"--store={location}")):
+        result = ckpt(None, *args)
+        assert result.exit_code == 2 and "is an option of ckpt itself" in result.stderr
+        assert secret not in result.stderr and "***" in result.stderr, result.stderr
+
+
+@pytest.fixture
+def two_commits(tmp_path):  # type: ignore[no-untyped-def]
+    from crewckpt import Store
+
+    s = Store.init(tmp_path / ".ckpt")
+    s.commit({"a": 1}, branch="main")
+    s.commit({"a": 2}, branch="main")
+    s.close()
+    return str(tmp_path / ".ckpt")
+
+
+@pytest.mark.parametrize("rev, says", [
+    # before: "dates in @{...} are not supported" for git's upstream and push shorthands
+    ("@{u}", "@{upstream} (@{u}, @{push}) is not supported; name the remote-tracking ref"),
+    ("main@{upstream}", "@{upstream} (@{u}, @{push}) is not supported"),
+    ("main@{U}", "@{upstream} (@{u}, @{push}) is not supported"),
+    ("@{push}", "@{upstream} (@{u}, @{push}) is not supported"),
+    ("main@{yesterday}", "dates in @{...} are not supported"),
+    # before: "cannot parse '!'; use ~N, ^ or ^N": git's range shorthands of one commit
+    ("main^!", "ranges (A..B, A...B, ^A, A^!, A^@, A^-) are not supported"),
+    ("main^@", "ranges (A..B, A...B, ^A, A^!, A^@, A^-) are not supported"),
+    ("main^-", "ranges (A..B, A...B, ^A, A^!, A^@, A^-) are not supported"),
+    ("main~1^-2", "ranges (A..B, A...B, ^A, A^!, A^@, A^-) are not supported"),
+    # before: "cannot parse '{commit}'": git's peeling; every crewckpt revision is a commit already
+    ("main^{commit}", "^{...} (peeling) is not needed: every revision names a commit; write 'main'"),
+    ("main~1^{}", "^{...} (peeling) is not needed: every revision names a commit; write 'main~1'"),
+    # before: "unknown revision ':/fix': not a commit id, ..."
+    (":/fix", "searching commit messages (:/TEXT) is not supported; find the commit in `ckpt log`"),
+])
+def test_git_revision_syntax_gets_a_line_naming_it(two_commits: str, rev: str, says: str) -> None:
+    result = ckpt(two_commits, "log", "-n", "1", rev)
+    assert result.exit_code != 0 and says in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1
