@@ -55,3 +55,23 @@ def test_git_revision_syntax_gets_a_line_naming_it(two_commits: str, rev: str, s
     result = ckpt(two_commits, "log", "-n", "1", rev)
     assert result.exit_code != 0 and says in result.stderr, result.stderr
     assert result.stderr.count("\n") == 1
+
+
+def test_deleting_a_remote_tracking_ref_as_a_branch_says_what_it_is(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # before: "no branch named 'origin/main'; see `ckpt branch`" (which does not list tracking refs)
+    from crewckpt import Store
+
+    src = Store.init(tmp_path / "o" / ".ckpt")
+    src.commit({"a": 1}, branch="main")
+    src.close()
+    dst = str(tmp_path / "c" / ".ckpt")
+    assert ckpt(None, "clone", str(tmp_path / "o" / ".ckpt"), dst).exit_code == 0
+    for flag in ("-d", "-D"):
+        result = ckpt(dst, "branch", flag, "origin/main")
+        assert result.exit_code != 0 and result.stderr == (
+            "ckpt: error: 'origin/main' is a remote-tracking ref (refs/remotes/origin/main), not a branch: "
+            "`ckpt remote prune origin` deletes it once origin no longer has main, `ckpt remote remove origin` "
+            "deletes all of origin's\n"), result.stderr
+    with Store.open(dst) as s:
+        assert "refs/remotes/origin/main" in s.backend.refs("refs/remotes/")
+    assert "no branch named 'nope'" in ckpt(dst, "branch", "-d", "nope").stderr

@@ -976,6 +976,13 @@ class Store:
             with self._writing() as txn:
                 cur = txn.get_ref(ref)
                 if cur is None:
+                    tracking = refnames.REMOTES + head.branch_of(ref)
+                    if "/" in head.branch_of(ref) and txn.get_ref(tracking) is not None:
+                        remote, _, theirs = head.branch_of(ref).partition("/")
+                        raise UnknownRevision(
+                            f"{name!r} is a remote-tracking ref ({tracking}), not a branch: `ckpt remote prune "
+                            f"{remote}` deletes it once {remote} no longer has {theirs}, `ckpt remote remove "
+                            f"{remote}` deletes all of {remote}'s")
                     raise UnknownRevision(f"no branch named {name!r}; see `ckpt branch`")
                 if head.head_ref_stored(txn) == ref:
                     raise BranchInUse(f"cannot delete branch {head.branch_of(ref)!r}: it is the current branch "
