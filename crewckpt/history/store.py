@@ -52,6 +52,7 @@ from crewckpt.history.commits import (
     distinct_parents,
     from_commit,
     from_row,
+    raise_version,
     row_differences,
     row_matches,
     to_row,
@@ -208,8 +209,9 @@ class Store:
         if int(v) > ob.FORMAT_VERSION:
             raise FormatVersionError(f"{where}: store format version {v} is newer than this crewckpt "
                                      f"understands ({ob.FORMAT_VERSION}); upgrade crewckpt")
-        # a format-1 store opens as is; its first new commit (format 2) records version 2 (objects_format.md 10)
-        self._old_version = int(v) < ob.FORMAT_VERSION
+        # an older store opens as is; its first commit that needs more (format 2: any new commit; 3: a document
+        # whose profile needs it) records that version in the commit's transaction (objects_format.md 10)
+        self._version = int(v)
 
     def close(self) -> None:
         """Close the backend; a handle that committed first finishes its writes (:meth:`finish_writes`)."""
@@ -285,6 +287,7 @@ class Store:
         meta_json = orjson.dumps(meta).decode() if meta else None
         prof = self.profile if profile is None else profile
         summary = prof.summary(doc)
+        version = max(ob.COMMIT_FORMAT, prof.store_version(doc))
         with self._wlock:
             splitter = self._splitters.get(prof.separate_keys)
             if splitter is None:
@@ -302,7 +305,7 @@ class Store:
                 frames = self._frames(pending)
                 try:
                     cid = self._land(frames, root, ref, rref, run, parent_ids, trigger, summary,
-                                     meta_json, alias, time_ns, full=attempt == 1)
+                                     meta_json, alias, time_ns, full=attempt == 1, version=version)
                 except _EpochChanged:
                     for s in self._splitters.values():  # every cache may name objects that gc removed
                         s.reset()
@@ -442,7 +445,8 @@ class Store:
 
     def _land(self, frames: list[Any], root: ob.Link, ref: str | None, rref: str, run: str,
               parent_ids: list[bytes] | None, trigger: str | None, summary: dict[str, Any],
-              meta_json: str | None, alias: str | None, time_ns: int | None, full: bool) -> bytes:
+              meta_json: str | None, alias: str | None, time_ns: int | None, full: bool,
+              version: int = ob.COMMIT_FORMAT) -> bytes:
         """One checkpoint: one transaction where the backend has them. ``full``: every referenced object is
         in ``frames`` (caches were just dropped), so it is safe whatever gc does meanwhile: all get
         ``touched = now``. ``ref`` None: the branch HEAD names, read in this transaction (so a concurrent
@@ -450,7 +454,8 @@ class Store:
 
         The steps are in the order that keeps a checkpoint durable without a transaction (docs/backends.md,
         'Write order'): objects, then the commit object, then the branch ref by compare-and-swap (retried on
-        a moved tip when the parent is the tip), then reflog and run ref, then the commit index."""
+        a moved tip when the parent is the tip), then reflog and run ref, then the commit index. ``version``:
+        the store format version the commit needs; a store recording less is raised to it first."""
         with self._writing() as txn:
             now = time.time_ns()  # read inside the transaction, i.e. after any gc epoch bump it could miss
             epoch = txn.meta_get(_EPOCH) or "0"
@@ -458,8 +463,8 @@ class Store:
                 self._epoch = epoch
                 if not full:
                     raise _EpochChanged
-            if self._old_version:  # the first format-2 commit marks a format-1 store (nothing is rewritten)
-                txn.meta_set("format_version", str(ob.FORMAT_VERSION))
+            if version > self._version:  # nothing is rewritten: the version only tells older readers to refuse
+                raise_version(txn, version)
             txn.put_many_uncounted(frames, now)
             head_ref = head.head_ref_stored(txn)  # read once: the branch by default, and whether HEAD follows
             ref = head_ref if ref is None else ref
@@ -489,7 +494,7 @@ class Store:
                          may_revive=time_ns is not None or not fresh, seq=seq)
             if alias:
                 txn.alias_set(alias, cobj.oid)
-        self._old_version = False
+        self._version = max(self._version, version)
         self._last_commit = cobj
         return cobj.oid
 
@@ -1301,7 +1306,7 @@ class _EpochChanged(Exception):
 
 def _new_meta() -> dict[str, str]:
     """The meta rows a new store is created with."""
-    return {"format_version": str(ob.FORMAT_VERSION), _EPOCH: "0"}
+    return {"format_version": str(ob.NEW_STORE_VERSION), _EPOCH: "0"}
 
 
 def find_store(path: str | os.PathLike[str] | None = None) -> Path:
