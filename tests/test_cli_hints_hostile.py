@@ -75,3 +75,13 @@ def test_deleting_a_remote_tracking_ref_as_a_branch_says_what_it_is(tmp_path) ->
     with Store.open(dst) as s:
         assert "refs/remotes/origin/main" in s.backend.refs("refs/remotes/")
     assert "no branch named 'nope'" in ckpt(dst, "branch", "-d", "nope").stderr
+
+
+@pytest.mark.parametrize("args, fixed", [
+    # before: `ckpt --store log` and `ckpt --store --json log -n 1` (the next option taken as the location)
+    (("log", "--store"), "ckpt --store LOCATION log"),
+    (("log", "-n", "1", "--store", "--json"), "ckpt --store LOCATION log -n 1 --json"),
+])
+def test_the_global_option_hint_without_a_value_shows_where_the_value_goes(args: tuple[str, ...], fixed: str) -> None:
+    result = ckpt(None, *args)
+    assert result.exit_code == 2 and f"write `{fixed}`" in result.stderr, result.stderr

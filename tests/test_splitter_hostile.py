@@ -65,3 +65,15 @@ def test_huge_object_keys_are_not_remembered_without_bound() -> None:
         s.split({f"{n}-{i}-" + "k" * 20_000: i for i in range(100)}, _oid)
         s.keep()
     assert sum(len(k) + len(v) for k, v in s._keys.items()) < 4 << 20
+
+
+def test_the_long_string_cache_bound_counts_memory_not_characters() -> None:
+    # before: a string key counted its characters: strings of 4-byte characters (emoji) held 4x the bound
+    import sys
+
+    s = Splitter(4 << 20)
+    for n in range(60):
+        s.split({"t": f"{n:03d}" + "\U0001F600" * 20_000}, _oid)
+        s.keep()
+    held = sum(sys.getsizeof(k) + len(v) for k, v in s._strs.d.items())
+    assert s._strs.d and held <= s._strs.limit, (held, s._strs.limit)

@@ -171,7 +171,10 @@ def _global_option_hint(exc: click.ClickException, argv: list[str]) -> str | Non
         return f"{name} is an option of ckpt itself: write it before the command (`ckpt {name} ... COMMAND`)"
     i = at[-1]  # the one after the verb (one before it parsed fine)
     take = 1 if opt.is_flag or "=" in argv[i] else 2
-    words = [_secretless_arg(a) for a in ["ckpt", *argv[i:i + take], *argv[:i], *argv[i + take:]]]
+    moved = argv[i:i + take]
+    if take == 2 and (len(moved) < 2 or moved[1].startswith("-")):  # its value is missing: show where it goes
+        moved, take = [argv[i], opt.metavar or (opt.name or "value").upper()], 1
+    words = [_secretless_arg(a) for a in ["ckpt", *moved, *argv[:i], *argv[i + take:]]]
     return f"{name} is an option of ckpt itself: write `{shlex.join(words)}`"
 
 

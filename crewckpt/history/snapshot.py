@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import functools
 import math
+import sys
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -104,7 +105,7 @@ def _as_link(rep: bytes) -> ob.Link | None:
 
 class _Cache:
     """Bounded LRU: key -> representation (bytes, or (bytes, height)), at most ``limit`` bytes counting every
-    entry's key length (bytes or characters), representation length and ENTRY_BYTES."""
+    entry's key length (bytes, or a string's memory), representation length and ENTRY_BYTES."""
 
     def __init__(self, limit: int) -> None:
         self.d: collections.OrderedDict[Any, Any] = collections.OrderedDict()
@@ -119,7 +120,9 @@ class _Cache:
 
     @staticmethod
     def _bytes(k: Any, v: Any) -> int:
-        return len(k) + len(v[0] if isinstance(v, tuple) else v) + ENTRY_BYTES  # v: rep, or (rep, height)
+        # a str key counts its memory (1, 2 or 4 bytes a character), not its length; v: rep, or (rep, height)
+        size = len(k) if k.__class__ is bytes or (k.__class__ is str and k.isascii()) else sys.getsizeof(k)
+        return size + len(v[0] if isinstance(v, tuple) else v) + ENTRY_BYTES
 
     def put(self, k: Any, v: Any) -> None:
         was = self.d.get(k)
