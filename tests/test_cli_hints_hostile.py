@@ -85,3 +85,13 @@ def test_deleting_a_remote_tracking_ref_as_a_branch_says_what_it_is(tmp_path) ->
 def test_the_global_option_hint_without_a_value_shows_where_the_value_goes(args: tuple[str, ...], fixed: str) -> None:
     result = ckpt(None, *args)
     assert result.exit_code == 2 and f"write `{fixed}`" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("password", ["two words", "tab\there", "q'uote"])
+def test_a_postgres_error_quoting_the_password_masks_it(password: str) -> None:
+    # before: libpq's own reason ('unexpected spaces found in "two words", use percent-encoded spaces') was
+    # put into the one-line error as it was: the password, echoed
+    pytest.importorskip("psycopg")
+    result = ckpt(f"postgresql://bob:{password}@127.0.0.1:1/db", "log")
+    assert result.exit_code != 0 and "cannot connect" in result.stderr, result.stderr
+    assert password not in result.stderr and password.split()[-1] not in result.stderr, result.stderr
