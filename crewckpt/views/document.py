@@ -125,6 +125,19 @@ def store_version(doc: Any) -> int:
     return REFS_VERSION if isinstance(doc, dict) and SHAPE_KEY in doc else 2
 
 
+def _task_agent(task: Any) -> Any:
+    """``task["agent"]`` of a task value (plain, Frozen, or a Frozen Parts of Frozen pieces), else None."""
+    while isinstance(task, Frozen):
+        task = task.value
+    if isinstance(task, Parts):
+        for p in task.pieces:
+            p = p.value if isinstance(p, Frozen) else p
+            if isinstance(p, dict) and "agent" in p:
+                return p["agent"]
+        return None
+    return task.get("agent") if isinstance(task, dict) else None
+
+
 def logical_size(doc: Any, size: int) -> int:
     """``size`` (``doc``'s stored compact JSON length) as CrewAI's JSON of it, references expanded: the
     marker's bytes out, each reference's replaced by its agent's (``doc`` may hold Frozen / Parts values;
@@ -135,20 +148,22 @@ def logical_size(doc: Any, size: int) -> int:
         shape = _plain(doc[SHAPE_KEY])
         out = size - json_size(SHAPE_KEY) - json_size(shape) - 2  # ',"$crewckpt":{...}': comma and colon
         entities = _plain(doc.get("entities"))
+        delta: dict[str, int] = {}  # pointer -> its agent's size minus the reference's
         for i in set(shape["agent_refs"]):
-            agents = _plain(_field(entities[i], "agents"))
-            agent_sizes: dict[int, int] = {}
+            agents = None
             for task in _plain(_field(entities[i], "tasks")):
-                ref = _plain(_field(task, "agent"))
-                if not is_ref_shaped(ref):
+                ref = _task_agent(task)
+                if type(ref) is not dict or REF_KEY not in ref:
                     continue
-                m = _POINTER.fullmatch(ref[REF_KEY])
-                if m is None or int(m.group(1)) != i:
-                    return size
-                j = int(m.group(2))
-                if j not in agent_sizes:
-                    agent_sizes[j] = json_size(agents[j])
-                out += agent_sizes[j] - json_size(ref)
+                pointer = ref[REF_KEY]
+                d = delta.get(pointer)
+                if d is None:
+                    m = _POINTER.fullmatch(pointer)
+                    if m is None or int(m.group(1)) != i:
+                        return size
+                    agents = _plain(_field(entities[i], "agents")) if agents is None else agents
+                    d = delta[pointer] = json_size(agents[int(m.group(2))]) - json_size(ref)
+                out += d
         return out
     except Exception:  # a hand-made document: its stored size
         return size
