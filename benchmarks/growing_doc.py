@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import random
+import sqlite3
 import statistics
 import tempfile
 import time
@@ -30,6 +31,7 @@ import orjson
 import zstandard
 
 from crewckpt import Frozen, Store
+from crewckpt.format.objects import PACK
 from crewckpt.history.snapshot import AppendMap, Parts
 from crewckpt.views.document import CREWAI
 
@@ -139,6 +141,21 @@ def _folder_bytes(p: Path) -> int:
     return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
 
 
+def _breakdown(folder: Path) -> dict[str, int]:
+    """Bytes of a closed SQLite store by what they hold (SQLite's ``dbstat``: pages of each table and index)."""
+    db = sqlite3.connect(folder / "store.db")
+    try:
+        pages = dict(db.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name").fetchall())
+        packs = db.execute("SELECT coalesce(sum(length(frame)), 0) FROM objects WHERE kind = ?",
+                           (PACK,)).fetchone()[0]
+        n_rows = db.execute("SELECT count(*) FROM objects").fetchone()[0]
+    finally:
+        db.close()
+    history = sum(v for k, v in pages.items() if k.startswith(("commits", "reflog", "refs", "aliases")))
+    return {"packs": packs, "objects_table": pages.get("objects", 0), "object_rows": n_rows,
+            "history": history, "other": sum(pages.values()) - pages.get("objects", 0) - history}
+
+
 def _stats(name: str, ms: list[float], ref: float | None = None) -> str:
     k = max(len(ms) // 10, 1)
     first, last = statistics.mean(ms[:100] if len(ms) >= 200 else ms[:k]), statistics.mean(
@@ -198,7 +215,12 @@ def run_growing(steps: int = 1000) -> dict[str, Any]:
                 same.append((time.thread_time() - t) * 1000)
             s.close()
             after = _folder_bytes(folder)
-            out["frozen" if frozen else "plain"] = {"ms": times, "alive": alive, "after": after, "same": same}
+            parts = _breakdown(folder)
+            with Store.open(folder, profile=CREWAI) as s:  # what the layout gives at its best: one repack
+                s.gc()
+            gced = _folder_bytes(folder)
+            out["frozen" if frozen else "plain"] = {"ms": times, "alive": alive, "after": after, "same": same,
+                                                    "parts": parts, "gc": gced, "gc_parts": _breakdown(folder)}
         ref = statistics.median(t_json)
         print(f"growing document: {steps} commits, final document {final_bytes:,} bytes")
         print(_stats("orjson whole doc to a file", t_json))
@@ -213,6 +235,12 @@ def run_growing(steps: int = 1000) -> dict[str, Any]:
                   f"document)")
         print(f"delta floor (one zstd-3 stream of the deltas) {zbytes:,} bytes; orjson writes "
               f"{sum(len(x) for x in deltas):,} delta bytes")
+        for when, key in (("after close", "parts"), ("after gc", "gc_parts")):
+            b = out["frozen"][key]
+            print(f"store bytes {when} (Frozen nodes): packs {b['packs']:,} B ({b['packs'] / zbytes:.2f}x floor), "
+                  f"objects table {b['objects_table']:,} B for {b['object_rows']:,} rows, history (commits, "
+                  f"reflog, refs, their indexes) {b['history']:,} B ({b['history'] / steps:.0f} B per commit), "
+                  f"other {b['other']:,} B; folder {out['frozen']['gc' if key == 'gc_parts' else 'after']:,} B")
         fz = out["frozen"]["ms"]
         print(f"Done-when: median {statistics.median(fz) / ref:.2f}x orjson (<= 0.5x); last/first 100 "
               f"{statistics.mean(fz[-100:]) / statistics.mean(fz[:100]):.2f}x (<= 1.3x); store after close "

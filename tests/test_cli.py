@@ -68,7 +68,7 @@ def test_unknown_option_is_usage_error():
     (("gc", "--store", "/tmp/x"), "--store", "ckpt --store /tmp/x gc"),
     (("log", "-n", "2", "--store=my store"), "--store", "ckpt '--store=my store' log -n 2"),
     (("log", "--debug", "main"), "--debug", "ckpt --debug log main"),
-    (("gc", "--store", "postgresql://u:hunter2@db/ckpt"), "--store", "ckpt --store postgresql://u:***@db/ckpt gc"),
+    (("gc", "--store", "postgresql://u:hunter2@db/ckpt"), "--store", "ckpt --store 'postgresql://u:***@db/ckpt' gc"),
 ])
 def test_a_global_option_after_the_verb_says_where_it_goes(args, name, fixed):
     """`ckpt gc --store X`: click would suggest --json; the line names the option's place and the command."""
@@ -272,7 +272,7 @@ def test_unknown_revision_is_one_line(demo):
     assert ckpt(demo.path, "rev-parse", "main~9").exit_code == 1
 
 
-RANGES = ("ranges (A..B, A...B, ^A) are not supported; show one branch with `ckpt log B`, or compare tips with "
+RANGES = ("ranges (A..B, A...B, ^A, A^!, A^@, A^-) are not supported; show one branch with `ckpt log B`, or compare tips with "
           "`ckpt diff A B`")
 DATES = "dates in @{...} are not supported; use @{N} (the N-th previous value; see `ckpt reflog`)"
 

@@ -11,6 +11,7 @@ from crewckpt.crewai import CheckpointConfig, restore
 from crewckpt.crewai.hooks import load_state
 from crewckpt.errors import BranchExists, UnknownRevision
 from crewckpt.testing import ScriptedLLM, crew_llms, crewai_offline, research_crew  # noqa: F401
+from crewckpt.views.document import crewai_json
 
 pytestmark = [pytest.mark.crewai, pytest.mark.usefixtures("crewai_offline")]
 
@@ -52,7 +53,7 @@ def test_star_crew_writes_38_checkpoints_in_one_chain_over_20_runs():
         runs.append(ids)
     store = Store.open(".ckpt0")
     for k, cid in enumerate(runs[0]):
-        doc = store.read(cid)
+        doc = crewai_json(store.read(cid))
         assert doc["trigger"] == star_triggers(6)[k]
         assert doc["parent_id"] == (runs[0][k - 1] if k else None)
         state = load_state(RuntimeState, doc, context={"from_checkpoint": True})
@@ -225,9 +226,9 @@ def test_document_equals_crewais_own_serialization():
     research_crew(3, checkpoint=CheckpointConfig(on_events=["*"])).kickoff(inputs={"topic": "otters"})
     store = Store.open(".ckpt")
     for rev in ("main~12", "main"):
-        state = load_state(RuntimeState, store.read(rev), context={"from_checkpoint": True})
-        ours = plain(SnapshotBuilder().document(state, parent_id=state._parent_id, branch=state._branch,
-                                                trigger=None))
+        state = load_state(RuntimeState, crewai_json(store.read(rev)), context={"from_checkpoint": True})
+        ours = crewai_json(plain(SnapshotBuilder().document(state, parent_id=state._parent_id,
+                                                            branch=state._branch, trigger=None)))
         theirs = state.model_dump(mode="json", warnings=False)
         assert list(ours) == list(theirs)  # CrewAI's key order
         assert orjson.dumps(ours) == orjson.dumps(theirs)  # byte for byte, nested key order included

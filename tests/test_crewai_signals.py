@@ -139,3 +139,30 @@ def test_a_wakeup_fd_set_after_crewckpt_is_chained_at_the_next_signal():
     """)
     assert (status, out) == (0, ["first handed on", "asyncio got SIGUSR1", "second handed on"])
     assert [c.trigger for c in Store.open(".ckpt").list()] == ["SIGHUP", "SIGHUP"]
+
+
+def test_a_handler_the_user_sets_after_crewckpt_runs_once_per_signal():
+    """User code that replaces crewckpt's handler (signal.signal after a crew was set up) gets each signal
+    once: crewckpt's thread still reads the signal's byte, and before this asked the main thread for its
+    context by sending the signal again, which ran the user's handler a second time ('press Ctrl-C twice')."""
+    status, out = run_child("""
+        theirs, mine = socket.socketpair()  # chained by crewckpt: its byte proves crewckpt's thread saw one
+        theirs.setblocking(False)
+        signal.set_wakeup_fd(theirs.fileno())
+        checkpointing("SIGINT", "SIGTERM")
+        calls = []
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda s, f: calls.append(s))
+        mine.settimeout(50)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.pthread_kill(threading.get_ident(), signum)
+            assert list(mine.recv(64)) == [signum]  # crewckpt's thread took the byte (and acted on it)
+            deadline = time.monotonic() + 50
+            while (signals._echoes or signals._kill_wanted) and time.monotonic() < deadline:
+                time.sleep(0.01)  # a signal it sent the main thread has come back: any handler run is done
+            for _ in range(100):
+                pass  # bytecodes: a signal CPython noted runs its handler here
+        print("calls", calls)
+        print("capture asked", dict(signals._capture))
+    """)
+    assert (status, out) == (0, [f"calls {[int(signal.SIGINT), int(signal.SIGTERM)]}", "capture asked {}"])

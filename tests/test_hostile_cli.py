@@ -190,8 +190,9 @@ def test_an_unreadable_format_version_is_named_as_a_damaged_meta_row(tmp_path: P
     code, _, err = _run(["log"], tmp_path / "s")
     assert code == 1 and err.count("\n") == 1, err
     assert f"the recorded format version {value!r} is unreadable (a damaged meta row" in err
-    assert "UPDATE meta SET value='2' WHERE key='format_version'" in err and "not a crewckpt store" not in err
-    _sql(tmp_path / "s", "UPDATE meta SET value='2' WHERE key='format_version'")  # the fix it names works
+    # the highest version this crewckpt knows: safe whatever the store holds (older readers then refuse it)
+    assert "UPDATE meta SET value='3' WHERE key='format_version'" in err and "not a crewckpt store" not in err
+    _sql(tmp_path / "s", "UPDATE meta SET value='3' WHERE key='format_version'")  # the fix it names works
     assert _run(["fsck"], tmp_path / "s")[0] == 0
 
 

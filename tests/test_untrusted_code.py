@@ -27,6 +27,7 @@ from crewckpt import Store
 from crewckpt.crewai import CheckpointConfig, restore
 from crewckpt.crewai.gate import ENV_VAR, UntrustedCode, findings
 from crewckpt.testing import ScriptedLLM, crewai_offline  # noqa: F401
+from crewckpt.views.document import crewai_json
 
 pytestmark = [pytest.mark.crewai, pytest.mark.usefixtures("crewai_offline")]
 
@@ -85,7 +86,7 @@ def crew_doc(tmp_path: Path) -> tuple[Store, dict[str, Any]]:
     # the run's writer keeps its handle open: copy the database and its WAL (committed pages), not the -shm
     shutil.copytree(_CREW_RUN[0], loc, ignore=shutil.ignore_patterns("*-shm"))
     store = Store.open(loc)
-    return store, store.read("HEAD")
+    return store, crewai_json(store.read("HEAD"))  # CrewAI's JSON: planted as it is (no agent references)
 
 
 def plant(store: Store, doc: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ from crewckpt.format import objects as ob
 from crewckpt.history.snapshot import AppendMap, Parts, Refreezer, Splitter
 from crewckpt.history.summary import json_size
 from crewckpt.testing import crewai_offline  # noqa: F401  (fixture)
+from crewckpt.views.document import SHAPE_KEY, crewai_json, expand_entity
 
 
 def bare(v: Any) -> Any:
@@ -169,7 +170,7 @@ def test_every_checkpoint_equals_crewais_dump_and_shows_mid_run_edits() -> None:
         doc = document(self, state, **kw)
         want = state.model_dump(mode="json", warnings=False)  # CrewAI's own serializer, at the same moment
         theirs.append(orjson.dumps(want["entities"]))
-        ours.append(snap.plain(doc))
+        ours.append(snap.plain(doc))  # as stored: tasks may name their agent by reference
         dumpers.extend(d for _, d in self._dumpers._d.values())
         return doc
 
@@ -186,9 +187,13 @@ def test_every_checkpoint_equals_crewais_dump_and_shows_mid_run_edits() -> None:
     assert len(commits) == len(ours) == 2 + 6 * 3
     assert dumpers and all(d.ok for d in dumpers)  # the pieced path stayed on
     for c, doc, want in zip(commits, ours, theirs):
-        assert orjson.dumps(doc["entities"]) == want  # byte for byte, key order included
+        # byte for byte, key order included, once the agent references are expanded
+        assert orjson.dumps(crewai_json(doc)["entities"]) == want
         assert store.read(c.id) == doc
-    last = store.read("main")["entities"][0]
+    # the tasks named their agent by reference (the crew is entity 0; task 1 is the Writer's, agents[1])
+    assert ours[-1][SHAPE_KEY] == {"agent_refs": [0]}
+    assert ours[-1]["entities"][0]["tasks"][1]["agent"] == {"$ref": "#/entities/0/agents/1"}
+    last = crewai_json(store.read("main"))["entities"][0]
     assert last["tasks"][0]["output"]["raw"] == "EDITED AFTER THE FACT"
     assert last["agents"][0]["goal"] == "a goal changed mid-run"
     assert last["tasks"][0]["agent"]["goal"] == "a goal changed mid-run"  # the copy embedded in the task
@@ -426,6 +431,8 @@ def test_a_task_whose_dump_text_did_not_change_is_not_parsed_again_and_a_changed
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             got, whole = plain(dumper.dump(crew)), builder.dump_model(crew)
+        assert dumper.refs and got["tasks"][0]["agent"] == {"$ref": "#/entities/0/agents/0"}
+        got = expand_entity(got, 0, [got], "test")
         assert dumper.ok and orjson.dumps(got) == orjson.dumps(whole)
         return parsed
 

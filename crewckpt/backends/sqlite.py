@@ -351,13 +351,26 @@ class SqliteBackend(_SqlReader, TransactionalBackend):
             if self._read_only_why:  # readable as a read-only store; every write refuses with the fix
                 self.read_only = True
         self._c: sqlite3.Connection | None = None
+        self._file: tuple[int, int] | None = None  # (device, inode) of the file the first connection opened
+        self._real = self.path  # that file's resolved path: SQLite keeps its -wal and -shm beside it
         self._connect()
 
     def _connect(self) -> sqlite3.Connection:
         """Open the connection (at construction, and again on first use after :meth:`release`)."""
         # as_uri() percent-encodes: a raw '?' or '#' in the folder name would end the path early and make
         # SQLite open (and create) a different file outside the store
-        uri = self.path.resolve().as_uri()
+        real = self.path.resolve()
+        uri = real.as_uri()
+        try:
+            st = real.stat()
+            ident: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except OSError:
+            ident = None  # gone: connecting names the problem
+        if self._file is not None and ident is not None and ident != self._file:
+            # reopening after release(): the caches of the Store on this handle name objects of the file it
+            # opened first; writing them into another file would link to objects that file never had
+            raise StoreNotFound(f"{self.path} was replaced since this handle opened it (a backup restored or a "
+                                f"copy moved over it?); nothing was written; open the store again")
         modes = ("mode=ro", "immutable=1") if self.read_only else ("mode=rw",)
         busy_timeout_s = self._busy
         for n, mode in enumerate(modes):
@@ -376,6 +389,7 @@ class SqliteBackend(_SqlReader, TransactionalBackend):
                 conn.execute("SELECT count(*) FROM meta").fetchone()
                 conn.execute("SELECT oid FROM objects LIMIT 1").fetchall()
                 self._c = conn
+                self._file, self._real = self._file or ident, real
                 return conn
             except sqlite3.OperationalError as e:
                 # read-only folder without a -shm file: WAL readers need one, so read it as immutable
@@ -582,7 +596,7 @@ class SqliteBackend(_SqlReader, TransactionalBackend):
             if c is None:
                 return
             c.close()
-            if self.read_only or os.path.lexists(f"{self.path}-shm"):
+            if self.read_only or os.path.lexists(f"{self._real}-shm"):
                 return  # another connection has the store open: leave it be
             try:
                 small = self.path.stat().st_size <= SMALL_VACUUM_BYTES

@@ -10,6 +10,7 @@ from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_opti
 from crewckpt.cli.fmt import entity_summary, local_time, short_ids, summary_fields
 from crewckpt.errors import CkptError
 from crewckpt.history import refnames
+from crewckpt.views.document import crewai_json
 
 if TYPE_CHECKING:
     from crewckpt.history.store import Store
@@ -264,7 +265,7 @@ def _fork_with_edits(
     from crewckpt.history import refnames
 
     refnames.check_branch(name)  # bad name: usage error before CrewAI is loaded
-    doc = store.read(target)
+    doc = crewai_json(store.read(target), target[:12])
     outputs = {task_key(doc, task): text for task, text in edits}
     require_crewai("fork --inputs/--set-output")
     try:

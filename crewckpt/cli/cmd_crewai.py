@@ -16,6 +16,7 @@ from crewckpt.cli.fmt import entity_summary, safe_text, summary_fields_of
 from crewckpt.errors import INSTALL_HINT, CkptError, CrewAIMissing
 from crewckpt.errors import require_crewai as _require
 from crewckpt.history import jsontext
+from crewckpt.views.document import crewai_json
 
 
 def require_crewai(verb: str) -> None:
@@ -76,7 +77,7 @@ def resume(rev: str, inputs_text: str | None, branch: str | None, flow_class: st
     app = obj()
     store = app.store()
     full = store.resolve(rev)
-    doc = store.read(full)
+    doc = crewai_json(store.read(full), full[:12])
     if inputs is None:
         inputs = recorded_crew_inputs(doc)
     from crewckpt.crewai.run import restore_class, run_restored, tty_confirm

@@ -431,7 +431,9 @@ def show(rev: str, json_path: str | None, raw: bool, as_json: bool) -> None:
 
     By default the JSON is indented (coloured on a terminal) and a string picked with --path is printed
     as text. --raw prints the exact JSON text CrewAI writes for it (a checkpoint imported from CrewAI comes
-    back byte for byte; no newline added unless on a terminal); --json prints compact JSON.
+    back byte for byte; no newline added unless on a terminal); --json prints compact JSON. Without --raw the
+    document is shown as stored: a task's agent may be {"$ref": "#/entities/0/agents/1"}, the crew's agent it
+    is byte-equal to (docs/write-path.md, "Agent references").
 
     \b
     Examples:
@@ -442,7 +444,7 @@ def show(rev: str, json_path: str | None, raw: bool, as_json: bool) -> None:
     from crewckpt.history.jsonpath import get_path
 
     app = obj()
-    doc, full = _load_doc(rev)  # a revision, or a CrewAI JSON checkpoint file
+    doc, full = _load_doc(rev, crewai=raw)  # a revision, or a CrewAI JSON checkpoint file
     value = get_path(doc, json_path) if json_path else doc
     if as_json:
         click.echo(jsontext.dumps(value))
@@ -502,8 +504,8 @@ def diff(rev1: str, rev2: str | None, stat: bool, word_diff: bool, context: int,
         old_rev, new_rev = f"{rev1}^", rev1
     else:
         old_rev, new_rev = rev1, rev2
-    old_doc, old_id = _load_doc(old_rev)
-    new_doc, new_id = _load_doc(new_rev)
+    old_doc, old_id = _load_doc(old_rev, crewai=True)
+    new_doc, new_id = _load_doc(new_rev, crewai=True)
     result = diff_documents(old_doc, new_doc, context_lines=context)
     if as_json:
         emit_json({"old": {"rev": old_rev, "id": old_id}, "new": {"rev": new_rev, "id": new_id}, **result})
@@ -539,9 +541,11 @@ def _require_parent(rev: str) -> None:
         )
 
 
-def _load_doc(rev: str) -> tuple[Any, str | None]:
+def _load_doc(rev: str, *, crewai: bool = False) -> tuple[Any, str | None]:
     """(document, full commit id) for a revision, or (document, None) for one CrewAI checkpoint on disk:
-    a JSON file, ``<db>#<checkpoint id>``, or a folder/database that holds exactly one."""
+    a JSON file, ``<db>#<checkpoint id>``, or a folder/database that holds exactly one. ``crewai``: a stored
+    document as CrewAI's JSON (agent references expanded, crewckpt.views.document.crewai_json), else as
+    stored."""
     if _is_crewai_path(rev):
         from crewckpt.views.reader import open_source
 
@@ -554,7 +558,12 @@ def _load_doc(rev: str) -> tuple[Any, str | None]:
             return source.load(source.records[0]).value, None
     store = obj().store()
     full = store.resolve(rev)
-    return store.read(full), full
+    doc = store.read(full)
+    if crewai:
+        from crewckpt.views.document import crewai_json
+
+        doc = crewai_json(doc, full[:12])
+    return doc, full
 
 
 def _label(rev: str, full: str | None) -> str:

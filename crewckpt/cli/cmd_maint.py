@@ -57,11 +57,12 @@ def prune(keep: int | None, older_than: str | None, branch: str | None, dry_run:
         store.resolve(branch)
     before = {c.id: c for c in store.list(branch)}
     removed: list[tuple[str, str]] = []
-    for name in branches:
-        ids = store.prune(name, keep=keep, older_than_ns=older_than_ns, dry_run=dry_run)
-        removed.extend((name, cid) for cid in ids)
-    held = {name: store.prune_held(name, keep=keep, older_than_ns=older_than_ns) for name in branches}
-    held = {name: h for name, h in held.items() if h[0]}
+    held: dict[str, tuple[int, list[str]]] = {}
+    for name in branches:  # one walk of the other branches' history each: what goes and what they hold back
+        report = store.prune_report(name, keep=keep, older_than_ns=older_than_ns, dry_run=dry_run)
+        removed.extend((name, cid) for cid in report.removed)
+        if report.held:
+            held[name] = (report.held, report.held_by)
     if as_json:  # one object, also when nothing goes: a script always gets an answer
         emit_json({"pruned": len(removed), "dry_run": dry_run,
                    "commits": [{"id": cid, "branch": name} for name, cid in removed],

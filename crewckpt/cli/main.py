@@ -8,6 +8,7 @@ problem and the fix (a JSON object with --json); `--debug` adds the traceback.
 from __future__ import annotations
 
 import contextlib
+import re
 import shlex
 import sys
 import traceback
@@ -170,10 +171,23 @@ def _global_option_hint(exc: click.ClickException, argv: list[str]) -> str | Non
         return f"{name} is an option of ckpt itself: write it before the command (`ckpt {name} ... COMMAND`)"
     i = at[-1]  # the one after the verb (one before it parsed fine)
     take = 1 if opt.is_flag or "=" in argv[i] else 2
-    from crewckpt.backends.registry import scrub
+    moved = argv[i:i + take]
+    if take == 2 and (len(moved) < 2 or moved[1].startswith("-")):  # its value is missing: show where it goes
+        moved, take = [argv[i], opt.metavar or (opt.name or "value").upper()], 1
+    words = [_secretless_arg(a) for a in ["ckpt", *moved, *argv[:i], *argv[i + take:]]]
+    return f"{name} is an option of ckpt itself: write `{shlex.join(words)}`"
 
-    fixed = shlex.join(["ckpt", *argv[i:i + take], *argv[:i], *argv[i + take:]])
-    return scrub(f"{name} is an option of ckpt itself: write `{fixed}`")
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+://")
+
+
+def _secretless_arg(arg: str) -> str:
+    """One command-line word with the secrets of the location in it masked, the word taken whole: scrubbing
+    the joined command line would end a URL at the quote or space shell quoting put into it."""
+    from crewckpt.backends.registry import redact
+
+    m = _SCHEME.search(arg)
+    return arg if m is None else arg[:m.start()] + redact(arg[m.start():])
 
 
 def _report_click_error(exc: click.ClickException, json_asked: bool, argv: Sequence[str] = ()) -> None:

@@ -29,6 +29,7 @@ from crewckpt.crewai.hooks import install, resuming
 from crewckpt.crewai.run import entity_class
 from crewckpt.crewai.snapshot import UnserializableFieldWarning
 from crewckpt.crewai.writer import EMIT_LOCK, flush_views, open_store, write_checkpoint
+from crewckpt.views.document import crewai_json
 
 install()
 
@@ -77,7 +78,7 @@ def restore(rev: str = "HEAD", *, store: Any = None, cls: Any = None, fork: bool
     opened = open_store(path)
     full = opened.resolve(rev)  # once: the class and the restored state come from the same commit
     if cls is None:
-        cls = entity_class(opened.read(full))
+        cls = entity_class(crewai_json(opened.read(full), full[:12]))
     config = CheckpointConfig(location=path, restore_from=full)
     with resuming(rev, full):  # the branch rule still sees the name given (lineage.resume_branch)
         if fork is not False:

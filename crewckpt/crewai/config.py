@@ -84,9 +84,12 @@ class CrewckptProvider(BaseProvider):
     def from_checkpoint(self, location: str) -> str:
         """JSON text of the checkpoint ``"<store>#<rev>"`` (rev: id, prefix, branch, ``main~2``...)."""
         from crewckpt.crewai.writer import open_store
+        from crewckpt.views.document import crewai_json
 
         path, rev = split_location(location)
-        return orjson.dumps(open_store(path).read(rev or "HEAD")).decode()
+        store = open_store(path)
+        full = store.resolve(rev or "HEAD")
+        return orjson.dumps(crewai_json(store.read(full), full[:12])).decode()
 
     async def afrom_checkpoint(self, location: str) -> str:
         """Async form of :meth:`from_checkpoint`."""

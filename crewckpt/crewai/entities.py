@@ -12,8 +12,12 @@ objects as last time, which the store reuses in O(1).
 
 The tasks' dump is one text; a task whose text is byte-equal to last checkpoint's at the same position (and
 whose callbacks would be kept or dropped alike) is not parsed at all: the text is parsed from the first task
-that differs (usually the running one, near the end). Each agent's piece is one Frozen object shared by all
-its tasks, so the store walks it once per checkpoint however many tasks embed it.
+that differs (usually the running one, near the end). A task whose agent's dump is byte-equal to the crew's
+``agents[j]`` (as compared on every checkpoint, orjson text of the cleaned values) names it by reference,
+``{"$ref": "#/entities/I/agents/J"}`` (:mod:`crewckpt.views.document`; every CrewAI-facing read expands it
+back): its piece never changes, so an unchanged task is the same Frozen value as last checkpoint and keeps
+its tree id. Any other agent's piece is one Frozen object shared by all its tasks, so the store walks it once
+per checkpoint however many tasks embed it.
 
 The first document of each dumper is also dumped whole and compared byte for byte; if the pieces do not
 give exactly CrewAI's dump (another crewai version, a custom serializer), that dumper falls back to whole
@@ -38,6 +42,7 @@ from pydantic import BaseModel
 
 from crewckpt.history.snapshot import Frozen, Parts, Refreezer
 from crewckpt.history.summary import json_size
+from crewckpt.views.document import agent_ref, expand_entity, is_ref_shaped
 
 if TYPE_CHECKING:
     from crewckpt.crewai.snapshot import SnapshotBuilder
@@ -204,37 +209,49 @@ class CrewDumper:
     """Dumps one crew per checkpoint, reusing the parts that did not change (see the module docstring).
 
     ``ok``: None until the first document was checked against a whole dump; False once the pieced path is
-    off for this dumper.
+    off for this dumper. ``refs``: whether the last value returned holds agent references (the document
+    must then list the crew's entity index under ``$crewckpt``).
     """
 
     def __init__(self, builder: SnapshotBuilder) -> None:
         self.builder = builder
         self.ok: bool | None = None
+        self.refs = False
+        self._ref_pieces: dict[str, Frozen] = {}  # pointer -> its {"agent": {"$ref": pointer}} piece, for good
         self._tasks: list[_Task] = []  # last checkpoint's, by position
         self._agents: dict[str, Frozen] = {}  # agent dump text -> its {"agent": ...} piece (last checkpoint's)
         self._top = Refreezer(depth=_TOP_DEPTH)
         self._agent_refreezers = IdWeakMap()  # agent object -> Refreezer (reuse is decided by content)
 
-    def dump(self, crew: Any) -> Any:
-        """The crew's checkpoint value: equal, once unwrapped, to ``builder.dump_model(crew)``."""
+    def dump(self, crew: Any, index: int = 0, *, refs: bool = True) -> Any:
+        """The crew's checkpoint value: equal, once unwrapped and its agent references expanded
+        (:func:`crewckpt.views.document.expand_entity`), to ``builder.dump_model(crew)``. ``index``: the
+        crew's position in the document's ``entities`` (references name it); ``refs``: whether tasks may name
+        their agent by reference (sets :attr:`refs`)."""
         b = self.builder
+        self.refs = False
         if self.ok is False:
             return b.dump_model(crew)
         try:
-            out = self._pieced(crew)
+            out = self._pieced(crew, index if refs else None)
         except Exception:
             logger.debug("crewckpt: dumping %s in pieces failed; dumping it whole from now on",
                          type(crew).__name__, exc_info=True)
             self.ok = False
+            self.refs = False
             return b.dump_model(crew)
         if self.ok is None:
             whole = b.dump_model(crew)
             try:
-                same = orjson.dumps(plain(out)) == orjson.dumps(whole)
-            except (TypeError, orjson.JSONEncodeError):
+                flat = plain(out)
+                if self.refs:
+                    flat = expand_entity(flat, index, {index: flat}, type(crew).__name__)
+                same = orjson.dumps(flat) == orjson.dumps(whole)
+            except Exception:  # unencodable, or a reference that does not expand: not this dumper's shape
                 same = False
             self.ok = same
             if not same:
+                self.refs = False
                 logger.debug("crewckpt: %s dumped in pieces differs from its whole dump; dumping it whole",
                              type(crew).__name__)
                 self._tasks = []
@@ -248,10 +265,20 @@ class CrewDumper:
         b._drop_bad_callbacks(model, value)
         return b.redactor.apply(value, text)
 
-    def _pieced(self, crew: Any) -> dict[str, Any]:
+    def _pieced(self, crew: Any, index: int | None) -> dict[str, Any]:
+        """The pieced value (see :meth:`dump`); ``index`` None: no agent references. Sets :attr:`refs`."""
         tasks = list(crew.tasks)
         top_text = crew.model_dump_json(exclude={"tasks"}, warnings=False)
-        top = self._top.values(self._clean(crew, orjson.loads(top_text), top_text))
+        top_value = self._clean(crew, orjson.loads(top_text), top_text)
+        top = self._top.values(top_value)
+        # the crew's own agents: a task's agent named by reference must dump byte-equal to one of them
+        listed = top_value.get("agents") if index is not None and isinstance(top_value, dict) else None
+        crew_agents = list(getattr(crew, "agents", None) or ()) if isinstance(listed, list) else []
+        position: dict[int, int] = {}
+        if len(crew_agents) == len(listed or ()):
+            for pos, a in enumerate(crew_agents):
+                position.setdefault(id(a), pos)
+        listed_bytes: dict[int, bytes | None] = {}
         tasks_text = crew.model_dump_json(include={"tasks"}, exclude={"tasks": {"__all__": {"agent"}}},
                                           warnings=False)
         old = self._tasks
@@ -269,17 +296,12 @@ class CrewDumper:
                     text = '{"agent":null}'
                 else:
                     text = crew.model_dump_json(include={"tasks": {j: {"agent"}}}, warnings=False)
-                piece = seen.get(text) or self._agents.get(text)
+                piece = self._ref_piece(agent, text, index, position, listed, listed_bytes)
                 if piece is None:
-                    value = None if agent is None else orjson.loads(text)["tasks"][0]["agent"]
-                    if value is not None:
-                        refreeze = self._agent_refreezers.get(agent)
-                        if refreeze is None:
-                            refreeze = Refreezer()
-                            self._agent_refreezers.set(agent, refreeze)
-                        value = refreeze(self._clean(agent, value, text))
-                    piece = _frozen({"agent": value})
-                seen[text] = piece
+                    piece = seen.get(text) or self._agents.get(text)
+                    if piece is None:
+                        piece = self._agent_piece(agent, text)
+                    seen[text] = piece
                 if agent is not None:
                     agents[id(agent)] = piece
             prev = old[j] if j < len(old) else None
@@ -306,6 +328,42 @@ class CrewDumper:
         self._tasks = new
         self._agents = seen
         return _insert_before(top, _after(type(crew), "tasks"), "tasks", values)
+
+    def _ref_piece(self, agent: Any, text: str, index: int | None, position: dict[int, int], listed: Any,
+                   listed_bytes: dict[int, bytes | None]) -> Frozen | None:
+        """The piece ``{"agent": {"$ref": ...}}`` when ``agent`` (dumped in a task as ``text``) is the crew's
+        ``agents[j]`` and its cleaned dump is byte-equal to ``listed[j]`` (the crew's cleaned ``agents``), else
+        None. ``listed_bytes`` caches ``listed[j]``'s JSON for this checkpoint; sets :attr:`refs`."""
+        pos = position.get(id(agent)) if agent is not None and index is not None else None
+        if pos is None:
+            return None
+        value = self._clean(agent, orjson.loads(text)["tasks"][0]["agent"], text)
+        if pos not in listed_bytes:
+            listed_bytes[pos] = _json(listed[pos])
+        if listed_bytes[pos] is None or _json(value) != listed_bytes[pos]:
+            return None
+        ref = agent_ref(index, pos)  # type: ignore[arg-type]
+        piece = self._ref_pieces.get(ref["$ref"])
+        if piece is None:
+            piece = self._ref_pieces[ref["$ref"]] = _frozen({"agent": ref})
+        self.refs = True
+        return piece
+
+    def _agent_piece(self, agent: Any, text: str) -> Frozen:
+        """The piece ``{"agent": <its cleaned dump, refrozen>}`` of an agent embedded in its tasks.
+
+        Raises:
+            ValueError: the dump is an object with a ``$ref`` key (it would read as a reference)."""
+        if agent is None:
+            return _frozen({"agent": None})
+        value = self._clean(agent, orjson.loads(text)["tasks"][0]["agent"], text)
+        if is_ref_shaped(value):  # the crew is then dumped whole and its document holds no references
+            raise ValueError("a task's agent dumps as an object with a '$ref' key")
+        refreeze = self._agent_refreezers.get(agent)
+        if refreeze is None:
+            refreeze = Refreezer()
+            self._agent_refreezers.set(agent, refreeze)
+        return _frozen({"agent": refreeze(value)})
 
     def _task_dumps(self, text: str, verdicts: list[tuple[bool, ...] | None], old: list[_Task]
                     ) -> tuple[list[Any], list[str | None]]:
@@ -383,6 +441,14 @@ def _callback_verdict(task: Any) -> tuple[bool, ...] | None:
         return None
     return tuple(bool(callable(v) and _is_non_roundtrippable(v))
                  for v in (getattr(task, n, None) for n in callback_fields(cls)))
+
+
+def _json(value: Any) -> bytes | None:
+    """``value``'s compact JSON (orjson), None when orjson cannot write it (never equal to anything)."""
+    try:
+        return orjson.dumps(value)
+    except (TypeError, orjson.JSONEncodeError):
+        return None
 
 
 def _joined_size(pieces: tuple[Frozen, ...]) -> int | None:

@@ -67,6 +67,7 @@ from crewckpt.crewai.signals import SIGNAL_EVENTS, repeat_signal
 from crewckpt.crewai.snapshot import IdWeakMap, existing_builder
 from crewckpt.crewai.writer import EMIT_LOCK, open_store, run_id_for, write_checkpoint
 from crewckpt.history.lineage import resume_branch
+from crewckpt.views.document import crewai_json
 
 logger = logging.getLogger("crewckpt.crewai")
 
@@ -369,7 +370,7 @@ def restore_state(cls: type[RuntimeState], config: Any, path: str, rev: str, **k
         store = open_store(path)
         commit_id = store.resolve(rev)
         target, overrides = write_target(config, path)
-        doc = retarget_configs(store.read(commit_id), target, overrides)
+        doc = retarget_configs(crewai_json(store.read(commit_id), commit_id[:12]), target, overrides)
         state = load_state(cls, doc, **kwargs)
         state._provider = CrewckptProvider()
         state._checkpoint_id = commit_id

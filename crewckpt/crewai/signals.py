@@ -346,10 +346,20 @@ def _arrival(signum: int, context: contextvars.Context | None) -> None:
     if delivery is not None:
         _release_now(delivery)
     elif context is None:
+        if not _ours(signum):
+            return  # a handler set over crewckpt's took this signal: sending it again would run that one twice
         _capture[signum] = True
         _send_to_main(signum)
     else:
         _start_delivery(signum, context)
+
+
+def _ours(signum: int) -> bool:
+    """Whether crewckpt's handler is the one installed for ``signum`` now (user code may set its own later)."""
+    try:
+        return signal.getsignal(signum) is _on_signal
+    except (ValueError, OSError):
+        return False
 
 
 def _start_delivery(signum: int, context: contextvars.Context) -> None:
@@ -389,8 +399,9 @@ def _check_deadlines() -> None:
 def _release_now(delivery: _Delivery) -> None:
     if _inflight.get(delivery.signum) is delivery:
         del _inflight[delivery.signum]
-    _release[delivery.signum] = delivery
-    _send_to_main(delivery.signum)
+    if _ours(delivery.signum):  # else the handler set over crewckpt's already ran for this signal
+        _release[delivery.signum] = delivery
+        _send_to_main(delivery.signum)
     delivery.finished.set()  # after the send: an exit waiting for it is then interrupted by the signal
 
 

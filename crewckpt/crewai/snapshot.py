@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 import zstandard
-from crewai.state.runtime import RuntimeState, _prepare_entities
+from crewai.state.runtime import RuntimeState
 from crewai.types.callback import _is_non_roundtrippable, callable_to_string
 from crewai_core.version import get_crewai_version
 from pydantic import BaseModel
@@ -43,8 +43,10 @@ from pydantic import BaseModel
 from crewckpt.crewai.entities import _CALLBACK_CARRIERS, CrewDumper, Encoded, IdWeakMap
 from crewckpt.crewai.entities import callback_fields as callback_fields  # re-exported: its old home
 from crewckpt.crewai.entities import plain as plain  # re-exported: its old home
+from crewckpt.crewai.prepare import prepare_entities
 from crewckpt.crewai.secrets import Redactor
 from crewckpt.history.snapshot import AppendMap, Frozen, Parts, Refreezer
+from crewckpt.views.document import SHAPE_KEY
 
 logger = logging.getLogger("crewckpt.crewai")
 
@@ -78,6 +80,7 @@ class SnapshotBuilder:
         self._zstd = zstandard.ZstdCompressor(level=1)  # this builder's own (contexts are not thread-safe)
         self._full = True
         self.warned: set[str] = set()
+        self.refs = True  # tasks may name their agent by reference (docs/write-path.md, "Agent references")
         self.version = get_crewai_version()
         self.redactor = Redactor()
 
@@ -101,21 +104,25 @@ class SnapshotBuilder:
         The event nodes are a :class:`crewckpt.history.snapshot.Parts` value of :class:`crewckpt.Frozen`
         pieces (the store reuses what did not change); use :func:`plain` for the bare JSON value.
         """
-        _prepare_entities(state.root)
+        prepare_entities(state.root)  # what CrewAI's _prepare_entities does, without O(tasks) calls
+        refs: list[int] = []
         doc: dict[str, Any] = {
             "crewai_version": self.version,
             "parent_id": parent_id,
             "branch": branch,
-            "entities": [self._dump_entity(e) for e in state.root],
+            "entities": [self._dump_entity(e, i, refs) for i, e in enumerate(state.root)],
             "event_record": {"nodes": self._event_nodes(state)},
         }
         if trigger is not None:
             doc["trigger"] = trigger
+        if refs:  # tasks name their agent by reference: crewai_json expands them on every CrewAI-facing read
+            doc[SHAPE_KEY] = {"agent_refs": refs}
         return doc
 
-    def _dump_entity(self, entity: BaseModel) -> Any:
+    def _dump_entity(self, entity: BaseModel, index: int = 0, refs: list[int] | None = None) -> Any:
         """A crew in pieces (:class:`crewckpt.crewai.entities.CrewDumper`, one per crew object); anything else
-        whole, its unchanged branches reused (:class:`crewckpt.history.snapshot.Refreezer`)."""
+        whole, its unchanged branches reused (:class:`crewckpt.history.snapshot.Refreezer`). ``index``: its
+        place in ``entities``; appended to ``refs`` when its tasks name their agents by reference."""
         if not isinstance(getattr(entity, "tasks", None), list) or "tasks" not in type(entity).model_fields:
             refreeze = self._refreezers.get(entity)
             if refreeze is None:
@@ -126,7 +133,10 @@ class SnapshotBuilder:
         if dumper is None:
             dumper = CrewDumper(self)
             self._dumpers.set(entity, dumper)
-        return dumper.dump(entity)
+        out = dumper.dump(entity, index, refs=self.refs and refs is not None)
+        if dumper.refs and refs is not None:
+            refs.append(index)
+        return out
 
     def _event_nodes(self, state: RuntimeState) -> Parts:
         """The event record's nodes as a :class:`Parts` value (pieces that did not change are reused).

@@ -15,9 +15,14 @@ import msgpack
 
 from crewckpt.errors import DecodeError
 
-FORMAT_VERSION = 2
-"""Store format version this code writes; it reads stores of versions 1 and 2 (objects_format.md,
-section 'Versioning')."""
+FORMAT_VERSION = 3
+"""The highest store format version this code reads and writes: 1, 2 and 3 (objects_format.md, section
+'Versioning'). Version 3 adds no object kind: it marks a store that holds documents a version-2 reader would
+misread (CrewAI documents with agent references, ``crewckpt.views.document``)."""
+
+NEW_STORE_VERSION = 2
+"""The version a new store records; its first commit whose profile needs more (``Profile.store_version``)
+raises it in that commit's transaction."""
 
 BLOB, TREE, COMMIT, DICT, PACK = 1, 2, 3, 4, 5
 KIND_NAMES: dict[int, bytes] = {BLOB: b"blob", TREE: b"tree", COMMIT: b"commit", DICT: b"dict", PACK: b"pack"}

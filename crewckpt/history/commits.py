@@ -10,7 +10,7 @@ from typing import Any
 import msgpack
 import orjson
 
-from crewckpt.backends.base import IndexRow
+from crewckpt.backends.base import IndexRow, MetaStore
 from crewckpt.errors import DecodeError
 from crewckpt.format import objects as ob
 
@@ -235,3 +235,11 @@ class PrunedCommit:
 
     id: str
     live: bool = False
+
+
+def raise_version(w: MetaStore, version: int) -> None:
+    """Record store format ``version`` in the write scope ``w`` unless the store records that or more already
+    (another handle may have raised it since this one opened: never lowered)."""
+    cur = w.meta_get("format_version")
+    if not (cur and cur.isascii() and cur.isdigit() and int(cur) >= version):
+        w.meta_set("format_version", str(version))

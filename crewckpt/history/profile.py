@@ -10,6 +10,10 @@ documents mean, and nothing else:
   string its own blob, even when small (over 256 bytes; so a value repeated in many places, or embedded in a
   parent changed on every checkpoint, is stored once and not rewritten with it). They change object ids,
   never what is read back.
+* ``logical_size``: ``(doc, size) -> int``, the document's size as its consumers see it, from ``size``, its
+  stored compact JSON (the CrewAI profile adds back the agents its references stand for): ``logical_bytes``.
+* ``store_version``: ``doc -> int``, the store format version (objects_format.md section 10) a store must
+  record before it holds ``doc``; the commit that stores it raises the store's version in its transaction.
 
 :data:`GENERIC` (the default) knows nothing of any framework: a summary of the size only, no split hints.
 The CrewAI profile lives with the CrewAI-facing code (:data:`crewckpt.views.document.CREWAI`).
@@ -31,6 +35,16 @@ LOGICAL_BYTES = "logical_bytes"
 """The summary key the store always sets: bytes of the document as compact UTF-8 JSON."""
 
 
+def base_version(doc: Any) -> int:
+    """The generic ``store_version``: 2 (what format-2 commits need) for any document."""
+    return 2
+
+
+def stored_size(doc: Any, size: int) -> int:
+    """The generic ``logical_size``: the stored size itself."""
+    return size
+
+
 def no_summary(doc: Any) -> dict[str, Any]:
     """The generic summarizer: no keys of its own (the store still records ``logical_bytes``)."""
     return {}
@@ -41,17 +55,20 @@ class Profile:
     """A summarizer and split hints for one kind of document (see the module docstring).
 
     name: shown in errors and docs; summarize: :data:`Summarizer`; separate_keys: object keys whose container
-    (string) values are stored as their own trees (blobs).
+    (string) values are stored as their own trees (blobs); store_version: ``doc -> int``, the store format
+    version ``doc`` needs.
     """
 
     name: str = "generic"
     summarize: Summarizer = no_summary
     separate_keys: frozenset[str] = frozenset()
+    store_version: Callable[[Any], int] = base_version
+    logical_size: Callable[[Any, int], int] = stored_size
 
     def summary(self, doc: Any, logical_bytes: int | None = None) -> dict[str, Any]:
         """The summary the store keeps for ``doc``: the summarizer's keys, then ``logical_bytes``
         (``logical_bytes`` if already known, else measured)."""
-        size = json_size(doc) if logical_bytes is None else logical_bytes
+        size = self.logical_size(doc, json_size(doc)) if logical_bytes is None else logical_bytes
         out = dict(self.summarize(doc))
         out.pop(LOGICAL_BYTES, None)  # the store's own measure wins, and stays last
         out[LOGICAL_BYTES] = size

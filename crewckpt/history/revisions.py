@@ -40,17 +40,34 @@ class Revision:
 _AT_BRACES = re.compile(r"@\{([^}]*)\}")
 
 
+_UPSTREAM = frozenset({"u", "upstream", "push"})  # git's @{upstream} shorthands (any case)
+_PEEL = re.compile(r"\^\{[^}]*\}")
+_ONE_COMMIT_RANGE = re.compile(r"\^[!@-]")  # A^! (A alone), A^@ (A's parents), A^-N (A^N..A)
+
+
 def unsupported(text: str) -> str | None:
-    """The one line naming git revision syntax crewckpt does not take (ranges, dates in ``@{...}``) that
-    ``text`` uses, or None. Asked only for a revision that is otherwise unknown or malformed (git refuses
-    ``..`` and ``@{`` in branch names, so no branch is shadowed)."""
+    """The one line naming git revision syntax crewckpt does not take that ``text`` uses, or None: ranges
+    (``A..B``, ``A...B``, ``^A``, ``A^!``, ``A^@``, ``A^-``), ``@{upstream}`` / ``@{u}`` / ``@{push}``, dates
+    in ``@{...}``, peeling (``A^{}``, ``A^{commit}``), message search (``:/TEXT``). Asked only for a
+    revision that is otherwise unknown or malformed (git refuses ``..``, ``^``, ``:`` and ``@{`` in branch
+    names, so no branch is shadowed)."""
     shown = text if len(text) <= 80 else text[:77] + "..."
-    if text.startswith("^") or ".." in text:
-        return (f"revision {shown!r}: ranges (A..B, A...B, ^A) are not supported; show one branch with "
-                f"`ckpt log B`, or compare tips with `ckpt diff A B`")
-    if any(not re.fullmatch(r"-?\d+", m.group(1).strip()) for m in _AT_BRACES.finditer(text)):
+    if text.startswith(":/"):
+        return (f"revision {shown!r}: searching commit messages (:/TEXT) is not supported; find the commit in "
+                f"`ckpt log` and give its id")
+    if text.startswith("^") or ".." in text or _ONE_COMMIT_RANGE.search(text):
+        return (f"revision {shown!r}: ranges (A..B, A...B, ^A, A^!, A^@, A^-) are not supported; show one "
+                f"branch with `ckpt log B`, or compare tips with `ckpt diff A B`")
+    braces = [m.group(1).strip() for m in _AT_BRACES.finditer(text)]
+    if any(b.lower() in _UPSTREAM for b in braces):
+        return (f"revision {shown!r}: @{{upstream}} (@{{u}}, @{{push}}) is not supported; name the "
+                f"remote-tracking ref, e.g. origin/main")
+    if any(not re.fullmatch(r"-?\d+", b) for b in braces):
         return (f"revision {shown!r}: dates in @{{...}} are not supported; use @{{N}} (the N-th previous "
                 f"value; see `ckpt reflog`)")
+    if _PEEL.search(text):
+        return (f"revision {shown!r}: ^{{...}} (peeling) is not needed: every revision names a commit; write "
+                f"{_PEEL.sub('', text)!r}")
     return None
 
 

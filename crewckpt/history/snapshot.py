@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import functools
 import math
+import sys
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -54,6 +55,10 @@ _PENDING = object()
 _JOINED = 16  # added to a piece's form: a piece of a joined Parts value (forms are below 16)
 _SCALARS = (type(None), bool, float)
 _DEEP_SKIP = 400  # msgpack-python packs at most 511 levels
+_KEY_DEPTH = 16  # a container under this many keyed containers gets no cache key: each key packs the whole
+# subtree, so a hostile chain of one-key objects would pack (and hold) its bottom once per level; CrewAI
+# documents nest about 10 keyed levels
+_KEY_CHARS = 256  # object keys up to this length keep their packed form between splits (Splitter._keys)
 # A value's representation depends on its place (objects_format.md 4.1): PLAIN, OWN (under a split-hint key: a
 # container over SEPARATE_MIN is its own tree, a string a blob) or LEAF (a piece of a Parts value: its own tree
 # whatever its size). Every cache entry is made for one place and serves only that place, so an id never depends
@@ -100,7 +105,7 @@ def _as_link(rep: bytes) -> ob.Link | None:
 
 class _Cache:
     """Bounded LRU: key -> representation (bytes, or (bytes, height)), at most ``limit`` bytes counting every
-    entry's key length (bytes or characters), representation length and ENTRY_BYTES."""
+    entry's key length (bytes, or a string's memory), representation length and ENTRY_BYTES."""
 
     def __init__(self, limit: int) -> None:
         self.d: collections.OrderedDict[Any, Any] = collections.OrderedDict()
@@ -115,7 +120,9 @@ class _Cache:
 
     @staticmethod
     def _bytes(k: Any, v: Any) -> int:
-        return len(k) + len(v[0] if isinstance(v, tuple) else v) + ENTRY_BYTES  # v: rep, or (rep, height)
+        # a str key counts its memory (1, 2 or 4 bytes a character), not its length; v: rep, or (rep, height)
+        size = len(k) if k.__class__ is bytes or (k.__class__ is str and k.isascii()) else sys.getsizeof(k)
+        return size + len(v[0] if isinstance(v, tuple) else v) + ENTRY_BYTES
 
     def put(self, k: Any, v: Any) -> None:
         was = self.d.get(k)
@@ -351,13 +358,14 @@ class Refreezer:
 
 
 class _Frame:
-    __slots__ = ("frozen", "height", "i", "is_dict", "join", "key", "keys", "leaf", "out", "own", "parts", "skip",
-                 "vals")
+    __slots__ = ("frozen", "height", "i", "is_dict", "join", "key", "keyed", "keys", "leaf", "out", "own", "parts",
+                 "skip", "vals")
 
     def __init__(self, v: dict[str, Any] | list[Any] | tuple[Any, ...], key: bytes | None,
                  frozen: Frozen | None = None) -> None:
         self.frozen = frozen
         self.skip = 0  # levels below this one that skip cache keys (msgpack refused this one as too deep)
+        self.keyed = 0  # keyed containers from the root down to this one (see _KEY_DEPTH)
         self.own = False  # stored as its own tree whatever its size (under one of the split policy's separate_keys)
         self.leaf = False  # stored as its own tree even when tiny (a piece of a Parts value)
         self.parts: int | None = None  # a Parts value: the form of its pieces (OBJECT or ARRAY)
@@ -462,7 +470,7 @@ class Splitter:
         b = self._keys.get(k)
         if b is None:
             b = ob.packb(ob.pack_str(k))
-            if len(self._keys) < 100_000:
+            if len(self._keys) < 100_000 and len(k) <= _KEY_CHARS:  # bounded in bytes: a document's keys may be huge
                 self._keys[k] = b
         return b
 
@@ -488,6 +496,7 @@ class Splitter:
             if isinstance(v, str):
                 return self._str(v, own), 0
             place = _LEAF if piece is not None else _OWN if own else _PLAIN
+            above = stack[-1].keyed if stack else 0
             if isinstance(v, Frozen):
                 tok = tokens[place]
                 if v._token is tok and v._rep is not None:
@@ -507,6 +516,7 @@ class Splitter:
                     frame.parts = ob.ARRAY if inner.array else ob.OBJECT
                     frame.join = inner.join
                     frame.own = own
+                    frame.keyed = above
                     stack.append(frame)
                     return _PENDING
                 if not isinstance(inner, (dict, list, tuple)):
@@ -516,6 +526,7 @@ class Splitter:
                 frame = _Frame(inner, None, v)
                 frame.leaf = piece is not None
                 frame.own = own
+                frame.keyed = above
                 stack.append(frame)
                 return _PENDING
             if isinstance(v, Parts):
@@ -523,6 +534,7 @@ class Splitter:
                 frame.parts = ob.ARRAY if v.array else ob.OBJECT
                 frame.join = v.join
                 frame.own = own
+                frame.keyed = above
                 stack.append(frame)
                 return _PENDING
             if isinstance(v, (dict, list, tuple)):
@@ -530,13 +542,15 @@ class Splitter:
                 # the root and big (chunked) containers change on nearly every checkpoint: packing them for a
                 # cache key would re-encode the whole run; their entries are keyed one by one instead
                 skip = max(stack[-1].skip - 1, 0) if stack else 0
-                if keyed and not skip and len(v) <= CHUNK_ENTRIES:
+                if keyed and not skip and len(v) <= CHUNK_ENTRIES and above < _KEY_DEPTH:
                     try:
                         key = self._pack(v)
                     except ValueError:  # nested deeper than msgpack's limit: so are the next levels
                         skip = _DEEP_SKIP
                     except (TypeError, OverflowError, UnicodeEncodeError):
                         key = None  # big ints, surrogates or not JSON: walk without the cache
+                    if key is not None and len(key) > self._cache.limit:
+                        key = None  # it could not stay in the cache, and putting it would evict every entry
                 if key is not None:
                     if place:
                         key = _PLACE_TAG[place] + key
@@ -545,6 +559,7 @@ class Splitter:
                         return hit
                 frame = _Frame(v, key)
                 frame.skip = skip
+                frame.keyed = above + (key is not None)
                 frame.own = own
                 frame.leaf = piece is not None
                 stack.append(frame)

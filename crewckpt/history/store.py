@@ -52,6 +52,7 @@ from crewckpt.history.commits import (
     distinct_parents,
     from_commit,
     from_row,
+    raise_version,
     row_differences,
     row_matches,
     to_row,
@@ -66,6 +67,7 @@ if TYPE_CHECKING:  # maintenance modules load on first use: the read path stays 
     from crewckpt.history.fsck import FsckReport
     from crewckpt.history.gc import GcReport, Progress
     from crewckpt.history.parts import StoreParts
+    from crewckpt.history.prune import PruneReport
     from crewckpt.history.reindex import RebuildReport
     from crewckpt.history.remotes import SyncReport
 
@@ -207,8 +209,9 @@ class Store:
         if int(v) > ob.FORMAT_VERSION:
             raise FormatVersionError(f"{where}: store format version {v} is newer than this crewckpt "
                                      f"understands ({ob.FORMAT_VERSION}); upgrade crewckpt")
-        # a format-1 store opens as is; its first new commit (format 2) records version 2 (objects_format.md 10)
-        self._old_version = int(v) < ob.FORMAT_VERSION
+        # an older store opens as is; its first commit that needs more (format 2: any new commit; 3: a document
+        # whose profile needs it) records that version in the commit's transaction (objects_format.md 10)
+        self._version = int(v)
 
     def close(self) -> None:
         """Close the backend; a handle that committed first finishes its writes (:meth:`finish_writes`)."""
@@ -284,6 +287,7 @@ class Store:
         meta_json = orjson.dumps(meta).decode() if meta else None
         prof = self.profile if profile is None else profile
         summary = prof.summary(doc)
+        version = max(ob.COMMIT_FORMAT, prof.store_version(doc))
         with self._wlock:
             splitter = self._splitters.get(prof.separate_keys)
             if splitter is None:
@@ -301,7 +305,7 @@ class Store:
                 frames = self._frames(pending)
                 try:
                     cid = self._land(frames, root, ref, rref, run, parent_ids, trigger, summary,
-                                     meta_json, alias, time_ns, full=attempt == 1)
+                                     meta_json, alias, time_ns, full=attempt == 1, version=version)
                 except _EpochChanged:
                     for s in self._splitters.values():  # every cache may name objects that gc removed
                         s.reset()
@@ -441,7 +445,8 @@ class Store:
 
     def _land(self, frames: list[Any], root: ob.Link, ref: str | None, rref: str, run: str,
               parent_ids: list[bytes] | None, trigger: str | None, summary: dict[str, Any],
-              meta_json: str | None, alias: str | None, time_ns: int | None, full: bool) -> bytes:
+              meta_json: str | None, alias: str | None, time_ns: int | None, full: bool,
+              version: int = ob.COMMIT_FORMAT) -> bytes:
         """One checkpoint: one transaction where the backend has them. ``full``: every referenced object is
         in ``frames`` (caches were just dropped), so it is safe whatever gc does meanwhile: all get
         ``touched = now``. ``ref`` None: the branch HEAD names, read in this transaction (so a concurrent
@@ -449,7 +454,8 @@ class Store:
 
         The steps are in the order that keeps a checkpoint durable without a transaction (docs/backends.md,
         'Write order'): objects, then the commit object, then the branch ref by compare-and-swap (retried on
-        a moved tip when the parent is the tip), then reflog and run ref, then the commit index."""
+        a moved tip when the parent is the tip), then reflog and run ref, then the commit index. ``version``:
+        the store format version the commit needs; a store recording less is raised to it first."""
         with self._writing() as txn:
             now = time.time_ns()  # read inside the transaction, i.e. after any gc epoch bump it could miss
             epoch = txn.meta_get(_EPOCH) or "0"
@@ -457,8 +463,8 @@ class Store:
                 self._epoch = epoch
                 if not full:
                     raise _EpochChanged
-            if self._old_version:  # the first format-2 commit marks a format-1 store (nothing is rewritten)
-                txn.meta_set("format_version", str(ob.FORMAT_VERSION))
+            if version > self._version:  # nothing is rewritten: the version only tells older readers to refuse
+                raise_version(txn, version)
             txn.put_many_uncounted(frames, now)
             head_ref = head.head_ref_stored(txn)  # read once: the branch by default, and whether HEAD follows
             ref = head_ref if ref is None else ref
@@ -488,7 +494,7 @@ class Store:
                          may_revive=time_ns is not None or not fresh, seq=seq)
             if alias:
                 txn.alias_set(alias, cobj.oid)
-        self._old_version = False
+        self._version = max(self._version, version)
         self._last_commit = cobj
         return cobj.oid
 
@@ -970,6 +976,13 @@ class Store:
             with self._writing() as txn:
                 cur = txn.get_ref(ref)
                 if cur is None:
+                    tracking = refnames.REMOTES + head.branch_of(ref)
+                    if "/" in head.branch_of(ref) and txn.get_ref(tracking) is not None:
+                        remote, _, theirs = head.branch_of(ref).partition("/")
+                        raise UnknownRevision(
+                            f"{name!r} is a remote-tracking ref ({tracking}), not a branch: `ckpt remote prune "
+                            f"{remote}` deletes it once {remote} no longer has {theirs}, `ckpt remote remove "
+                            f"{remote}` deletes all of {remote}'s")
                     raise UnknownRevision(f"no branch named {name!r}; see `ckpt branch`")
                 if head.head_ref_stored(txn) == ref:
                     raise BranchInUse(f"cannot delete branch {head.branch_of(ref)!r}: it is the current branch "
@@ -1132,70 +1145,61 @@ class Store:
         does every ancestor (through live commits) of another existing branch's live commits or tip, e.g. the
         fork point of a branch forked from this one and everything before it (git never drops history a
         branch reaches; delete that branch to let go of it).
-        Space returns with :meth:`gc`.
+        Space returns with :meth:`gc`. :meth:`prune_report` also says what other branches held back.
 
         Raises:
             ValueError: neither ``keep`` nor ``older_than_ns``, or ``keep < 1``. BadRefName.
         """
+        return self._prune(branch, keep, older_than_ns, dry_run, reasons=False).removed
+
+    def prune_report(self, branch: str, *, keep: int | None = None, older_than_ns: int | None = None,
+                     dry_run: bool = False) -> PruneReport:
+        """:meth:`prune`, also reporting which of the rule's candidates stay because other branches' history or
+        tips reach them (or remote-tracking refs point at them): ``PruneReport(removed, held, held_by)``
+        (:class:`crewckpt.history.prune.PruneReport`), from the same walk of the other branches' history.
+
+        Raises:
+            ValueError: neither ``keep`` nor ``older_than_ns``, or ``keep < 1``. BadRefName.
+        """
+        return self._prune(branch, keep, older_than_ns, dry_run, reasons=True)
+
+    def _prune(self, branch: str, keep: int | None, older_than_ns: int | None, dry_run: bool, *,
+               reasons: bool) -> PruneReport:
         if keep is None and older_than_ns is None:
             raise ValueError("prune needs keep=N or older_than_ns=NS")
         if keep is not None and keep < 1:
             raise ValueError(f"keep must be at least 1, got {keep}")
         b = refnames.check_branch(branch)
+        from crewckpt.history import prune
+
         with self._writing() as txn:
-            rows = txn.index_rows(b)
-            # branch tips and remote-tracking tips (origin/main) stay, as refs keep them reachable
-            tips = set(txn.refs(refnames.HEADS).values()) | set(txn.refs(refnames.REMOTES).values())
             cut = time.time_ns() - older_than_ns if older_than_ns is not None else None
-            old = rows[:-keep] if keep is not None else rows
-            gone = [r for r in old if r.id not in tips and (cut is None or r.time_ns < cut)]
-            if gone:
-                needed = _needed_by_others(txn, b)
-                gone = [r for r in gone if r.id not in needed]
+            gone, report = prune.plan(txn, b, keep=keep, cut_ns=cut, reasons=reasons)
             if dry_run or not gone:
-                return [r.id.hex() for r in gone]
+                return report
             ids = {r.id for r in gone}
             txn.index_remove(ids)
             for name, target in txn.refs(refnames.RUNS).items():
                 if target in ids:
                     txn.set_ref_if_equals(name, target, None)
-        return [r.id.hex() for r in gone]
+        return report
 
     def prune_held(self, branch: str, *, keep: int | None = None,
                    older_than_ns: int | None = None) -> tuple[int, builtins.list[str]]:
         """Why :meth:`prune` keeps checkpoints of ``branch`` its rule (``keep``, ``older_than_ns``) selects:
         ``(n, names)``, the number of them other branches' history or tips reach (or remote-tracking refs
         point at), and those branches' names (``origin/main`` for a tracking ref), sorted. ``(0, [])`` when
-        nothing is held. Reads only.
+        nothing is held. Reads only (:meth:`prune_report` gives this with the prune itself).
 
         Raises:
             BadRefName.
         """
+        from crewckpt.history import prune
+
         b = refnames.check_branch(branch)
-        rows = self.backend.index_rows(b)
         cut = time.time_ns() - older_than_ns if older_than_ns is not None else None
-        old = rows[:-keep] if keep is not None else rows
-        own = self.backend.get_ref(refnames.HEADS + b)
-        cands = {r.id for r in old if r.id != own and (cut is None or r.time_ns < cut)}
-        if not cands:
-            return 0, []
-        live = {r.id: r for r in self.backend.index_rows()}
-        held: set[bytes] = set()
-        names: set[str] = set()
-        for ref, tip in self.backend.refs(refnames.HEADS).items():
-            name = ref[len(refnames.HEADS):]
-            if name == b:
-                continue
-            hit = _ancestors(live, [r.id for r in live.values() if r.branch == name] + [tip]) & cands
-            hit |= {tip} & cands
-            if hit:
-                held |= hit
-                names.add(name)
-        for ref, tip in self.backend.refs(refnames.REMOTES).items():
-            if tip in cands:
-                held.add(tip)
-                names.add(ref[len(refnames.REMOTES):])
-        return len(held), sorted(names)
+        _, report = prune.plan(self.backend, b, keep=keep, cut_ns=cut, reasons=True)
+        return report.held, report.held_by
 
     def gc(self, *, dry_run: bool = False, grace_s: float = 0.0, progress: Progress | None = None,
            wait_s: float = 30.0) -> GcReport:
@@ -1272,28 +1276,6 @@ class Store:
         return d.oid.hex()
 
 
-def _needed_by_others(txn: Parts, branch: str) -> set[bytes]:
-    """The live commits other branches' history reaches: their live rows and tips, and every ancestor of
-    those through live rows (prune keeps them). A deleted branch's rows (they stay live until pruned) do not
-    count: deleting a branch is how its history stops holding on to this one's."""
-    rows = {r.id: r for r in txn.index_rows()}
-    heads = {ref[len(refnames.HEADS):]: t for ref, t in txn.refs(refnames.HEADS).items()}
-    heads.pop(branch, None)
-    return _ancestors(rows, [r.id for r in rows.values() if r.branch in heads] + list(heads.values()))
-
-
-def _ancestors(rows: dict[bytes, Any], starts: builtins.list[bytes]) -> set[bytes]:
-    """``starts`` and every ancestor of them through the live ``rows`` (id -> index row)."""
-    todo = list(starts)
-    needed: set[bytes] = set()
-    while todo:
-        cid = todo.pop()
-        if cid not in needed and cid in rows:
-            needed.add(cid)
-            todo.extend(rows[cid].parents)
-    return needed
-
-
 def _cycle(child: bytes, parent: bytes | None = None) -> IntegrityError:
     """The one-line error for a commit graph that loops (self-parent, cycle in the commit index)."""
     if parent is None or parent == child:
@@ -1324,7 +1306,7 @@ class _EpochChanged(Exception):
 
 def _new_meta() -> dict[str, str]:
     """The meta rows a new store is created with."""
-    return {"format_version": str(ob.FORMAT_VERSION), _EPOCH: "0"}
+    return {"format_version": str(ob.NEW_STORE_VERSION), _EPOCH: "0"}
 
 
 def find_store(path: str | os.PathLike[str] | None = None) -> Path:

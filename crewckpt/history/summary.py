@@ -28,8 +28,8 @@ def json_size(doc: Any) -> int:
                 return v.value
             extra += v.size - 4  # dumped as the placeholder null
             return None
-        if isinstance(v, Parts):
-            sizes = [json_size(p) for p in v.pieces]
+        if isinstance(v, Parts):  # a Frozen piece with its size (an event record's sealed pieces) is not dumped
+            sizes = [p.size if isinstance(p, Frozen) and p.size is not None else json_size(p) for p in v.pieces]
             full = [n for n in sizes if n > 2]  # an empty piece adds nothing, not even a comma
             extra += 2 + sum(n - 2 for n in full) + max(len(full) - 1, 0) - 4
             return None

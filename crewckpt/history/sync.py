@@ -43,7 +43,7 @@ from crewckpt.backends.base import Backend, IndexRow, Parts, ReflogEntry, Stored
 from crewckpt.errors import DecodeError, IntegrityError, MissingObject, RefConflict, SyncError
 from crewckpt.format import objects as ob
 from crewckpt.history import head, refnames
-from crewckpt.history.commits import from_commit, from_row, to_row
+from crewckpt.history.commits import from_commit, from_row, raise_version, to_row
 from crewckpt.history.limits import ReadBudget
 from crewckpt.history.localorder import index_commit
 from crewckpt.history.objectdb import ObjectDB, decode_commit
@@ -165,9 +165,10 @@ def transfer(sender: Side, receiver: Side, updates: Sequence[RefUpdate], *, dry_
             with writing(receiver.backend) as w:
                 head.head_ref_stored(w)
         _mark_revivals(receiver, plans)
+        sender_version = _version(sender) if plans else 0
         try:
             for i, p in enumerate(plans):
-                n, size = _land(sender, receiver, p, epoch)
+                n, size = _land(sender, receiver, p, epoch, sender_version)
                 report.objects += n
                 report.bytes += size
                 if progress:
@@ -396,9 +397,12 @@ def _frame_cost(objects: ObjectDB, p: _CommitPlan, sender: Side) -> tuple[int, i
     return len(p.order) + (not p.arrived), sum(len(f.frame) for f in frames)
 
 
-def _land(sender: Side, receiver: Side, p: _CommitPlan, epoch: str | None) -> tuple[int, int]:
+def _land(sender: Side, receiver: Side, p: _CommitPlan, epoch: str | None, sender_version: int = 0
+          ) -> tuple[int, int]:
     """One commit's new objects, then its commit object, in one write scope; not indexed (see
-    :func:`_move_and_index`). Returns (objects, bytes) sent."""
+    :func:`_move_and_index`). Returns (objects, bytes) sent. The receiver's format version is raised to the
+    commit's format, and to ``sender_version`` (a sender's version above 2 says its documents may need it:
+    the documents are not decoded to find out, objects_format.md section 10)."""
     frames = _frames(receiver.objects, _items(sender, p))
     cobj = receiver.objects.frame(ob.COMMIT, p.body)
     with writing(receiver.backend) as w:
@@ -410,10 +414,16 @@ def _land(sender: Side, receiver: Side, p: _CommitPlan, epoch: str | None) -> tu
         # one batch, children first and the commit object last (one PUT on S3: a pack per commit, not two);
         # it also freshens a commit object that arrived before, so gc's grace covers it
         w.put_many([*frames, cobj], now)
-        if p.commit.version > int(w.meta_get("format_version") or "1"):
-            w.meta_set("format_version", str(p.commit.version))
+        raise_version(w, max(p.commit.version, sender_version))
     sent = [] if p.arrived else [cobj]
     return len(p.order) + len(sent), sum(len(f.frame) for f in [*frames, *sent])
+
+
+def _version(side: Side) -> int:
+    """The store format version ``side`` records above commit format 2 (what its documents may need), else 0."""
+    v = side.backend.meta_get("format_version") or ""
+    n = int(v) if v.isascii() and v.isdigit() else 0
+    return min(n, ob.FORMAT_VERSION) if n > ob.COMMIT_FORMAT else 0
 
 
 def _mark_revivals(receiver: Side, plans: Sequence[_CommitPlan]) -> None:

@@ -57,12 +57,14 @@ def execute(plan: RunPlan, store_path: str, echo: Callable[[str], None] = print)
     from crewckpt.crewai.edits import fork_with_edits
     from crewckpt.crewai.run import restore_class, run_restored, tty_confirm
     from crewckpt.crewai.writer import open_store
+    from crewckpt.views.document import crewai_json
 
     store = open_store(store_path)
     # a flow's recorded class is imported only with the user's opt-in: the variable, or a yes at a prompt
     # here in the terminal (the app has closed); no terminal: one line refusing, nothing imported
     try:
-        cls = restore_class(store.read(plan.rev), store.info(plan.rev).meta, confirm=tty_confirm())
+        cls = restore_class(crewai_json(store.read(plan.rev), plan.rev[:12]), store.info(plan.rev).meta,
+                            confirm=tty_confirm())
     except CkptError as exc:
         raise CkptError(f"cannot {plan.action} {plan.rev[:12]}: {exc}") from None
     fork_commit = None

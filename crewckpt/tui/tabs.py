@@ -23,7 +23,7 @@ from crewckpt.tui.edits import Edits
 from crewckpt.tui.model import progress_bar, relative_time
 from crewckpt.views import diff as diff_mod
 from crewckpt.views import diff_render
-from crewckpt.views.document import crew_summary
+from crewckpt.views.document import crew_summary, crewai_json
 
 DOC_CACHE = 8
 """Decoded documents kept in memory (the highlighted one, its diff base, recent ones)."""
@@ -81,7 +81,8 @@ class DetailTabs(BrowserBase):
     def _read(self, cid: str) -> Any:
         doc = self._cached(cid)
         if doc is None:
-            doc = self.store.read(cid)  # verifies every object's hash; CkptError on damage
+            # verifies every object's hash; CkptError on damage; tasks' agent references expanded (CrewAI's JSON)
+            doc = crewai_json(self.store.read(cid), cid[:12])
             with self._docs_lock:
                 self._docs[cid] = doc
                 while len(self._docs) > DOC_CACHE:

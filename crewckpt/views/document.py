@@ -14,12 +14,18 @@ alike.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
+
+from crewckpt.errors import DamagedCheckpoint
 from crewckpt.history.profile import Profile
 from crewckpt.history.snapshot import Frozen, Parts
+from crewckpt.history.summary import json_size
 
 SEPARATE_KEYS = frozenset({"agent", "agent_executor", "output", "memory", "prompt_context", "description",
                            "expected_output", "checkpoint_original_description",
@@ -88,8 +94,173 @@ def summarize(doc: Any) -> dict[str, Any]:
     return {"entities": entities, "tasks_done": done, "tasks_total": total, "event_count": events}
 
 
-CREWAI = Profile(name="crewai", summarize=summarize, separate_keys=SEPARATE_KEYS)
-"""The profile for CrewAI checkpoint documents: :func:`summarize` and :data:`SEPARATE_KEYS`."""
+# -- agent references (docs/write-path.md "Agent references"; objects_format.md section 10) --------------------
+
+SHAPE_KEY = "$crewckpt"
+"""Top-level key of a stored CrewAI document whose tasks name their agent by reference. Its value is
+``{"agent_refs": [i, ...]}``: the entities (by index) whose tasks may hold references. CrewAI never writes a
+key starting with ``$`` at the top level; :func:`crewai_json` removes it."""
+
+REF_KEY = "$ref"
+REFS_VERSION = 3
+"""The store format version a store needs once it holds a document with :data:`SHAPE_KEY` (older crewckpt
+would hand CrewAI the references: objects_format.md section 10)."""
+
+_POINTER = re.compile(r"#/entities/(0|[1-9][0-9]{0,8})/agents/(0|[1-9][0-9]{0,8})")
+
+
+def agent_ref(entity: int, agent: int) -> dict[str, str]:
+    """The stored form of "the agent ``entities[entity].agents[agent]``" (a JSON Reference)."""
+    return {REF_KEY: f"#/entities/{entity}/agents/{agent}"}
+
+
+def is_ref_shaped(value: Any) -> bool:
+    """True for a dict holding the key ``$ref``: in an entity listed by :data:`SHAPE_KEY`, a task's agent of
+    that shape is a reference, so the writer never lists an entity whose real agent dump has that key."""
+    return isinstance(value, dict) and REF_KEY in value
+
+
+def store_version(doc: Any) -> int:
+    """The store format version ``doc`` needs: :data:`REFS_VERSION` with :data:`SHAPE_KEY`, else 2."""
+    return REFS_VERSION if isinstance(doc, dict) and SHAPE_KEY in doc else 2
+
+
+def _task_agent(task: Any) -> Any:
+    """``task["agent"]`` of a task value (plain, Frozen, or a Frozen Parts of Frozen pieces), else None."""
+    while isinstance(task, Frozen):
+        task = task.value
+    if isinstance(task, Parts):
+        for p in task.pieces:
+            p = p.value if isinstance(p, Frozen) else p
+            if isinstance(p, dict) and "agent" in p:
+                return p["agent"]
+        return None
+    return task.get("agent") if isinstance(task, dict) else None
+
+
+def logical_size(doc: Any, size: int) -> int:
+    """``size`` (``doc``'s stored compact JSON length) as CrewAI's JSON of it, references expanded: the
+    marker's bytes out, each reference's replaced by its agent's (``doc`` may hold Frozen / Parts values;
+    the agents are sized from their cached sizes). A malformed reference leaves ``size`` as it is."""
+    if not isinstance(doc, dict) or SHAPE_KEY not in doc:
+        return size
+    try:
+        shape = _plain(doc[SHAPE_KEY])
+        out = size - json_size(SHAPE_KEY) - json_size(shape) - 2  # ',"$crewckpt":{...}': comma and colon
+        entities = _plain(doc.get("entities"))
+        delta: dict[str, int] = {}  # pointer -> its agent's size minus the reference's
+        for i in set(shape["agent_refs"]):
+            agents = None
+            for task in _plain(_field(entities[i], "tasks")):
+                ref = _task_agent(task)
+                if type(ref) is not dict or REF_KEY not in ref:
+                    continue
+                pointer = ref[REF_KEY]
+                d = delta.get(pointer)
+                if d is None:
+                    m = _POINTER.fullmatch(pointer)
+                    if m is None or int(m.group(1)) != i:
+                        return size
+                    agents = _plain(_field(entities[i], "agents")) if agents is None else agents
+                    d = delta[pointer] = json_size(agents[int(m.group(2))]) - json_size(ref)
+                out += d
+        return out
+    except Exception:  # a hand-made document: its stored size
+        return size
+
+
+def _copy(value: Any) -> Any:
+    """An independent copy of a JSON value (each task gets its own agent object, as CrewAI's JSON has)."""
+    try:
+        return orjson.loads(orjson.dumps(value))
+    except (TypeError, orjson.JSONEncodeError):  # ints over 64 bits, lone surrogates
+        return copy.deepcopy(value)
+
+
+def _target(entities: Sequence[Any] | Mapping[int, Any], ref: Any) -> tuple[Any, str | None]:
+    """(the agent ``ref`` names, None) or (None, why it names none)."""
+    pointer = ref.get(REF_KEY) if isinstance(ref, dict) else None
+    if len(ref) != 1 or not isinstance(pointer, str):
+        return None, "is not a reference to an agent of a crew ({\"$ref\": \"#/entities/I/agents/J\"} only)"
+    m = _POINTER.fullmatch(pointer)
+    if m is None:
+        return None, f"names {pointer[:80]!r}, which is not an agent of a crew (#/entities/I/agents/J)"
+    i, j = int(m.group(1)), int(m.group(2))
+    entity = entities.get(i) if isinstance(entities, Mapping) else (entities[i] if i < len(entities) else None)
+    agents = entity.get("agents") if isinstance(entity, dict) else None
+    if not isinstance(agents, list):
+        return None, f"names {pointer}, but entities[{i}] is not a crew with agents"
+    if j >= len(agents):
+        return None, f"names {pointer}, out of range (entities[{i}] has {len(agents)} agent(s))"
+    if not isinstance(agents[j], dict) or is_ref_shaped(agents[j]):
+        return None, f"names {pointer}, which is not an agent object"
+    return agents[j], None
+
+
+def expand_entity(entity: Any, index: int, entities: Sequence[Any] | Mapping[int, Any], where: str) -> Any:
+    """``entity`` (plain JSON) with each task's agent reference replaced by a copy of the agent it names in
+    ``entities`` (a new entity and tasks list; untouched tasks are shared).
+
+    Raises:
+        DamagedCheckpoint: a reference that names no agent object (one line naming the task)."""
+    tasks = entity.get("tasks") if isinstance(entity, dict) else None
+    if not isinstance(tasks, list):
+        return entity
+    out: list[Any] = []
+    for k, task in enumerate(tasks):
+        ref = task.get("agent") if isinstance(task, dict) else None
+        if not is_ref_shaped(ref):
+            out.append(task)
+            continue
+        agent, why = _target(entities, ref)
+        if why is not None:
+            raise DamagedCheckpoint(f"{where}: entities[{index}].tasks[{k}].agent {why}; the stored document "
+                                    "is damaged or was not written by crewckpt (`ckpt show` prints it as stored)")
+        out.append({key: (_copy(agent) if key == "agent" else v) for key, v in task.items()})
+    return {key: (out if key == "tasks" else v) for key, v in entity.items()}
+
+
+def crewai_json(doc: Any, where: str = "checkpoint") -> Any:
+    """The CrewAI JSON of a stored checkpoint document: the ONE expansion every CrewAI-facing read applies
+    (restore, export, diff, TUI, `ckpt show --raw`). A document without :data:`SHAPE_KEY` (written before
+    agent references, imported from CrewAI, or by hand) is returned as it is, the same object, even when a
+    task's agent looks like a reference; with it, the key is dropped and every task agent reference of the
+    entities it lists becomes a copy of the agent it names. ``where`` names the checkpoint in errors.
+
+    Raises:
+        DamagedCheckpoint: a :data:`SHAPE_KEY` value this crewckpt does not know, or a bad reference (out of
+            range, not an object, not ``#/entities/I/agents/J``): one line; nothing stored changes."""
+    if not isinstance(doc, dict) or SHAPE_KEY not in doc:
+        return doc
+    shape = doc[SHAPE_KEY]
+    listed = shape.get("agent_refs") if isinstance(shape, dict) and len(shape) == 1 else None
+    if not (isinstance(listed, list) and all(type(i) is int and i >= 0 for i in listed)):
+        raise DamagedCheckpoint(f"{where}: its {SHAPE_KEY} key holds {orjson.dumps(shape, default=str)[:80]!r}, "
+                                "a document shape this crewckpt does not know; upgrade crewckpt")
+    out = {k: v for k, v in doc.items() if k != SHAPE_KEY}
+    entities = doc.get("entities")
+    if isinstance(entities, list):
+        wanted = set(listed)
+        out["entities"] = [expand_entity(e, i, entities, where) if i in wanted else e
+                           for i, e in enumerate(entities)]
+    return out
+
+
+def refuse_shape_key(doc: Any) -> None:
+    """Refuse a document that arrives from outside (a CrewAI checkpoint being imported) holding
+    :data:`SHAPE_KEY`: every read would expand it, i.e. it would come back rewritten.
+
+    Raises:
+        DamagedCheckpoint: one line naming the key and the fix."""
+    if isinstance(doc, dict) and SHAPE_KEY in doc:
+        raise DamagedCheckpoint(f"it holds a top-level {SHAPE_KEY!r} key, crewckpt's own (agent references), never "
+                                "CrewAI's: stored, it would be read back rewritten; remove that key to import it")
+
+
+CREWAI = Profile(name="crewai", summarize=summarize, separate_keys=SEPARATE_KEYS, store_version=store_version,
+                 logical_size=logical_size)
+"""The profile for CrewAI checkpoint documents: :func:`summarize`, :data:`SEPARATE_KEYS`, :func:`store_version`
+and :func:`logical_size`."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from crewckpt.errors import CkptError
 from crewckpt.views import layout
+from crewckpt.views.document import crewai_json
 from crewckpt.views.reader import Problem
 from crewckpt.views.writer import JsonFolderWriter, SqliteWriter, ViewEntry, ViewWriteError, WriteOutcome
 
@@ -151,7 +152,7 @@ def view_entry(store: Store, info: CommitInfo, namer: _Namer | None = None, *,
     found = info.meta.get("crewai")
     crewai: dict[str, Any] = found if isinstance(found, dict) else {}
     branch = crewai["branch"] if isinstance(crewai.get("branch"), str) else info.branch
-    stored = store.read(info.id)
+    stored = crewai_json(store.read(info.id), info.id[:12])  # CrewAI's JSON: agent references expanded
     if not branch:  # a pruned commit outside the index has no branch here: the one its document names, or main
         named = stored.get("branch") if isinstance(stored, dict) else None
         branch = named if isinstance(named, str) and named else "main"

@@ -42,7 +42,7 @@ from crewckpt.errors import BadRefName, CkptError, DecodeError, IntegrityError
 from crewckpt.history import refnames
 from crewckpt.history.lineage import continuation_branch, free_branch
 from crewckpt.views import layout
-from crewckpt.views.document import CREWAI
+from crewckpt.views.document import CREWAI, refuse_shape_key
 from crewckpt.views.reader import (
     Checkpoint,
     CheckpointRecord,
@@ -192,6 +192,7 @@ class _Importer:
             self.tick("reading", n, total)
             try:
                 cp = self.src.load(rec)
+                refuse_shape_key(cp.value)
             except DamagedCheckpoint as exc:
                 self._problem(rec, "skipped", str(exc))
                 continue
@@ -248,6 +249,7 @@ class _Importer:
             return
         try:
             cp = self._load(rec)
+            refuse_shape_key(cp.value)
         except DamagedCheckpoint as exc:  # changed on disk since the scan
             self._problem(rec, "skipped", str(exc))
             return
