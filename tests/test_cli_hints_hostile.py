@@ -85,3 +85,29 @@ def test_deleting_a_remote_tracking_ref_as_a_branch_says_what_it_is(tmp_path) ->
 def test_the_global_option_hint_without_a_value_shows_where_the_value_goes(args: tuple[str, ...], fixed: str) -> None:
     result = ckpt(None, *args)
     assert result.exit_code == 2 and f"write `{fixed}`" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("password", ["two words", "tab\there", "q'uote"])
+def test_a_postgres_error_quoting_the_password_masks_it(password: str) -> None:
+    # before: libpq's own reason ('unexpected spaces found in "two words", use percent-encoded spaces') was
+    # put into the one-line error as it was: the password, echoed
+    pytest.importorskip("psycopg")
+    result = ckpt(f"postgresql://bob:{password}@127.0.0.1:1/db", "log")
+    assert result.exit_code != 0 and "cannot connect" in result.stderr, result.stderr
+    assert password not in result.stderr and password.split()[-1] not in result.stderr, result.stderr
+
+
+def test_deleting_a_branch_typed_decomposed_names_its_tip(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # before: 'Deleted branch café (was ?)': the tip was looked up with the name as typed (NFD), the branch
+    # is stored NFC
+    import unicodedata
+
+    from crewckpt import Store
+
+    s = Store.init(tmp_path / ".ckpt")
+    tip = s.commit({"a": 1}, branch="main")
+    s.create_branch(unicodedata.normalize("NFC", "café"), "main")
+    s.close()
+    nfd = unicodedata.normalize("NFD", "café")
+    result = ckpt(str(tmp_path / ".ckpt"), "branch", "-d", nfd)
+    assert result.exit_code == 0 and result.stdout == f"Deleted branch {unicodedata.normalize('NFC', 'café')} (was {tip[:8]})\n"

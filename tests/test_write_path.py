@@ -308,6 +308,68 @@ def test_an_encoded_node_is_the_plain_node_byte_for_byte(event: Any, edges: Any)
     assert store.read(store.commit({"nodes": {"e1": enc, "e2": Frozen(node)}})) == {"nodes": {"e1": node, "e2": node}}
 
 
+def test_a_compressed_encoded_node_reads_back_the_same_bytes_and_splits_to_the_same_tree() -> None:
+    import zstandard
+
+    from crewckpt.crewai.entities import Encoded
+
+    node = {"event": {"type": "task_started", "text": "caf\u00e9 " * 200, "n": [1, 2.5, -0.0]}, "edges": {"x": []}}
+    raw = orjson.dumps(node)
+    enc, plain_enc = Encoded(raw), Encoded(raw)
+    before = Splitter().split({"n": plain_enc}, ob.object_id)
+    enc.compress(zstandard.ZstdCompressor(level=1))
+    assert enc.json_bytes is None and enc._z is not None and len(enc._z) < len(raw) / 3  # held compressed
+    assert enc.encoded() == raw and enc.value == node and enc.size == len(raw)
+    enc.compress(zstandard.ZstdCompressor(level=1))  # idempotent
+    assert enc.encoded() == raw
+    assert json_size({"n": enc}) == json_size({"n": node})
+    assert Splitter().split({"n": enc}, ob.object_id) == before
+    tiny = Encoded(b'{"event":{},"edges":{}}')
+    tiny.compress(zstandard.ZstdCompressor(level=1))
+    assert tiny.json_bytes == b'{"event":{},"edges":{}}'  # too small to gain: stays raw
+
+
+@pytest.mark.crewai
+@pytest.mark.usefixtures("crewai_offline")
+def test_settled_event_nodes_are_held_compressed_and_rebuilt_nodes_keep_their_first_dump() -> None:
+    from crewckpt.crewai import CheckpointConfig
+    from crewckpt.crewai import snapshot as snap
+    from crewckpt.crewai.entities import Encoded
+    from crewckpt.testing import research_crew
+
+    first: dict[str, bytes] = {}  # event id -> its dump when first checkpointed, made independently
+    held: list[tuple[int, int]] = []  # per checkpoint: (bytes the builder holds for its nodes, their JSON size)
+    rebuilt_from_compressed = 0
+    document = snap.SnapshotBuilder.document
+
+    def spy(self: Any, state: Any, **kw: Any) -> Any:
+        nonlocal rebuilt_from_compressed
+        was = {e: f for e, (f, _) in self._nodes.items() if isinstance(f, Encoded) and f.json_bytes is None}
+        doc = document(self, state, **kw)
+        rebuilt_from_compressed += sum(1 for e, f in was.items() if self._nodes[e][0] is not f)
+        want = {}
+        for eid, node in state.event_record.nodes.items():
+            if eid not in first:
+                first[eid] = orjson.dumps(self.dump_model(node.event))
+            want[eid] = {"event": orjson.loads(first[eid]), "edges": {k: list(v) for k, v in node.edges.items()}}
+        assert orjson.dumps(snap.plain(doc)["event_record"]["nodes"]) == orjson.dumps(want)
+        nodes = [f for f, _ in self._nodes.values()]
+        held.append((sum(len(f.json_bytes or f._z or b"") for f in nodes), sum(f.size for f in nodes)))
+        return doc
+
+    snap.SnapshotBuilder.document = spy  # type: ignore[method-assign]
+    try:
+        research_crew(3, checkpoint=CheckpointConfig(on_events=["*"])).kickoff(inputs={"topic": "otters"})
+    finally:
+        snap.SnapshotBuilder.document = document  # type: ignore[method-assign]
+    assert rebuilt_from_compressed > 0  # a settled node gained an edge later: rebuilt from its compressed bytes
+    kept, size = held[-1]
+    assert kept < size / 2, held[-1]  # the record is held compressed, not as its JSON
+    store = Store.open(".ckpt")
+    last = store.read(store.list()[-1].id)
+    assert {e: orjson.dumps(n["event"]) for e, n in last["event_record"]["nodes"].items()} == first
+
+
 @pytest.mark.crewai
 @pytest.mark.usefixtures("crewai_offline")
 def test_event_nodes_are_kept_as_bytes_and_equal_each_events_first_dump() -> None:

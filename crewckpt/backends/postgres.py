@@ -189,8 +189,25 @@ def _chunks(objs: list[StoredObject]) -> Iterator[list[StoredObject]]:
         yield run
 
 
-def _first_line(e: BaseException) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+def _first_line(e: BaseException, secrets: Sequence[str] = ()) -> str:
+    """The first line of ``e``'s message with each of ``secrets`` masked (libpq quotes a password it cannot
+    parse: 'unexpected spaces found in "two words"')."""
+    line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    for secret in secrets:
+        line = line.replace(secret, "***")
+    return line
+
+
+def _secrets_of(conninfo: str) -> tuple[str, ...]:
+    """The secret values in a conninfo URL as they may appear in messages (raw and percent-decoded), longest
+    first: the password and each secret query value."""
+    parts = urllib.parse.urlsplit(conninfo)
+    raw = parts.netloc.rpartition("@")[0].partition(":")[2] if "@" in parts.netloc else ""
+    found = {raw, urllib.parse.unquote(raw)}
+    for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True):
+        if is_secret_key(k):
+            found |= {v, urllib.parse.quote(v), urllib.parse.quote_plus(v)}
+    return tuple(sorted((x for x in found if x), key=len, reverse=True))
 
 
 # A read a transaction remembers and may prefetch: ("ref", name) (read under the ref's advisory lock),
@@ -793,6 +810,7 @@ class PgBackend(_PgReader, TransactionalBackend):
             self.capabilities = dataclasses.replace(self.capabilities, gc_grace_s=gc_grace_s)
         self.loc = location if isinstance(location, PgLocation) else parse_location(location)
         self.where = self.loc.identity
+        self._secrets = _secrets_of(self.loc.conninfo)
         self.retry_s = retry_s
         self._sql = _Sql(self.loc.schema)
         self._connect_timeout = connect_timeout_s
@@ -833,7 +851,7 @@ class PgBackend(_PgReader, TransactionalBackend):
                 c.execute("SELECT 1")
         except psycopg.Error as e:
             raise CkptError(f"{self.where}: cannot connect to the PostgreSQL server at {self.loc.host} "
-                            f"({_first_line(e)}); check that it runs and the URL (user, password, database)") from None
+                            f"({_first_line(e, self._secrets)}); check that it runs and the URL (user, password, database)") from None
 
     @classmethod
     def create(cls, location: str, meta: dict[str, str] | None = None, **kw: Any) -> PgBackend:
@@ -875,7 +893,7 @@ class PgBackend(_PgReader, TransactionalBackend):
                     with c.cursor() as cur:
                         cur.executemany(f"INSERT INTO {s.s}.meta(key, value) VALUES (%s, %s)", list(rows.items()))
             except psycopg.errors.InsufficientPrivilege as e:
-                raise CkptError(f"{self.where}: may not create the store's schema ({_first_line(e)}); ask for "
+                raise CkptError(f"{self.where}: may not create the store's schema ({_first_line(e, self._secrets)}); ask for "
                                 f"CREATE on the database, or use a schema you own") from None
 
     @classmethod
@@ -952,7 +970,7 @@ class PgBackend(_PgReader, TransactionalBackend):
 
     def _error(self, e: BaseException) -> Exception:
         """A crewckpt error (one line) for a PostgreSQL failure that retrying cannot cure."""
-        msg = _first_line(e)
+        msg = _first_line(e, self._secrets)
         if isinstance(e, psycopg.OperationalError) and _retryable(e):
             return StoreWriteError(f"{self.where}: lost the connection to the server at {self.loc.host} and "
                                    f"could not get it back within {self.retry_s:.0f} s ({msg}); nothing of the "

@@ -56,6 +56,7 @@ def branch(
         delete, force = force_delete, True
     store = app.store()
     if delete is not None:
+        delete = refnames.check_branch(delete)  # as stored (NFC): 'café' typed decomposed names the same branch
         tip = store.branches().get(delete)  # as stored: a damaged ref (naming no commit) can be deleted too
         store.delete_branch(delete, force=force)
         if as_json:

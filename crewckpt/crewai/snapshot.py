@@ -8,7 +8,8 @@ wired a new edge to it (``EventRecord.add`` touches at most the parent, triggeri
 nodes; each new node names them, so events recorded without passing through crewckpt's hook, such as
 CrewAI's checkpoint events, are covered too). The cost of one checkpoint therefore does not grow with the number of events recorded
 so far. Memory: each node is kept as its compact JSON bytes only (:class:`crewckpt.crewai.entities.Encoded`),
-never as parsed dicts: about the event record's JSON size once, plus ~150 bytes of bookkeeping per event.
+never as parsed dicts, and zstd-compressed once a checkpoint passed without rebuilding it: about a fifth of the
+event record's JSON size, plus ~150 bytes of bookkeeping per event.
 
 Difference from CrewAI, on purpose: an event embeds live objects (a ``task_started`` event holds the Task);
 CrewAI re-dumps them on every checkpoint, so an old event shows later task output. Here an event is dumped
@@ -33,6 +34,7 @@ import weakref
 from typing import Any
 
 import orjson
+import zstandard
 from crewai.state.runtime import RuntimeState
 from crewai.types.callback import _is_non_roundtrippable, callable_to_string
 from crewai_core.version import get_crewai_version
@@ -73,6 +75,9 @@ class SnapshotBuilder:
         self._dumpers = IdWeakMap()  # crew object -> its CrewDumper
         self._refreezers = IdWeakMap()  # other entity object -> its Refreezer
         self._dirty: set[str] = set()
+        self._built: list[str] = []  # event ids whose node this checkpoint built
+        self._fresh: list[tuple[str, Frozen]] = []  # nodes built by the last checkpoint, compressed at the next
+        self._zstd = zstandard.ZstdCompressor(level=1)  # this builder's own (contexts are not thread-safe)
         self._full = True
         self.warned: set[str] = set()
         self.refs = True  # tasks may name their agent by reference (docs/write-path.md, "Agent references")
@@ -149,6 +154,8 @@ class SnapshotBuilder:
             self._record_ref = weakref.ref(record)
             self._nodes.clear()
             self._raw.clear()
+            self._fresh = []
+            self._built = []
             log = self._log = AppendMap()
             self._full = True
             new = len(nodes)
@@ -170,7 +177,20 @@ class SnapshotBuilder:
                     log.set(event_id, self._node(event_id, dirty))
         self._dirty = set()
         self._full = False
+        self._compress_settled()
         return log.parts()
+
+    def _compress_settled(self) -> None:
+        """Compress the nodes the previous checkpoint built that this one did not rebuild (most nodes never
+        change again; a node that gains an edge at every checkpoint, like a crew's kickoff, stays raw), and
+        remember this checkpoint's for the next. At most one compression per node version, so the cost per
+        checkpoint follows the nodes built, not the record's length."""
+        settled = self._fresh
+        self._fresh = [(e, self._nodes[e][0]) for e in self._built]
+        self._built = []
+        for event_id, frozen in settled:
+            if isinstance(frozen, Encoded) and self._nodes.get(event_id, (None, 0))[0] is frozen:  # not rebuilt
+                frozen.compress(self._zstd)
 
     def _node(self, event_id: str, node: Any) -> Frozen:
         """The node as CrewAI dumps it (``{"event", "edges"}``), frozen for the store: its event is dumped
@@ -182,7 +202,7 @@ class SnapshotBuilder:
         prev = self._nodes.get(event_id)
         event: bytes | None = None
         if prev is not None and prev[1] >= 0:
-            event = prev[0].json_bytes[_EVENT_AT:_EVENT_AT + prev[1]]  # type: ignore[index]
+            event = prev[0].encoded()[_EVENT_AT:_EVENT_AT + prev[1]]  # type: ignore[attr-defined]
         elif event_id not in self._raw:
             value = self.dump_model(node.event)
             try:
@@ -193,6 +213,7 @@ class SnapshotBuilder:
             try:
                 frozen: Frozen = Encoded(b'{"event":' + event + b',"edges":' + orjson.dumps(edges) + b"}")
                 self._nodes[event_id] = (frozen, len(event))
+                self._built.append(event_id)
                 return frozen
             except (TypeError, orjson.JSONEncodeError):
                 self._raw[event_id] = orjson.loads(event)
