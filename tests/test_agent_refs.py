@@ -100,10 +100,18 @@ def test_a_hostile_reference_in_a_store_is_one_line_and_changes_nothing(tmp_path
     s.close()
     r = CliRunner().invoke(cli, ["--store", str(tmp_path / "s"), "show", bad, "--raw"])
     assert r.exit_code == 1 and r.stderr.count("\n") == 1 and "out of range" in r.stderr, r.stderr
-    r = CliRunner().invoke(cli, ["--store", str(tmp_path / "s"), "show", bad, "--json"])  # as stored: shown
+    r = CliRunner().invoke(cli, ["--store", str(tmp_path / "s"), "show", bad, "--json"])  # expanded: refused
+    assert r.exit_code == 1 and r.stderr.count("\n") == 1 and "out of range" in r.stderr, r.stderr
+    r = CliRunner().invoke(cli, ["--store", str(tmp_path / "s"), "show", bad, "--stored", "--json"])  # shown
     assert r.exit_code == 0 and json.loads(r.stdout)["entities"][0]["tasks"][0]["agent"]["$ref"].endswith("/9")
     r = CliRunner().invoke(cli, ["--store", str(tmp_path / "s"), "show", good, "--raw"])
     assert r.exit_code == 0 and json.loads(r.stdout)["entities"][0]["tasks"][0]["agent"] == AGENT
+    r = CliRunner().invoke(cli, ["--store", str(tmp_path / "s"), "show", good, "--path", "entities[0].tasks[0].agent"])
+    assert r.exit_code == 0 and json.loads(r.stdout) == AGENT, r.output  # CrewAI's document by default
+    r = CliRunner().invoke(cli, ["--store", str(tmp_path / "s"), "show", good, "--stored", "--json"])
+    assert r.exit_code == 0 and "$crewckpt" in json.loads(r.stdout)
+    r = CliRunner().invoke(cli, ["--store", str(tmp_path / "s"), "show", good, "--stored", "--raw"])
+    assert r.exit_code == 2 and "give one of them" in r.stderr
     with Store.open(tmp_path / "s") as s:
         assert [(c.id, c.branch) for c in s.list()] == before and s.fsck().ok
 

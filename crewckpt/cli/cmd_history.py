@@ -424,15 +424,18 @@ def rev_parse(rev: str, as_json: bool) -> None:
     "--path", "json_path", metavar="JSON-PATH", help="Only this part, e.g. entities[0].tasks[2].output.raw"
 )
 @click.option("--raw", is_flag=True, help="Exact compact JSON (no indentation; strings keep their quotes).")
+@click.option("--stored", is_flag=True,
+              help="The document as stored: task agents as references ({\"$ref\": ...}), the $crewckpt key kept.")
 @json_option
 @paged
-def show(rev: str, json_path: str | None, raw: bool, as_json: bool) -> None:
+def show(rev: str, json_path: str | None, raw: bool, stored: bool, as_json: bool) -> None:
     """Print the checkpoint document REV records, or one part of it (--path).
 
     By default the JSON is indented (coloured on a terminal) and a string picked with --path is printed
     as text. --raw prints the exact JSON text CrewAI writes for it (a checkpoint imported from CrewAI comes
-    back byte for byte; no newline added unless on a terminal); --json prints compact JSON. Without --raw the
-    document is shown as stored: a task's agent may be {"$ref": "#/entities/0/agents/1"}, the crew's agent it
+    back byte for byte; no newline added unless on a terminal); --json prints compact JSON. The document is
+    CrewAI's (a task's agent is the agent, and --path may go through it: tasks[2].agent.role); --stored shows
+    it as stored instead, where a task's agent may be {"$ref": "#/entities/0/agents/1"}, the crew's agent it
     is byte-equal to (docs/write-path.md, "Agent references").
 
     \b
@@ -444,7 +447,9 @@ def show(rev: str, json_path: str | None, raw: bool, as_json: bool) -> None:
     from crewckpt.history.jsonpath import get_path
 
     app = obj()
-    doc, full = _load_doc(rev, crewai=raw)  # a revision, or a CrewAI JSON checkpoint file
+    if raw and stored:
+        raise UsageProblem("--raw prints CrewAI's JSON and --stored the stored shape: give one of them")
+    doc, full = _load_doc(rev, crewai=not stored)  # a revision, or a CrewAI JSON checkpoint file
     value = get_path(doc, json_path) if json_path else doc
     if as_json:
         click.echo(jsontext.dumps(value))
