@@ -166,3 +166,26 @@ def test_a_handler_the_user_sets_after_crewckpt_runs_once_per_signal():
         print("capture asked", dict(signals._capture))
     """)
     assert (status, out) == (0, [f"calls {[int(signal.SIGINT), int(signal.SIGTERM)]}", "capture asked {}"])
+
+
+def test_a_signal_whose_checkpoint_is_written_when_crewckpt_is_uninstalled_still_reaches_the_previous_handler():
+    """crewckpt's handler holds a signal back while its checkpoint is written; uninstalling meanwhile puts the
+    previous handler back, and that one still gets the signal once the checkpoint is done."""
+    status, out = run_child("""
+        handed = []
+        signal.signal(signal.SIGHUP, lambda s, f: handed.append(s))
+        checkpointing("SIGHUP")
+        go = threading.Event()
+        emit = signals._emit_signal_event
+        signals._emit_signal_event = lambda name: (go.wait(50), emit(name))
+        signal.pthread_kill(threading.get_ident(), signal.SIGHUP)
+        deadline = time.monotonic() + 50
+        while not signals._inflight and time.monotonic() < deadline:
+            time.sleep(0.01)  # the checkpoint is being written
+        signals.uninstall_signal_handlers()
+        go.set()
+        while not handed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        print("handed", handed)
+    """)
+    assert (status, out) == (0, [f"handed [{int(signal.SIGHUP)}]"])

@@ -111,6 +111,22 @@ def test_append_map_reuses_unchanged_pieces_and_keeps_order() -> None:
     assert list(log.keys()) == [f"e{i}" for i in range(10)] and log.last_key() == "e9" and len(log) == 10
 
 
+def test_an_append_maps_parts_know_their_length_without_visiting_the_pieces() -> None:
+    """The CrewAI summary counts the event record's nodes on every checkpoint: len() of the record's Parts
+    must not visit its (hundreds of) pieces."""
+    from crewckpt.views.document import summarize
+
+    log = AppendMap(piece_entries=4)
+    for i in range(10):
+        log.set(f"e{i}", F(i))
+    log.set("e3", F(-3))  # in place: still 10 entries
+    parts = log.parts()
+    assert len(parts) == len(bare(parts)) == 10
+    parts.pieces = [F({}) for _ in parts.pieces]  # what len() would count if it walked them (0)
+    assert len(parts) == 10 and summarize({"event_record": {"nodes": parts}})["event_count"] == 10
+    assert len(Parts([F({"a": 1}), {"b": 2, "c": 3}])) == 3  # without a known length: counted
+
+
 def test_refreezer_reuses_only_byte_equal_parts() -> None:
     r = Refreezer(small=0)
     v1 = {"a": {"x": [1, 2, 3], "y": "s"}, "b": {"n": 1}, "c": [{"k": 1}, {"k": 2}]}

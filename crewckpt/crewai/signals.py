@@ -399,9 +399,11 @@ def _check_deadlines() -> None:
 def _release_now(delivery: _Delivery) -> None:
     if _inflight.get(delivery.signum) is delivery:
         del _inflight[delivery.signum]
-    if _ours(delivery.signum):  # else the handler set over crewckpt's already ran for this signal
+    if _ours(delivery.signum):  # else no handler of ours is there to pop the command
         _release[delivery.signum] = delivery
-        _send_to_main(delivery.signum)
+    # crewckpt's handler held this signal back: whichever handler is installed now gets it (the previous
+    # one after uninstall_signal_handlers, or one set over crewckpt's meanwhile)
+    _send_to_main(delivery.signum)
     delivery.finished.set()  # after the send: an exit waiting for it is then interrupted by the signal
 
 
