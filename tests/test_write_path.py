@@ -3,6 +3,7 @@ reuse never serves stale content."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import orjson
@@ -670,3 +671,23 @@ def test_the_splitter_caches_hold_at_most_their_bound_counting_keys_and_values()
     assert sum(len(k) + len(v[0]) for k, v in sp._cache.d.items()) > 5_000  # it does cache
     again = [Splitter().split(d, lambda k, b: ob.object_id(k, b)).oid for d in docs]
     assert ids == again
+
+
+def test_a_profile_sets_its_writers_cache_bound_and_ids_do_not_depend_on_it() -> None:
+    """The CrewAI profile's splitter caches are bounded at views.document.CACHE_BYTES (a CrewAI document is
+    mostly Frozen values, reused without the cache); the generic store keeps snapshot.CACHE_BYTES (a big plain
+    document needs it); the same document gets the same ids under either bound."""
+    from crewckpt.history import snapshot as sn
+    from crewckpt.views import document as vd
+
+    doc = {"tasks": [{"description": f"task {i} " * 40, "output": {"raw": "x" * i}} for i in range(30)]}
+    ids = {}
+    for name, prof in (("generic", None), ("crewai", vd.CREWAI)):
+        store = Store.memory() if prof is None else Store.memory(profile=prof)
+        ids[name] = store.info(store.commit(doc)).tree
+        (splitter,) = store._splitters.values()
+        assert splitter._cache.limit == (sn.CACHE_BYTES if prof is None else vd.CACHE_BYTES)
+        assert splitter._strs.limit == splitter._cache.limit // 4 and splitter._small.limit == splitter._cache.limit // 8
+    assert vd.CACHE_BYTES < sn.CACHE_BYTES
+    plain_ids = Store.memory(profile=dataclasses.replace(vd.CREWAI, cache_bytes=None))
+    assert plain_ids.info(plain_ids.commit(doc)).tree == ids["crewai"]  # the bound changes memory, never ids
