@@ -111,3 +111,21 @@ def test_deleting_a_branch_typed_decomposed_names_its_tip(tmp_path) -> None:  # 
     nfd = unicodedata.normalize("NFD", "café")
     result = ckpt(str(tmp_path / ".ckpt"), "branch", "-d", nfd)
     assert result.exit_code == 0 and result.stdout == f"Deleted branch {unicodedata.normalize('NFC', 'café')} (was {tip[:8]})\n"
+
+
+def test_the_prune_held_line_names_a_few_branches_and_counts_the_rest(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # before: every holding branch was listed on the one line (a store with hundreds of fork branches: a
+    # line of thousands of characters)
+    from crewckpt import Store
+
+    s = Store.init(tmp_path / ".ckpt")
+    ids = [s.commit({"n": i}, branch="main") for i in range(4)]
+    for k in range(12):
+        s.create_branch(f"fork{k:02d}", ids[2])
+    s.close()
+    result = ckpt(str(tmp_path / ".ckpt"), "prune", "--keep", "1", "--branch", "main")
+    assert result.exit_code == 0 and result.stdout == (
+        "0 checkpoint(s) pruned: 3 older checkpoint(s) of main are history of other branches (fork00, fork01, "
+        "fork02, fork03, fork04 and 7 more); prune those branches or delete them first\n"), result.stdout
+    as_json = ckpt(str(tmp_path / ".ckpt"), "prune", "--keep", "1", "--branch", "main", "--json")
+    assert len(__import__("json").loads(as_json.stdout)["held"][0]["by"]) == 12  # --json keeps them all

@@ -3,6 +3,7 @@ reuse never serves stale content."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import orjson
@@ -108,6 +109,22 @@ def test_append_map_reuses_unchanged_pieces_and_keeps_order() -> None:
     assert [a is b for a, b in zip(first.pieces, second.pieces)] == [False, True, True]
     assert bare(second) == {f"e{i}": (-1 if i == 1 else i) for i in range(10)}
     assert list(log.keys()) == [f"e{i}" for i in range(10)] and log.last_key() == "e9" and len(log) == 10
+
+
+def test_an_append_maps_parts_know_their_length_without_visiting_the_pieces() -> None:
+    """The CrewAI summary counts the event record's nodes on every checkpoint: len() of the record's Parts
+    must not visit its (hundreds of) pieces."""
+    from crewckpt.views.document import summarize
+
+    log = AppendMap(piece_entries=4)
+    for i in range(10):
+        log.set(f"e{i}", F(i))
+    log.set("e3", F(-3))  # in place: still 10 entries
+    parts = log.parts()
+    assert len(parts) == len(bare(parts)) == 10
+    parts.pieces = [F({}) for _ in parts.pieces]  # what len() would count if it walked them (0)
+    assert len(parts) == 10 and summarize({"event_record": {"nodes": parts}})["event_count"] == 10
+    assert len(Parts([F({"a": 1}), {"b": 2, "c": 3}])) == 3  # without a known length: counted
 
 
 def test_refreezer_reuses_only_byte_equal_parts() -> None:
@@ -654,3 +671,23 @@ def test_the_splitter_caches_hold_at_most_their_bound_counting_keys_and_values()
     assert sum(len(k) + len(v[0]) for k, v in sp._cache.d.items()) > 5_000  # it does cache
     again = [Splitter().split(d, lambda k, b: ob.object_id(k, b)).oid for d in docs]
     assert ids == again
+
+
+def test_a_profile_sets_its_writers_cache_bound_and_ids_do_not_depend_on_it() -> None:
+    """The CrewAI profile's splitter caches are bounded at views.document.CACHE_BYTES (a CrewAI document is
+    mostly Frozen values, reused without the cache); the generic store keeps snapshot.CACHE_BYTES (a big plain
+    document needs it); the same document gets the same ids under either bound."""
+    from crewckpt.history import snapshot as sn
+    from crewckpt.views import document as vd
+
+    doc = {"tasks": [{"description": f"task {i} " * 40, "output": {"raw": "x" * i}} for i in range(30)]}
+    ids = {}
+    for name, prof in (("generic", None), ("crewai", vd.CREWAI)):
+        store = Store.memory() if prof is None else Store.memory(profile=prof)
+        ids[name] = store.info(store.commit(doc)).tree
+        (splitter,) = store._splitters.values()
+        assert splitter._cache.limit == (sn.CACHE_BYTES if prof is None else vd.CACHE_BYTES)
+        assert splitter._strs.limit == splitter._cache.limit // 4 and splitter._small.limit == splitter._cache.limit // 8
+    assert vd.CACHE_BYTES < sn.CACHE_BYTES
+    plain_ids = Store.memory(profile=dataclasses.replace(vd.CREWAI, cache_bytes=None))
+    assert plain_ids.info(plain_ids.commit(doc)).tree == ids["crewai"]  # the bound changes memory, never ids

@@ -78,7 +78,7 @@ def prune(keep: int | None, older_than: str | None, branch: str | None, dry_run:
             [(f"{verb} ", "red"), (shorts.get(cid, cid[:8]), "yellow"), (f"  {name}  {when}  {what}", None)]
         )
     # why the rule's other candidates stay (the prune rule, docs/cli.md): other branches' history
-    reasons = [f"{n} older checkpoint(s) of {name} are history of other branches ({', '.join(by)}); prune "
+    reasons = [f"{n} older checkpoint(s) of {name} are history of other branches ({_few(by)}); prune "
                f"those branches or delete them first" for name, (n, by) in held.items()]
     if not removed and len(reasons) == 1 and not dry_run:
         click.echo(f"0 checkpoint(s) pruned: {reasons[0]}")
@@ -289,3 +289,10 @@ def _print_report(app: Any, title: str, record: dict[str, Any]) -> None:
     for key, value in record.items():
         shown = f"{human_bytes(value)} ({value})" if "bytes" in key and isinstance(value, int) else value
         app.line(f"  {key:<{width}}  {shown}")
+
+
+def _few(names: list[str], shown: int = 5) -> str:
+    """``names`` for one line: the first ``shown``, then how many more (--json lists them all)."""
+    if len(names) <= shown:
+        return ", ".join(names)
+    return f"{', '.join(names[:shown])} and {len(names) - shown} more"

@@ -14,6 +14,8 @@ documents mean, and nothing else:
   stored compact JSON (the CrewAI profile adds back the agents its references stand for): ``logical_bytes``.
 * ``store_version``: ``doc -> int``, the store format version (objects_format.md section 10) a store must
   record before it holds ``doc``; the commit that stores it raises the store's version in its transaction.
+* ``cache_bytes``: the bound of the writer's splitter caches for these documents (None: the default,
+  :data:`crewckpt.history.snapshot.CACHE_BYTES`). Writer policy: it changes speed and memory, never ids.
 
 :data:`GENERIC` (the default) knows nothing of any framework: a summary of the size only, no split hints.
 The CrewAI profile lives with the CrewAI-facing code (:data:`crewckpt.views.document.CREWAI`).
@@ -56,7 +58,7 @@ class Profile:
 
     name: shown in errors and docs; summarize: :data:`Summarizer`; separate_keys: object keys whose container
     (string) values are stored as their own trees (blobs); store_version: ``doc -> int``, the store format
-    version ``doc`` needs.
+    version ``doc`` needs; cache_bytes: the splitter's cache bound for these documents (None: the default).
     """
 
     name: str = "generic"
@@ -64,6 +66,7 @@ class Profile:
     separate_keys: frozenset[str] = frozenset()
     store_version: Callable[[Any], int] = base_version
     logical_size: Callable[[Any, int], int] = stored_size
+    cache_bytes: int | None = None
 
     def summary(self, doc: Any, logical_bytes: int | None = None) -> dict[str, Any]:
         """The summary the store keeps for ``doc``: the summarizer's keys, then ``logical_bytes``

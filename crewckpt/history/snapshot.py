@@ -183,16 +183,22 @@ class Parts:
         pieces: the pieces, in order.
         array: the value is a JSON array (pieces are lists) instead of an object.
         join: one container body instead of one leaf tree per piece.
+        length: the number of entries, when the caller knows it (``len`` then does not visit the pieces);
+            the caller's promise, like the pieces' (:class:`AppendMap` gives it).
     """
 
-    __slots__ = ("array", "join", "pieces")
+    __slots__ = ("_length", "array", "join", "pieces")
 
-    def __init__(self, pieces: list[Any], array: bool = False, join: bool = False) -> None:
+    def __init__(self, pieces: list[Any], array: bool = False, join: bool = False, *,
+                 length: int | None = None) -> None:
         self.pieces = pieces
         self.array = array
         self.join = join
+        self._length = length
 
     def __len__(self) -> int:
+        if self._length is not None:
+            return self._length
         return sum(len(p.value if isinstance(p, Frozen) else p) for p in self.pieces)
 
     def plain(self) -> dict[str, Any] | list[Any]:
@@ -280,7 +286,7 @@ class AppendMap:
                 if None not in sizes:
                     size = 1 + sum(len(orjson.dumps(k)) + 2 for k in piece) + sum(sizes) + (0 if piece else 1)  # type: ignore[arg-type]
                 frozen[i] = Frozen(piece, size=size)
-        return Parts(list(frozen))
+        return Parts(list(frozen), length=len(self._where))
 
 
 class Refreezer:

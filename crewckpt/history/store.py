@@ -61,7 +61,7 @@ from crewckpt.history.limits import ReadBudget
 from crewckpt.history.localorder import index_commit
 from crewckpt.history.objectdb import ObjectDB, decode_commit
 from crewckpt.history.profile import GENERIC, Profile
-from crewckpt.history.snapshot import Splitter, assemble
+from crewckpt.history.snapshot import CACHE_BYTES, Splitter, assemble
 
 if TYPE_CHECKING:  # maintenance modules load on first use: the read path stays quick to import
     from crewckpt.history.fsck import FsckReport
@@ -100,7 +100,7 @@ class Store:
         self.profile = profile
         """What the documents mean to this store: summarizer and split hints (:mod:`crewckpt.history.profile`)."""
         self.objects = ObjectDB(backend)
-        self._splitters: dict[frozenset[str], Splitter] = {}  # one per split policy
+        self._splitters: dict[tuple[frozenset[str], int | None], Splitter] = {}  # one per split policy + bound
         self._known: set[bytes] = set()
         self._epoch = backend.meta_get(_EPOCH) or "0"
         self._wlock = threading.Lock()
@@ -289,9 +289,11 @@ class Store:
         summary = prof.summary(doc)
         version = max(ob.COMMIT_FORMAT, prof.store_version(doc))
         with self._wlock:
-            splitter = self._splitters.get(prof.separate_keys)
+            policy = (prof.separate_keys, prof.cache_bytes)
+            splitter = self._splitters.get(policy)
             if splitter is None:
-                splitter = self._splitters[prof.separate_keys] = Splitter(separate_keys=prof.separate_keys)
+                splitter = self._splitters[policy] = Splitter(
+                    CACHE_BYTES if prof.cache_bytes is None else prof.cache_bytes, separate_keys=prof.separate_keys)
             for attempt in range(2):
                 pending: dict[bytes, tuple[int, bytes]] = {}
 
