@@ -117,3 +117,23 @@ def test_resume_of_a_finished_run_says_so_and_makes_its_branch_current(crewai_of
         assert store.reflog("HEAD")[-1].message == "resume: moving from main to sea2"
     again = ok(ckpt(None, "resume", "sea2")).stdout
     assert again.splitlines()[0].endswith("; sea2 is the current branch")
+
+
+def test_resume_of_a_finished_star_run_writes_nothing(crewai_offline):  # noqa: F811
+    """With on_events=["*"] a kickoff of a finished crew would still write kickoff checkpoints of a run that
+    did nothing; `ckpt resume` of it says nothing is left, writes nothing and prints the crew's last output."""
+    from crewckpt import Store
+    from crewckpt.crewai import CheckpointConfig
+
+    research_crew(2, checkpoint=CheckpointConfig(on_events=["*"])).kickoff(inputs={"topic": "otters"})
+    with Store.open(".ckpt") as store:
+        tip, count = store.resolve("main"), len(store.list())
+        last = store.read(tip)["entities"][0]["tasks"][-1]["output"]["raw"]
+    out = ok(ckpt(None, "resume", "main")).stdout
+    assert out.splitlines()[0] == f"nothing left to run: every task of {tip[:8]} is completed; main is the " \
+                                  "current branch", out
+    assert out.rstrip("\n").endswith(last.rstrip("\n"))
+    with Store.open(".ckpt") as store:
+        assert len(store.list()) == count and store.resolve("main") == tip  # nothing written
+    record = orjson.loads(ok(ckpt(None, "--json", "resume", "main")).stdout)
+    assert record["head"] == tip and record["branch"] == "main"

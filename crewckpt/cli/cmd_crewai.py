@@ -92,7 +92,7 @@ def resume(rev: str, inputs_text: str | None, branch: str | None, flow_class: st
                 entity = restore(full, store=store, cls=cls, fork=branch or False)
         except ValueError as exc:
             raise CkptError(f"cannot restore {rev} ({full[:12]}): {_restore_problem(exc)}") from None
-        run = run_restored(entity, inputs)
+        run = _finished_crew(entity) or run_restored(entity, inputs)
     from crewckpt.history.head import follow_run
 
     finished = not run.checkpoint_id or run.checkpoint_id == full  # the run had nothing left to do
@@ -123,6 +123,22 @@ def resume(rev: str, inputs_text: str | None, branch: str | None, flow_class: st
         click.echo(
             record["output"] if isinstance(record["output"], str) else jsontext.dumps(record["output"])
         )
+
+
+def _finished_crew(entity: Any) -> Any:
+    """For a restored crew whose every task is completed, the run without running it: kicking it off would
+    skip every task yet, with ``on_events=["*"]``, write kickoff checkpoints of a run that did nothing.
+    Returns a :class:`crewckpt.crewai.run.RunResult` (the last task's output, no checkpoint, the branch the
+    restore chose), else None (run it)."""
+    from crewai import Crew
+    from crewai.events.event_bus import crewai_event_bus
+
+    tasks = getattr(entity, "tasks", None) if isinstance(entity, Crew) else None
+    if not tasks or any(getattr(t, "output", None) is None for t in tasks):
+        return None
+    from crewckpt.crewai.run import RunResult
+    state = crewai_event_bus.runtime_state
+    return RunResult(tasks[-1].output, None, getattr(state, "_branch", None) if state is not None else None)
 
 
 def _nothing_left(entity: Any, full: str, branch: str, *, switched: bool, current: bool) -> str:
