@@ -36,6 +36,7 @@ from crewckpt.crewai.writer import forget_stores
 from crewckpt.testing import ScriptedLLM, ScriptedLLMError, offline_env, research_crew  # sets offline env
 from crewckpt.views.diff import diff_documents
 from crewckpt.views.diff_render import human_bytes, plain_text, render_stat
+from crewckpt.views.document import crewai_json
 
 N_TASKS = 6
 FAIL_AT_CALL = 4  # the scripted LLM answers one call per task: call 4 is task 4
@@ -135,7 +136,8 @@ def crewai_json_output(store: Store, folder: Path) -> tuple[int, int]:
     crewai_ids: dict[str, str] = {}
     for c in store.list():  # write order, so a parent is always written before its children
         parent = crewai_ids.get(c.parents[0]) if c.parents else None
-        location = provider.checkpoint(json.dumps(store.read(c.id)), str(folder), parent_id=parent,
+        doc = crewai_json(store.read(c.id), c.id[:12])  # CrewAI's JSON: task agents expanded
+        location = provider.checkpoint(json.dumps(doc), str(folder), parent_id=parent,
                                        branch=c.branch)
         crewai_ids[c.id] = provider.extract_id(location)
     files = list(folder.rglob("*.json"))
@@ -173,7 +175,7 @@ def print_graph(store: Store, show_all: bool) -> None:
 
 
 def print_results_diff(store: Store) -> None:
-    main, fork = store.read("main"), store.read("sea-otters")
+    main, fork = (crewai_json(store.read(rev), rev) for rev in ("main", "sea-otters"))  # as `ckpt diff` does
     print(plain_text(render_stat(diff_documents(main, fork))))
     crew_main = next(e for e in main["entities"] if e.get("entity_type") == "crew")
     crew_fork = next(e for e in fork["entities"] if e.get("entity_type") == "crew")

@@ -188,3 +188,26 @@ def test_demo_rerun_keeps_a_store_whose_demo_run_did_not_record(tmp_path: Path) 
     with pytest.raises(demo.NotOurs, match="did not record its checkpoints .*delete that folder yourself"):
         demo.prepare_store(path, reset=False)
     assert files(path) == before
+
+
+def test_the_demos_crewai_files_and_diff_use_crewais_json_not_the_stored_shape(tmp_path: Path) -> None:
+    """Stored CrewAI tasks name their agent by reference; the JSON files the demo compares against, and its
+    diff, must be CrewAI's own JSON (references expanded), as `ckpt export` and `ckpt diff` give."""
+    import json
+
+    from crewckpt.views.document import CREWAI, crewai_json
+
+    spec = importlib.util.spec_from_file_location("crewckpt_demo", ROOT / "scripts" / "demo.py")
+    assert spec is not None and spec.loader is not None
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    agent = {"role": "Researcher", "goal": "g"}
+    doc = {"entities": [{"entity_type": "crew", "name": "c", "agents": [agent],
+                         "tasks": [{"name": "t1", "agent": {"$ref": "#/entities/0/agents/0"}}]}],
+           "$crewckpt": {"agent_refs": [0]}}
+    with Store.init(tmp_path / ".ckpt") as store:
+        store.commit(doc, profile=CREWAI)
+        files, _ = demo.crewai_json_output(store, tmp_path / "json")
+        written = [json.loads(p.read_text()) for p in (tmp_path / "json").rglob("*.json")]
+    assert files == 1 and written == [crewai_json(doc)]
+    assert written[0]["entities"][0]["tasks"][0]["agent"] == agent and "$crewckpt" not in written[0]
