@@ -81,6 +81,12 @@ def test_fork_default_and_named(demo):
     named = orjson.loads(ok(ckpt(demo.path, "fork", "alt", "--branch", "sea", "--json")).stdout)
     assert named["branch"] == "sea" and _branches(demo.path)["sea"] == demo.alt[-1]
     assert ckpt(demo.path, "fork", "alt", "--branch", "a b").exit_code == 2
+    positional = orjson.loads(ok(ckpt(demo.path, "fork", "main~2", "exp", "--json")).stdout)  # git's NAME REV
+    assert positional["branch"] == "exp" and _branches(demo.path)["exp"] == demo.main[1]
+    assert ok(ckpt(demo.path, "fork", "main", "same", "--branch", "same", "--json")).stdout
+    both = ckpt(demo.path, "fork", "main", "one", "--branch", "two")
+    assert both.exit_code == 2 and "two names for the new branch (one and --branch two): give one" in both.stderr
+    assert "one" not in _branches(demo.path) and "two" not in _branches(demo.path)
 
 
 # -- resume -------------------------------------------------------------------------------------------------

@@ -145,6 +145,7 @@ def _damaged_exit(damaged: dict[str, str]) -> None:
 
 @click.command()
 @click.argument("rev")
+@click.argument("new_name", metavar="[NAME]", required=False)
 @click.option("--branch", "name", metavar="NAME", help="Name of the new branch (default fork/<short id>).")
 @click.option(
     "--inputs", "inputs_text", metavar="JSON", help="Record these kickoff inputs in the fork (crewai)."
@@ -166,6 +167,7 @@ def _damaged_exit(damaged: dict[str, str]) -> None:
 @json_option
 def fork(
     rev: str,
+    new_name: str | None,
     name: str | None,
     inputs_text: str | None,
     set_output: tuple[str, ...],
@@ -173,6 +175,9 @@ def fork(
     as_json: bool,
 ) -> None:
     """Start a new branch at checkpoint REV, to resume from there with other inputs or edited outputs.
+
+    The branch is NAME (`ckpt fork main~3 try2`, as `git branch NAME REV` names it), or --branch NAME, else
+    fork/<short id>.
 
     Without edits the branch is a ref only (nothing is copied, no CrewAI needed). With --inputs or
     --set-output (crewai extra) the edited state is written as the branch's first checkpoint (trigger
@@ -188,6 +193,9 @@ def fork(
     """
     from crewckpt.cli.cmd_crewai import parse_inputs
 
+    if new_name is not None and name is not None and new_name != name:
+        raise UsageProblem(f"two names for the new branch ({new_name} and --branch {name}): give one")
+    name = name or new_name
     inputs = parse_inputs(inputs_text)
     edits = [_split_edit(e, "--set-output") for e in set_output]
     edits += [
