@@ -674,20 +674,20 @@ def test_the_splitter_caches_hold_at_most_their_bound_counting_keys_and_values()
 
 
 def test_a_profile_sets_its_writers_cache_bound_and_ids_do_not_depend_on_it() -> None:
-    """The CrewAI profile's splitter caches are bounded at views.document.CACHE_BYTES (a CrewAI document is
-    mostly Frozen values, reused without the cache); the generic store keeps snapshot.CACHE_BYTES (a big plain
-    document needs it); the same document gets the same ids under either bound."""
+    """A profile may bound its writer's splitter caches (Profile.cache_bytes); None (the CrewAI profile's
+    choice too: plain CrewAI documents, as `ckpt import` commits them, need the big one) is
+    snapshot.CACHE_BYTES; the same document gets the same ids under any bound."""
     from crewckpt.history import snapshot as sn
     from crewckpt.views import document as vd
 
+    small = dataclasses.replace(vd.CREWAI, cache_bytes=1 << 20)
     doc = {"tasks": [{"description": f"task {i} " * 40, "output": {"raw": "x" * i}} for i in range(30)]}
     ids = {}
-    for name, prof in (("generic", None), ("crewai", vd.CREWAI)):
+    for name, prof, limit in (("generic", None, sn.CACHE_BYTES), ("crewai", vd.CREWAI, sn.CACHE_BYTES),
+                              ("small", small, 1 << 20)):
         store = Store.memory() if prof is None else Store.memory(profile=prof)
         ids[name] = store.info(store.commit(doc)).tree
         (splitter,) = store._splitters.values()
-        assert splitter._cache.limit == (sn.CACHE_BYTES if prof is None else vd.CACHE_BYTES)
+        assert splitter._cache.limit == limit
         assert splitter._strs.limit == splitter._cache.limit // 4 and splitter._small.limit == splitter._cache.limit // 8
-    assert vd.CACHE_BYTES < sn.CACHE_BYTES
-    plain_ids = Store.memory(profile=dataclasses.replace(vd.CREWAI, cache_bytes=None))
-    assert plain_ids.info(plain_ids.commit(doc)).tree == ids["crewai"]  # the bound changes memory, never ids
+    assert ids["small"] == ids["crewai"]  # the bound changes memory, never ids
