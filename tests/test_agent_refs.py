@@ -263,3 +263,25 @@ def test_unchanged_tasks_keep_their_value_and_every_read_gives_crewais_json(tmp_
     store = Store.open(".ckpt")
     assert store.read("refs-fork")[SHAPE_KEY] == {"agent_refs": [0]}
     assert all(t["output"] is not None for t in crewai_json(store.read("refs-fork"))["entities"][0]["tasks"])
+
+
+def test_many_references_to_a_big_agent_are_bounded_like_any_read(tmp_path: Path, monkeypatch) -> None:
+    """A small stored document of many references to one big agent expands by their product: an untrusted
+    store's is refused in one line naming the read limit, as any read over it is; nothing stored changes."""
+    big = {"role": "Researcher", "goal": "g" * 20_000}
+    doc = marked(*[{"name": f"t{k}", "agent": REF} for k in range(200)], agents=[big])
+    s = Store.init(tmp_path / "s")
+    cid = s.commit(doc, profile=CREWAI)
+    stored = s.info(cid).summary
+    s.close()
+    monkeypatch.setenv("CKPT_MAX_READ_BYTES", "1000000")  # the stored document is ~30 KB; expanded ~4 MB
+    r = CliRunner().invoke(cli, ["--store", str(tmp_path / "s"), "show", cid, "--raw"])
+    assert r.exit_code == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert "too large to expand" in r.stderr and "$CKPT_MAX_READ_BYTES" in r.stderr, r.stderr
+    r = CliRunner().invoke(cli, ["--store", str(tmp_path / "s"), "show", cid, "--stored", "--json"])
+    assert r.exit_code == 0  # as stored: within the limit
+    monkeypatch.setenv("CKPT_MAX_READ_BYTES", "10000000")
+    r = CliRunner().invoke(cli, ["--store", str(tmp_path / "s"), "show", cid, "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["entities"][0]["tasks"][199]["agent"] == big
+    with Store.open(tmp_path / "s") as s:
+        assert s.info(cid).summary == stored and s.fsck().ok

@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from crewckpt.errors import DamagedCheckpoint
+from crewckpt.history.limits import ReadBudget
 from crewckpt.history.profile import Profile
 from crewckpt.history.snapshot import Frozen, Parts
 from crewckpt.history.summary import json_size
@@ -169,12 +170,14 @@ def logical_size(doc: Any, size: int) -> int:
         return size
 
 
-def _copy(value: Any) -> Any:
-    """An independent copy of a JSON value (each task gets its own agent object, as CrewAI's JSON has)."""
+def _copy(value: Any) -> tuple[Any, int]:
+    """An independent copy of a JSON value (each task gets its own agent object, as CrewAI's JSON has) and
+    its compact JSON size in bytes."""
     try:
-        return orjson.loads(orjson.dumps(value))
+        data = orjson.dumps(value)
+        return orjson.loads(data), len(data)
     except (TypeError, orjson.JSONEncodeError):  # ints over 64 bits, lone surrogates
-        return copy.deepcopy(value)
+        return copy.deepcopy(value), json_size(value)
 
 
 def _target(entities: Sequence[Any] | Mapping[int, Any], ref: Any) -> tuple[Any, str | None]:
@@ -197,12 +200,16 @@ def _target(entities: Sequence[Any] | Mapping[int, Any], ref: Any) -> tuple[Any,
     return agents[j], None
 
 
-def expand_entity(entity: Any, index: int, entities: Sequence[Any] | Mapping[int, Any], where: str) -> Any:
+def expand_entity(entity: Any, index: int, entities: Sequence[Any] | Mapping[int, Any], where: str,
+                  budget: ReadBudget | None = None) -> Any:
     """``entity`` (plain JSON) with each task's agent reference replaced by a copy of the agent it names in
-    ``entities`` (a new entity and tasks list; untouched tasks are shared).
+    ``entities`` (a new entity and tasks list; untouched tasks are shared). ``budget``, when given, is
+    charged each copy's bytes: a small stored document of many references to one big agent expands by their
+    product, so an untrusted store's is bounded like any read (objects_format.md 7.1).
 
     Raises:
-        DamagedCheckpoint: a reference that names no agent object (one line naming the task)."""
+        DamagedCheckpoint: a reference that names no agent object (one line naming the task).
+        DocumentTooLarge: the copies pass ``budget`` (one line naming the limit and how to raise it)."""
     tasks = entity.get("tasks") if isinstance(entity, dict) else None
     if not isinstance(tasks, list):
         return entity
@@ -215,8 +222,12 @@ def expand_entity(entity: Any, index: int, entities: Sequence[Any] | Mapping[int
         agent, why = _target(entities, ref)
         if why is not None:
             raise DamagedCheckpoint(f"{where}: entities[{index}].tasks[{k}].agent {why}; the stored document "
-                                    "is damaged or was not written by crewckpt (`ckpt show` prints it as stored)")
-        out.append({key: (_copy(agent) if key == "agent" else v) for key, v in task.items()})
+                                    "is damaged or was not written by crewckpt (`ckpt show --stored` prints it "
+                                    "as stored)")
+        copied, size = _copy(agent)
+        if budget is not None:
+            budget.charge_bytes(size)
+        out.append({key: (copied if key == "agent" else v) for key, v in task.items()})
     return {key: (out if key == "tasks" else v) for key, v in entity.items()}
 
 
@@ -229,7 +240,9 @@ def crewai_json(doc: Any, where: str = "checkpoint") -> Any:
 
     Raises:
         DamagedCheckpoint: a :data:`SHAPE_KEY` value this crewckpt does not know, or a bad reference (out of
-            range, not an object, not ``#/entities/I/agents/J``): one line; nothing stored changes."""
+            range, not an object, not ``#/entities/I/agents/J``): one line; nothing stored changes.
+        DocumentTooLarge: the agents' copies add up to more than the read limit (``$CKPT_MAX_READ_BYTES``,
+            :data:`crewckpt.history.limits.MAX_READ_BYTES`)."""
     if not isinstance(doc, dict) or SHAPE_KEY not in doc:
         return doc
     shape = doc[SHAPE_KEY]
@@ -241,7 +254,8 @@ def crewai_json(doc: Any, where: str = "checkpoint") -> Any:
     entities = doc.get("entities")
     if isinstance(entities, list):
         wanted = set(listed)
-        out["entities"] = [expand_entity(e, i, entities, where) if i in wanted else e
+        budget = ReadBudget(what=f"checkpoint {where}", doing="expand", kwargs=False)
+        out["entities"] = [expand_entity(e, i, entities, where, budget) if i in wanted else e
                            for i, e in enumerate(entities)]
     return out
 
