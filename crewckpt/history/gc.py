@@ -224,7 +224,8 @@ def write_packs(parts: StoreParts, oids: list[bytes], progress: Progress | None 
     (declared body bytes) bounds each decoding batch to BATCH_BYTES. ``drop``: the packs these objects leave
     (a writer's merge); they are deleted in the transaction of the last new pack, when no frame names them
     any more, so no crash or failure leaves their bytes behind (a reader that read an old frame retries on
-    the miss: objectdb.get_many). ``known``: ``oid -> (kind, body)`` the caller made itself and hashed to
+    the miss: objectdb.get_many); one that is also a new pack (the same member bodies in the same order:
+    pack ids hash bodies, not compression) is kept, since its members' new frames name it. ``known``: ``oid -> (kind, body)`` the caller made itself and hashed to
     those ids (a writer merging its own packs): used instead of reading them back, for the ones still stored.
     ``made``: gets ``(pack id, member ids, body bytes)`` of each new pack once it landed."""
     bodies: dict[bytes, tuple[int, bytes]] = {}
@@ -237,17 +238,21 @@ def write_packs(parts: StoreParts, oids: list[bytes], progress: Progress | None 
     moved = 0
     batch: list[tuple[bytes, int, bytes]] = []
     size = 0
+    written: set[bytes] = set()
     for n, it in enumerate(items, 1):
         batch.append(it)
         size += len(it[2])
         last = n == len(items)
         if last or size >= PACK_MAX:
             objs = parts.objects.pack(batch, level=level)
+            written.add(objs[0].oid)
             with parts.backend.transaction() as txn:  # reframe implies transactions (docs/backends.md)
                 txn.put_many(objs[:1], time.time_ns())
                 moved += txn.reframe((o.oid, o.frame) for o in objs[1:])
                 if last and drop:
-                    txn.drop_packs(drop, time.time_ns() + 1)
+                    # a pack id hashes its members' bodies, not their compression: a merge whose members and
+                    # order are a dropped pack's rewrites that very pack, which its new frames then name
+                    txn.drop_packs([p for p in drop if p not in written], time.time_ns() + 1)
             if made is not None:
                 made.append((objs[0].oid, [o for o, _, _ in batch], size))
             batch, size = [], 0

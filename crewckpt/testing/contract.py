@@ -1095,6 +1095,34 @@ class StoreContract:
         rep = s.fsck(full=True)
         assert rep.ok, rep.problems
 
+    def test_a_merge_that_rewrites_a_pack_it_drops_keeps_that_pack(self, backend_factory: BackendFactory) -> None:
+        """A pack id hashes its members' bodies, not their compression: a writer's run-end merge whose members
+        and order are those of a pack it merged before (a gc reset its caches, then it wrote objects it had
+        already packed) writes that very pack again. Dropping the packs it replaced then deleted the pack its
+        new frames name: every object in it became unreadable (found by the long stateful model on SQLite)."""
+        from crewckpt.history.store import Store
+        b = backend_factory.create()
+        if not (b.capabilities.reframe and b.capabilities.locks):
+            b.close()
+            pytest.skip("no writer merges without reframe and locks")
+        s = new_store(b)
+        b.merge_packs_every = 2  # type: ignore[attr-defined] # the writer merges after 2 checkpoints, not 32
+        d1 = {"k": [{"t": "a" * 5000}, {"t": "b" * 5000}]}
+        d2 = {"k": [{"t": "a" * 5000}, {"t": "c" * 5000}], "n": 2}
+        c1, c2 = s.commit(d1), s.commit(d2)  # the second checkpoint merges both packs into one
+        s.gc()  # moves the merged pack's members; the writer's caches are reset (epoch)
+        c3 = s.commit(d1)  # every object exists: its pack's members are all in the first merge
+        s.finish_writes()  # the run-end merge rewrites the first merge's pack, then drops the packs it replaced
+        other = backend_factory.reopen(b)
+        fresh = Store(other if other is not None else b, None)  # no pack cache of the writer's
+        try:
+            assert fresh.fsck(full=True).ok
+            assert [_doc_text(fresh.read(c)) for c in (c1, c2, c3)] == [_doc_text(d) for d in (d1, d2, d1)]
+        finally:
+            if other is not None:
+                fresh.close()
+            s.close()
+
     def test_a_revived_commit_stays_older_than_its_live_children(self, backend_factory: BackendFactory) -> None:
         """I6: commits pruned and collected while their children stayed live, then written again with the same
         ids (format 2 ids hold no seq: a CrewAI re-import after gc does this) keep every parent's seq below
