@@ -17,7 +17,10 @@ writer checkpoints when ``on_events`` names it; the emit lock makes it wait for 
 sends the signal to the main thread once more, whose handler now hands it to the handler that was there
 before, or takes the default action (SIGTERM still terminates). The handler itself only carries out what
 the thread asked for (single dict operations and a ``SimpleQueue.put``), so a handler run that is not asked
-for anything does nothing: the bytes, one per delivered signal, are what counts.
+for anything does nothing: the bytes, one per delivered signal, are what counts. So a command the handler has
+not carried out after :data:`_RESEND_S` is sent again (CPython 3.11 can leave a signal the main thread took
+unhandled while that thread goes on to wait in ``epoll``: another thread's recomputation of the eval breaker
+clears its pending bit; gh-109369 fixed that in 3.13).
 
 Best effort: a checkpoint that takes longer than :data:`SIGNAL_WRITE_TIMEOUT_S` is given up, and a second
 signal of the same kind while it is written acts at once. A wakeup fd that was set before crewckpt's is
@@ -58,6 +61,10 @@ SIGNAL_WRITE_TIMEOUT_S = 30.0
 answer must not keep a SIGTERM'd process alive)."""
 
 _ECHO_LOST_S = 2.0  # a signal we sent the main thread whose byte has not come back by then is taken as lost
+# a command the main thread's handler has not carried out by then is sent again: CPython 3.11 may leave a
+# signal the main thread took unhandled (another thread's COMPUTE_EVAL_BREAKER clears its pending bit, fixed
+# in 3.13 by gh-109369) until the next one, and the main thread may be about to wait in epoll for ever
+_RESEND_S = 0.5
 _USE_WAKEUP = hasattr(signal, "pthread_kill") and hasattr(signal, "set_wakeup_fd")  # POSIX
 
 
@@ -101,6 +108,7 @@ _messages: queue.SimpleQueue[tuple[str, int, contextvars.Context | None]] = queu
 # Signal thread only (atexit reads a copy of _inflight):
 _inflight: dict[int, _Delivery] = {}  # signum -> its delivery while the checkpoint is written
 _echoes: dict[int, float] = {}  # signum -> when we sent it to the main thread (its byte is then ours, not news)
+_sent: dict[int, float] = {}  # signum -> when it was last sent to the main thread (to resend a command not done)
 _kill_wanted: set[int] = set()  # a send that waits for the previous one's byte (two pending would merge into one)
 _handing_on: set[str] = set()  # signals being handed to the previous handler now
 _signal_thread_pid: int | None = None  # the process whose signal thread runs (a forked child has none)
@@ -213,7 +221,7 @@ def _forget_signal_thread() -> None:  # in a forked child: the thread stayed in 
     _wake_r = _wake_w = None
     _signal_thread_pid = None
     _messages = queue.SimpleQueue()
-    for state in (_capture, _release, _inflight, _echoes, _kill_wanted):
+    for state in (_capture, _release, _inflight, _echoes, _sent, _kill_wanted):
         state.clear()
 
 
@@ -307,6 +315,7 @@ def _signal_step(r: socket.socket) -> bool:
 def _next_timeout() -> float | None:
     deadlines = [d.deadline for d in _inflight.values()]
     deadlines += [_echoes.get(n, 0.0) + _ECHO_LOST_S for n in _kill_wanted]
+    deadlines += [_sent.get(n, 0.0) + _RESEND_S for n in _undone()]
     return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
 
 
@@ -394,6 +403,15 @@ def _check_deadlines() -> None:
             _echoes.pop(signum, None)
             _kill_wanted.discard(signum)
             _send_to_main(signum)
+    for signum in _undone():  # sent, its byte maybe back, yet the handler has not run: send it again
+        if now - _sent.get(signum, 0.0) >= _RESEND_S:
+            _send_to_main(signum)
+
+
+def _undone() -> list[int]:
+    """Signals whose command (capture or release) the main thread's handler has not popped yet, and none of
+    whose sends waits for an earlier one's byte."""
+    return [n for n in {*_capture, *_release} if n not in _kill_wanted and _ours(n)]
 
 
 def _release_now(delivery: _Delivery) -> None:
@@ -420,6 +438,7 @@ def _send_to_main(signum: int) -> None:
     if signum in _echoes:
         _kill_wanted.add(signum)
         return
+    _sent[signum] = time.monotonic()
     if _USE_WAKEUP:
         _echoes[signum] = time.monotonic()
     try:
