@@ -61,10 +61,7 @@ SIGNAL_WRITE_TIMEOUT_S = 30.0
 answer must not keep a SIGTERM'd process alive)."""
 
 _ECHO_LOST_S = 2.0  # a signal we sent the main thread whose byte has not come back by then is taken as lost
-# a command the main thread's handler has not carried out by then is sent again: CPython 3.11 may leave a
-# signal the main thread took unhandled (another thread's COMPUTE_EVAL_BREAKER clears its pending bit, fixed
-# in 3.13 by gh-109369) until the next one, and the main thread may be about to wait in epoll for ever
-_RESEND_S = 0.5
+_RESEND_S = 0.5  # a command the handler has not carried out by then is sent again (module docstring)
 _USE_WAKEUP = hasattr(signal, "pthread_kill") and hasattr(signal, "set_wakeup_fd")  # POSIX
 
 
@@ -438,9 +435,9 @@ def _send_to_main(signum: int) -> None:
     if signum in _echoes:
         _kill_wanted.add(signum)
         return
-    _sent[signum] = time.monotonic()
+    _sent[signum] = now = time.monotonic()
     if _USE_WAKEUP:
-        _echoes[signum] = time.monotonic()
+        _echoes[signum] = now
     try:
         signal.pthread_kill(threading.main_thread().ident or 0, signum)
     except (AttributeError, OSError, ValueError):  # no pthread_kill (Windows), or the main thread is gone

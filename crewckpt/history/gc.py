@@ -225,8 +225,9 @@ def write_packs(parts: StoreParts, oids: list[bytes], progress: Progress | None 
     (a writer's merge); they are deleted in the transaction of the last new pack, when no frame names them
     any more, so no crash or failure leaves their bytes behind (a reader that read an old frame retries on
     the miss: objectdb.get_many); one that is also a new pack (the same member bodies in the same order:
-    pack ids hash bodies, not compression) is kept, since its members' new frames name it. ``known``: ``oid -> (kind, body)`` the caller made itself and hashed to
-    those ids (a writer merging its own packs): used instead of reading them back, for the ones still stored.
+    pack ids hash bodies, not compression) is kept, since its members' new frames name it. ``known``:
+    ``oid -> (kind, body)`` the caller made itself and hashed to those ids (a writer merging its own packs):
+    used instead of reading them back, for the ones still stored.
     ``made``: gets ``(pack id, member ids, body bytes)`` of each new pack once it landed."""
     bodies: dict[bytes, tuple[int, bytes]] = {}
     if known:
