@@ -14,7 +14,7 @@ import pytest
 
 from crewckpt import Store
 from crewckpt.backends.sqlite import SqliteBackend
-from crewckpt.errors import StoreNotFound
+from crewckpt.errors import CorruptStore, StoreNotFound
 
 DOC = {"doc": {"x": "p" * 20_000, "y": {"z": "q" * 9_000}}}
 
@@ -71,3 +71,37 @@ def test_a_symlinked_store_another_connection_has_open_is_not_vacuumed(tmp_path:
     assert not Path(f"{real}-wal").exists() and not Path(f"{real}-shm").exists()
     assert s.read(cid)["n"] == 1 and s.fsck(full=True).ok
     s.close()
+
+
+def test_a_file_another_writer_is_still_growing_is_not_called_truncated(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # before: one look at size and header: a WAL checkpoint of another worker had written the new page
+    # count and emptied its WAL but the file had not grown yet, so a publish failed with "database is
+    # truncated (249856 of 256000 bytes); restore it from a backup" on a healthy store
+    import crewckpt.backends.sqlite as sqlite_backend
+
+    s = Store.init(tmp_path / "s")
+    head = s.commit({**DOC, "n": 1}, branch="main")
+    s.close()
+    db = tmp_path / "s" / "store.db"
+    whole = db.read_bytes()
+    db.write_bytes(whole[: len(whole) - 4096])  # what a look in the middle of that checkpoint sees
+    settles: list[int] = []
+
+    def the_checkpoint_finishes() -> None:
+        settles.append(1)
+        if len(settles) == 3:
+            db.write_bytes(whole)
+
+    monkeypatch.setattr(sqlite_backend, "_settle", the_checkpoint_finishes)
+    again = Store.open(tmp_path / "s")
+    assert again.read(head)["n"] == 1 and len(settles) == 3
+    again.close()
+    # a file that stays short is truncated, after every re-read
+    db.write_bytes(whole[: len(whole) - 4096])
+    settles.clear()
+    monkeypatch.setattr(sqlite_backend, "_settle", lambda: settles.append(1))
+    with pytest.raises(CorruptStore, match=r"database is truncated \(\d+ of \d+ bytes\); restore it from a backup"):
+        Store.open(tmp_path / "s")
+    assert len(settles) == sqlite_backend._TRUNCATION_RECHECKS
+    assert db.read_bytes() == whole[: len(whole) - 4096]  # nothing written to it

@@ -692,21 +692,59 @@ def _sql_text(v: str) -> str:
     return "'" + v.replace("'", "''") + "'"
 
 
+_TRUNCATION_RECHECKS = 20
+"""How many times a short file is read again before it is declared truncated (see _check_not_truncated)."""
+_RECHECK_PAUSE_S = 0.05
+"""Seconds between those reads: 20 x 0.05 s = 1 s, far longer than one WAL checkpoint's file growth."""
+
+
 def _check_not_truncated(path: Path) -> None:
     """A clean SQLite file is at least as long as its header says (bytes 28..31 = page count,
-    16..17 = page size); shorter with no WAL beside it means truncation."""
-    size = path.stat().st_size
+    16..17 = page size); shorter with no WAL beside it means truncation.
+
+    Another process's WAL checkpoint writes the new page count into page 1 before it has extended the file
+    and then empties its WAL, so one look can see a short file with no WAL (a false alarm seen with two
+    workers publishing at once). The reads are ordered WAL, then header, then size, and a short file is read
+    again (``_TRUNCATION_RECHECKS`` times, ``_RECHECK_PAUSE_S`` apart) until it is whole; only a file that
+    stays short is truncated.
+
+    Raises:
+        CorruptStore: a bad header, or a file that stays shorter than its header says.
+    """
+    short = _short_by(path)
+    for _ in range(_TRUNCATION_RECHECKS):
+        if short is None:
+            return
+        _settle()
+        short = _short_by(path)
+    if short is not None:
+        size, want = short
+        raise CorruptStore(f"{path}: database is truncated ({size} of {want} bytes); restore it from a backup")
+
+
+def _settle() -> None:
+    """Give a racing WAL checkpoint time to finish (a seam for tests)."""
+    time.sleep(_RECHECK_PAUSE_S)
+
+
+def _short_by(path: Path) -> tuple[int, int] | None:
+    """``(size, size the header says)`` in bytes when the file is shorter and no WAL is beside it, else None.
+
+    Raises:
+        CorruptStore: the file does not start with an SQLite header.
+    """
+    wal = path.with_name(path.name + "-wal")
+    if wal.exists() and wal.stat().st_size > 0:  # first: a checkpoint empties the WAL only after growing the file
+        return None
     with open(path, "rb") as f:
         head = f.read(100)
+        size = os.fstat(f.fileno()).st_size  # after the header, which a checkpoint writes before growing the file
     if len(head) < 100 or not head.startswith(b"SQLite format 3\x00"):
         raise CorruptStore(f"{path}: not an SQLite database (bad header); the store is damaged")
     page = int.from_bytes(head[16:18], "big")
     page = 65536 if page == 1 else page
     pages = int.from_bytes(head[28:32], "big")
-    wal = path.with_name(path.name + "-wal")
-    if pages and size < pages * page and not (wal.exists() and wal.stat().st_size > 0):
-        raise CorruptStore(f"{path}: database is truncated ({size} of {pages * page} bytes); restore it from "
-                           f"a backup")
+    return (size, pages * page) if pages and size < pages * page else None
 
 
 # -- locations: plain paths and sqlite:PATH (crewckpt.backends.registry) ------------------------------------
