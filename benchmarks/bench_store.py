@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -26,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from crewai_fixtures import FIXTURES  # noqa: E402  (vendored CrewAI fixtures)
 
 from crewckpt import Store  # noqa: E402
+from crewckpt.backends.sqlite import WAL_AUTOCHECKPOINT_PAGES  # noqa: E402
 from crewckpt.views.document import CREWAI  # noqa: E402  (CrewAI documents: its summary and split hints)
 
 
@@ -70,6 +72,9 @@ def main() -> None:
         before = s.stats()["file_bytes"]
         wal = Path(tmp, ".ckpt", "store.db-wal")
         wal_bytes = wal.stat().st_size if wal.exists() else 0
+        db = sqlite3.connect(Path(tmp, ".ckpt", "store.db"))  # the WAL's bound, as the store sets it
+        every = db.execute("PRAGMA page_size").fetchone()[0] * WAL_AUTOCHECKPOINT_PAGES
+        db.close()
         t = time.perf_counter()
         s.gc()
         gc_s = time.perf_counter() - t
@@ -80,7 +85,7 @@ def main() -> None:
         print(f"fixture               {args.fixture}: {len(files)} checkpoints")
         print(f"CrewAI JSON files     {json_bytes:>12,} bytes")
         print(f"crewckpt before gc    {before:>12,} bytes  ({json_bytes / before:.1f}x smaller; of which WAL "
-              f"{wal_bytes:,}, checkpointed into the db every ~1 MiB)")
+              f"{wal_bytes:,}, checkpointed into the db every ~{every // 1024} KiB)")
         print(f"crewckpt after gc     {after:>12,} bytes  ({json_bytes / after:.1f}x smaller)  gc {gc_s:.2f} s")
         print(f"objects               {st['objects']:>12,}  (logical {st['logical_bytes']:,} bytes)")
         print(f"commit ms             median {statistics.median(ms):.2f}  max {max(ms):.2f}  "

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from cli_helpers import DemoStore, build_demo_store, ckpt, ok
+from cli_helpers import FIXTURES, DemoStore, build_demo_store, ckpt, ok
 
 from crewckpt.history.store import Store
 
@@ -34,6 +34,21 @@ def test_importing_something_that_is_not_a_checkpoint_fails(demo: DemoStore, tmp
         result = ckpt(demo.path, "import", str(path))
         assert result.exit_code == 1 and "nothing imported" in result.stderr, result.stderr
     assert Store.open(demo.path).branches() == before  # no branch named after a folder, HEAD unmoved
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("hello, not a checkpoint", "not JSON (it starts with 'h', a CrewAI checkpoint starts with '{'), nor an SQLite"),
+    ("", "an empty file, not a checkpoint"),
+    (" \n", "an empty file, not a checkpoint"),
+    ('{"entities": [', "truncated JSON"),
+], ids=["text", "empty", "blank", "cut"])
+def test_a_file_that_never_was_json_is_not_called_truncated(demo: DemoStore, tmp_path: Path, text: str,
+                                                            why: str) -> None:
+    # before: "garbage.db" (text, not SQLite) was skipped as "truncated JSON: Expecting value"
+    path = tmp_path / "garbage.db"
+    path.write_text(text)
+    result = ckpt(demo.path, "import", str(path))
+    assert result.exit_code == 1 and f"skipped: {path}: {why}" in result.stderr, result.stderr
 
 
 def test_export_into_a_file_is_a_one_line_error(demo: DemoStore, tmp_path: Path) -> None:
@@ -104,3 +119,15 @@ def test_graph_marks_where_pruned_history_ends(demo: DemoStore) -> None:
     assert "~ (pruned: history continues no further)" in out
     full = ok(ckpt(demo.path, "log", "--graph", "--all", "--oneline", "-n", "3")).stdout
     assert "pruned" not in full  # a cut made by -n is not pruning
+
+
+def test_a_branch_prefix_on_checkpoints_already_present_says_they_stay(tmp_path: Path) -> None:
+    # before: a second import with --branch-prefix printed "0 imported, 2 already present" and created no
+    # branch, with no word on why
+    src = FIXTURES / "crew_json_star_n6"
+    store = str(tmp_path / "s")
+    ok(ckpt(store, "import", str(src)))
+    result = ok(ckpt(store, "import", str(src), "--branch-prefix", "again/"))
+    assert " 0 imported, " in result.stdout
+    assert "were already in the store and stay on their branches (--branch-prefix places only new ones)" in result.stderr
+    assert not [b for b in Store.open(store).branches() if b.startswith("again/")]

@@ -42,7 +42,7 @@ def test_gc_dry_run_predicts_what_gc_then_does(tmp_path):
     assert [dry[k] for k in keys] == [real[k] for k in keys]
     assert real["deleted_objects"] > 0
     human = ok(ckpt(str(path), "gc", "--dry-run")).stdout
-    assert "gc would free 0 object(s)" in human  # nothing is left, and the prediction says so
+    assert "gc would free 0 unreachable object(s)" in human  # nothing is left, and the prediction says so
     assert dry["bytes_after"] is None and " -> " not in human  # no made-up "after" size
     assert json.loads(ok(ckpt(str(path), "gc", "--json")).stdout)["deleted_objects"] == 0
 

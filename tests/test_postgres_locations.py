@@ -169,7 +169,7 @@ def test_gc_right_after_prune_on_postgresql_names_the_grace_that_kept_the_object
             store.commit({"step": i, "blob": "x" * 1000 * (i + 1)}, branch="main")
     ok(ckpt(pg_url, "prune", "--keep", "1", "--branch", "main"))
     out = ok(ckpt(pg_url, "gc")).stdout
-    assert out.startswith("gc: deleted 0 object(s)") and out.count("\n") == 1
+    assert out.startswith("gc: deleted 0 unreachable object(s)") and out.count("\n") == 1
     assert "unreachable object(s) kept: younger than the 60 s grace (shared store); run gc again after " in out
     record = orjson.loads(ok(ckpt(pg_url, "gc", "--dry-run", "--json")).stdout)
     assert record["kept_young"] >= 3 and record["grace_shared"] is True and record["kept_until"].endswith("Z")

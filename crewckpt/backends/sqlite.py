@@ -380,10 +380,10 @@ class SqliteBackend(_SqlReader, TransactionalBackend):
                 if not self.read_only:
                     conn.execute("PRAGMA journal_mode=WAL")
                     conn.execute("PRAGMA synchronous=NORMAL")
-                    # checkpoint the WAL every ~512 KiB and cut it back to 256 KiB when it restarts (it would
-                    # idle at 4 MiB; a short run's whole store is smaller than that); Store.finish_writes (run end,
-                    # close) truncates it to zero
-                    conn.execute("PRAGMA wal_autocheckpoint=128")
+                    # checkpoint the WAL every 128 pages (256 KiB of 2 KiB pages) and cut it back to 256 KiB when
+                    # it restarts (it would idle at 4 MiB; a short run's whole store is smaller than that);
+                    # Store.finish_writes (run end, close) truncates it to zero
+                    conn.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
                     conn.execute("PRAGMA journal_size_limit=262144")
                 conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
                 conn.execute("SELECT count(*) FROM meta").fetchone()
@@ -691,6 +691,9 @@ def _sql_text(v: str) -> str:
     """A string as an SQL literal (for the fixed meta rows written at creation)."""
     return "'" + v.replace("'", "''") + "'"
 
+
+WAL_AUTOCHECKPOINT_PAGES = 128
+"""A writer's connection checkpoints its WAL into the database every this many pages (PAGE_SIZE bytes each)."""
 
 _TRUNCATION_RECHECKS = 20
 """How many times a short file is read again before it is declared truncated (see _check_not_truncated)."""

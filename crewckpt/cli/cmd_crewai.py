@@ -57,7 +57,7 @@ def resume(rev: str, inputs_text: str | None, branch: str | None, flow_class: st
 
     \b
     Examples:
-      ckpt resume                         # the latest checkpoint
+      ckpt resume                         # the current branch's tip (HEAD)
       ckpt resume main~2 --inputs '{"topic": "sea otters"}' --branch sea-otters
       ckpt resume --flow-class myproject.flows.ResearchFlow
     """
@@ -435,6 +435,11 @@ def import_(path: str, branch_prefix: str | None, branch: str | None, as_json: b
             store, path, branch_prefix=branch_prefix, branch=branch, progress=update
         )
     _print_transfer(app, report, as_json)
+    if (branch_prefix or branch) and report.present and not as_json:  # else the prefix seems ignored
+        option = "--branch" if branch else "--branch-prefix"
+        click.echo(f"ckpt: note: {len(report.present)} checkpoint(s) were already in the store and stay on "
+                   f"their branches ({option} places only new ones); name one with `ckpt branch NAME REV`",
+                   err=True)
     if not report.imported and not report.present:
         why = "every checkpoint found was skipped" if report.problems else "no CrewAI checkpoint found there"
         raise CkptError(f"nothing imported from {path}: {why}; give a CrewAI checkpoint folder, JSON file or "

@@ -121,7 +121,13 @@ def gc(dry_run: bool, as_json: bool) -> None:
     if as_json:
         emit_json(record)
         return
-    freed = f"{record['deleted_objects']} object(s) ({human_bytes(record['deleted_bytes'])} uncompressed)"
+    # packs repacking replaced are counted apart: "deleted 3 objects (3.3 MB)" on a store with nothing
+    # unreachable read as lost data
+    n_packs = record["deleted_packs"]
+    freed = (f"{record['deleted_objects'] - n_packs} unreachable object(s) "
+             f"({human_bytes(record['deleted_bytes'] - record['deleted_pack_bytes'])} uncompressed)")
+    if n_packs:
+        freed += f" and {n_packs} pack(s) that repacking replaced"
     kept = ""
     if until_s is not None:  # otherwise "deleted 0" right after a prune looks like a bug
         why = " (shared store)" if record["grace_shared"] else ""

@@ -48,7 +48,7 @@ def tui_store_path(store_path: str | None, confirm: Callable[[str], bool] = clic
     "--store",
     "store_path",
     metavar="LOCATION",
-    help="Store to browse: a folder, memory:NAME or a URL (default: the global --store, $CKPT_STORE, else "
+    help="Store to browse: a folder, sqlite:PATH or a backend URL (default: the global --store, $CKPT_STORE, else "
     "the nearest .ckpt).",
 )
 def tui(store_path: str | None) -> None:

@@ -27,7 +27,7 @@ Examples:
   ckpt diff main fork/a1b2c3d4   what a fork changed
   ckpt show main~2 --path entities[0].tasks[1].output.raw
 The store is --store LOCATION, else $CKPT_STORE, else the nearest .ckpt above the working directory.
-A location is a folder (or sqlite:PATH), memory:NAME, or a backend URL such as postgresql://host/db.
+A location is a folder (or sqlite:PATH) or a backend URL such as postgresql://host/db or s3://bucket/prefix.
 """
 
 
@@ -247,7 +247,7 @@ def _is_ckpt_error(exc: BaseException) -> bool:
     "store_path",
     envvar="CKPT_STORE",
     metavar="LOCATION",
-    help="Store to use: a folder, sqlite:PATH, memory:NAME or a backend URL (postgresql://...); default: "
+    help="Store to use: a folder, sqlite:PATH or a backend URL (postgresql://..., s3://...); default: "
     "$CKPT_STORE, else the nearest .ckpt above the working directory.",
 )
 @click.option("--debug", is_flag=True, help="Show the full traceback on errors.")

@@ -46,7 +46,9 @@ class GcReport:
     bytes, and the store folder's size before/after in bytes. ``kept_young``: unreachable objects kept because
     they were stored or reused less than ``grace_s`` seconds before gc started (``grace_shared``: that grace is
     the backend's own, for writers on other machines' clocks); ``kept_until_ns``: the wall-clock time (ns since
-    the epoch) after which a new gc can delete all of them (None when none was kept)."""
+    the epoch) after which a new gc can delete all of them (None when none was kept). ``deleted_packs`` and
+    ``deleted_pack_bytes`` (member bytes, uncompressed): the part of ``deleted_objects`` / ``deleted_bytes`` that
+    is packs repacking replaced or emptied, not unreachable data."""
 
     live_objects: int
     deleted_objects: int
@@ -58,6 +60,8 @@ class GcReport:
     grace_s: float = 0.0
     grace_shared: bool = False
     kept_until_ns: int | None = None
+    deleted_packs: int = 0
+    deleted_pack_bytes: int = 0
 
 
 def roots(parts: StoreParts) -> set[bytes]:
@@ -349,7 +353,8 @@ def gc(parts: StoreParts, *, dry_run: bool = False, grace_ns: int = 0, progress:
             packs = [o for o, m in metas.items()
                      if m.kind == ob.PACK and o[:PACK_KEY] not in used and m.touched_ns < cutoff]
             gone = dead + packs
-            return kept(len(live), len(gone), sum(metas[o].size for o in gone), before, before, True)
+            return kept(len(live), len(gone), sum(metas[o].size for o in gone), before, before, True,
+                        deleted_packs=len(packs), deleted_pack_bytes=sum(metas[o].size for o in packs))
         if caps.reframe and caps.locks:  # packing is tuning for backends that can rewrite frames in place
             repack(parts, live, metas, progress)
         deleted = 0
@@ -366,5 +371,7 @@ def gc(parts: StoreParts, *, dry_run: bool = False, grace_ns: int = 0, progress:
         gone_packs = packs_before - {m.oid for m in parts.objects.backend.iter_objects() if m.kind == ob.PACK}
         b.maintain(compact=before < COMPACT_BELOW)  # the backend's own tuning (SQLite: vacuum, WAL)
         after = parts.size_bytes()
-        freed = sum(metas[o].size for o in dead) + sum(metas[o].size for o in gone_packs)
-        return kept(len(live), deleted, freed, before, after, False)
+        pack_bytes = sum(metas[o].size for o in gone_packs)
+        freed = sum(metas[o].size for o in dead) + pack_bytes
+        return kept(len(live), deleted, freed, before, after, False, deleted_packs=len(gone_packs),
+                    deleted_pack_bytes=pack_bytes)

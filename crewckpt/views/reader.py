@@ -198,6 +198,10 @@ def _parse_text(text: str) -> Any:
         raise DamagedCheckpoint("JSON nested too deeply for Python's json module") from None
     except json.JSONDecodeError as exc:
         end = text.rstrip()
+        if not end.lstrip().startswith(("{", "[")):  # text that never was JSON is not "truncated"
+            first = end.lstrip()[:1]
+            raise DamagedCheckpoint(f"not JSON (it starts with {first!r}, a CrewAI checkpoint starts with '{{'), nor "
+                                    f"an SQLite database" if first else "an empty file, not a checkpoint") from None
         cut = exc.pos >= len(end) or exc.msg.startswith("Unterminated string") or not end.endswith(("}", "]"))
         why = "truncated JSON" if cut else "invalid JSON"
         raise DamagedCheckpoint(f"{why}: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
