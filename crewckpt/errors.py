@@ -6,6 +6,8 @@ All derive from :class:`CkptError` so callers (the CLI) can catch one type.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class CkptError(Exception):
     """Base class of every crewckpt error; ``str(err)`` is a one-line message."""
@@ -201,9 +203,30 @@ class UntrustedEndpoint(CkptError, ValueError):
         self.path, self.value = findings[0]
         more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
         shown = self.value if len(self.value) <= 60 else self.value[:57] + "..."
-        super().__init__(f"field {self.path} points the LLM at {shown!r}{more}, where your API key and prompts "
+        what = "embedder" if ".embedder." in self.path else "LLM"
+        super().__init__(f"field {self.path} points the {what} at {shown!r}{more}, where your API key and prompts "
                          f"would be sent; add that URL to CREWCKPT_LLM_ENDPOINTS (comma-separated) to trust it, or set "
                          f"CREWAI_DESERIALIZE_CALLBACKS=1 for a checkpoint you trust")
+
+
+class UntrustedPath(CkptError, ValueError):
+    """A checkpoint names an output file the resumed run would write (``Task.output_file``,
+    ``Crew.output_log_file``) that could lie anywhere: absolute, ``~``, ``..`` or a ``{placeholder}``.
+
+    Attributes:
+        path: the field, e.g. ``entities[0].tasks[2].output_file``.
+        value: the stored value.
+        findings: every ``(path, value)`` found.
+    """
+
+    def __init__(self, findings: list[tuple[str, Any]]) -> None:
+        self.findings = findings
+        self.path, self.value = findings[0]
+        more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
+        shown = repr(self.value) if len(repr(self.value)) <= 62 else repr(self.value)[:59] + "..."
+        super().__init__(f"field {self.path} would make the resumed run write to {shown}{more}, a file the checkpoint "
+                         f"chose; set CREWAI_DESERIALIZE_CALLBACKS=1 only for a checkpoint you trust, or `ckpt "
+                         f"export` it, give that field a relative path (or null) and `ckpt import` it again")
 
 
 class JsonbError(CkptError, ValueError):

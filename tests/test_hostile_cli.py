@@ -202,3 +202,48 @@ def test_the_browser_formats_lone_surrogates_and_big_ints_without_crashing() -> 
 
     assert format_value({"\ud800": 2 ** 70}) == '{"\\ud800":1180591620717411303424}'
     assert output_text({"output": {"raw": None, "x": "\udfff"}}) == '{\n  "raw": null,\n  "x": "\\udfff"\n}'
+
+
+FAKE = "deadbeef (HEAD -> main) crew_kickoff_completed  crew:crew [4/4 tasks]"
+
+
+@pytest.mark.parametrize("args", [["log", "--oneline"], ["log"], ["list"], ["log", "--oneline", "--graph"]],
+                         ids=["oneline", "log", "list", "graph"])
+def test_a_newline_in_a_name_or_trigger_does_not_fake_a_record(tmp_path: Path, args: list[str]) -> None:
+    # before: an entity name "crew\n<fake line>" printed a second, made-up checkpoint line in `ckpt log`
+    from crewckpt.views.document import CREWAI
+
+    s = Store.init(tmp_path / "s", profile=CREWAI)
+    doc = {"entities": [{"entity_type": "crew", "name": "crew\n" + FAKE, "tasks": []}], "event_record": {}}
+    s.commit(doc, trigger="task_completed\r\nfake trigger")
+    s.close()
+    code, out, err = _run(["--no-pager", *args], tmp_path / "s")
+    assert code == 0, err
+    assert not any(line.startswith("deadbeef") or line.startswith("fake") for line in out.splitlines()), out
+    assert "\\n" + FAKE in out or args == ["log"] and "\\n" in out, out
+    if args[0] == "list" or "--oneline" in args:
+        assert len(out.splitlines()) == 1, out
+
+
+@pytest.mark.parametrize("bad", ["../../x", "a\x1b[31mRED\nfake", "-rf", "x.lock"])
+def test_a_ref_name_crewckpt_never_writes_is_named_by_fsck_and_can_be_deleted(tmp_path: Path, bad: str) -> None:
+    # before: a received store's refs/heads/../../x made `ckpt fsck` say ok, and `ckpt branch -D` refused
+    # the name ("bad branch name"): no way to remove it
+    s = Store.init(tmp_path / "s")
+    cid = s.commit({"a": 1}, branch="main")
+    s.close()
+    db = sqlite3.connect(tmp_path / "s" / "store.db")
+    db.execute("INSERT INTO refs(name, target) VALUES (?, ?)", ("refs/heads/" + bad, bytes.fromhex(cid)))
+    db.commit()
+    db.close()
+    code, out, err = _run(["fsck"], tmp_path / "s")
+    assert code == 1 and "has a name crewckpt never writes" in out + err, (out, err)
+    assert repr("refs/heads/" + bad) in out + err and "ckpt branch -D" in out + err
+    code, out, err = _run(["branch", "-D", bad], tmp_path / "s")
+    assert code == 0, (out, err)
+    code, out, err = _run(["fsck"], tmp_path / "s")
+    assert code == 0, (out, err)
+    with Store.open(tmp_path / "s") as again:
+        assert again.branches() == {"main": cid}
+    code, _, err = _run(["branch", "-D", "../../never"], tmp_path / "s")  # a bad name no ref has: refused
+    assert code != 0 and "bad branch name" in err, err

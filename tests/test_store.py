@@ -422,3 +422,25 @@ def test_prune_of_one_branch_keeps_the_history_other_branches_reach(tmp_path: Pa
         assert [c.id for c in s.log("fork")][-4:] == [fork, main[2], main[1], main[0]]
         assert [c.id for c in s.log("pin")] == [main[1], main[0]]
         assert s.prune("main", keep=1) == [] and s.fsck().ok
+
+
+@pytest.mark.parametrize("via", ["branch", "alias"])
+def test_a_name_that_is_another_commits_short_id_is_ambiguous(tmp_path: Path, via: str) -> None:
+    # before: an imported CrewAI id (or branch folder) named like a commit's short id silently took that id
+    # over: `ckpt show <id copied from ckpt log>` showed the sender's checkpoint
+    s = Store.init(tmp_path / "s")
+    mine = s.commit({"mine": 1}, branch="main")
+    short = mine[:8]
+    if via == "branch":
+        theirs = s.commit({"theirs": 1}, branch=short, parents=[])
+    else:
+        theirs = s.commit({"theirs": 1}, branch="imported", parents=[], alias=short)
+    with pytest.raises(AmbiguousRevision, match=rf"'{short}' is ambiguous: .*{theirs[:12]}.*short id of "
+                                                rf"checkpoint {mine[:12]}; give more characters of the id"):
+        s.resolve(short)
+    assert s.resolve(mine[:12]) == mine and s.resolve(mine) == mine
+    if via == "branch":
+        assert s.resolve(f"refs/heads/{short}") == theirs
+    named = s.commit({"named": 1}, branch="n", parents=[])
+    s.create_branch(named[:8], named)  # a branch named after its own commit's short id is not a shadow
+    assert s.resolve(named[:8]) == named

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_option, obj, paged, try_resolve
-from crewckpt.cli.fmt import entity_summary, local_time, short_ids, summary_fields
+from crewckpt.cli.fmt import entity_summary, local_time, safe_text, short_ids, summary_fields
 from crewckpt.errors import CkptError
 from crewckpt.history import refnames
 from crewckpt.views.document import crewai_json
@@ -56,13 +56,15 @@ def branch(
         delete, force = force_delete, True
     store = app.store()
     if delete is not None:
-        delete = refnames.check_branch(delete)  # as stored (NFC): 'café' typed decomposed names the same branch
-        tip = store.branches().get(delete)  # as stored: a damaged ref (naming no commit) can be deleted too
+        branches = store.branches()
+        if delete not in branches:  # a bad name a foreign store holds (fsck names it) is deleted as it is
+            delete = refnames.check_branch(delete)  # as stored (NFC): 'café' typed decomposed names the same branch
+        tip = branches.get(delete)  # as stored: a damaged ref (naming no commit) can be deleted too
         store.delete_branch(delete, force=force)
         if as_json:
             emit_json({"deleted": delete, "tip": tip})
         else:
-            click.echo(f"Deleted branch {delete} (was {tip[:8] if tip else '?'})")
+            click.echo(f"Deleted branch {safe_text(delete)} (was {tip[:8] if tip else '?'})")
         return
     if move is not None:
         old, new = move

@@ -283,9 +283,9 @@ def list_(path: str | None, branch: str | None, as_json: bool) -> None:
     def row(c: Any) -> tuple[str, str, str, str, str]:
         second = c.time_ns // 1_000_000_000
         when = seconds.get(second) or seconds.setdefault(second, local_time(c.time_ns) + "  ")
-        branch = branches.get(c.branch) or branches.setdefault(c.branch, f"{c.branch or '-':<{bwidth}}  ")
+        branch = branches.get(c.branch) or branches.setdefault(c.branch, f"{safe_text(c.branch or '-'):<{bwidth}}  ")
         trigger = triggers.get(c.trigger) or triggers.setdefault(
-            c.trigger, f"{c.trigger or 'manual':<{twidth}}  "
+            c.trigger, f"{safe_text(c.trigger or 'manual'):<{twidth}}  "
         )
         s = crew_summary(c.summary)
         key = (s.entities, s.tasks_done, s.tasks_total)

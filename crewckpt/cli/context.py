@@ -62,6 +62,10 @@ def memory_problem(location: str | os.PathLike[str] | None, *, missing: bool = F
             f"process of its own) can neither keep nor find one; use a folder (e.g. .ckpt) or sqlite:PATH")
 
 
+def _one_line(text: str) -> str:
+    return text.replace("\n", "\\n").replace("\r", "\\r") if "\n" in text or "\r" in text else text
+
+
 class AppContext:
     """Per-invocation state, reachable from every command as ``click.get_current_context().obj``."""
 
@@ -146,7 +150,9 @@ class AppContext:
         sys.stdout.write((paint(text, style) if self.color else text) + "\n")
 
     def styled(self, parts: Iterable[tuple[str, str | None]]) -> None:
-        """Print one line assembled from (text, style) parts."""
+        """Print one line assembled from (text, style) parts; a newline or carriage return in a part (a name or
+        trigger from a checkpoint someone sent) is shown escaped, so one record stays one line."""
+        parts = [(_one_line(text), style) for text, style in parts]
         if self.color:
             sys.stdout.write("".join(paint(text, style) for text, style in parts) + "\n")
         else:

@@ -105,7 +105,7 @@ def entity_summary(summary: Any) -> str:
     others = [_entity(e) for e in pairs[1:] if e[1]]
     if others:
         text += ", " + ", ".join(others[:2]) + (f" +{len(others) - 2}" if len(others) > 2 else "")
-    return text
+    return safe_text(text)  # names come from checkpoints: a newline must not start a fake record
 
 
 def _entity(pair: Any) -> str:

@@ -22,6 +22,17 @@ endpoint that is not trusted (:func:`trusted_endpoint`): unset, a loopback host 
 Studio), a URL the environment already configures (``OPENAI_BASE_URL`` and the like), or one the user lists
 in ``CREWCKPT_LLM_ENDPOINTS`` (comma-separated; ``*`` trusts every endpoint).
 
+An embedder's endpoint (``embedder.config`` of a crew, agent or knowledge source: ``api_base``,
+``base_url``, ``url``, ``api_url``, ``endpoint``, ``host``, ``azure_endpoint``) gets the same rule: CrewAI sends
+the user's embedding key and the tasks' texts there.
+
+Output files are not code either, but decide where the user's writes go: a task's ``output_file`` and a
+crew's ``output_log_file`` are written (``"w"``: an existing file is replaced) when the resumed run goes on.
+:func:`check` refuses a path a checkpoint could aim anywhere (:func:`trusted_path`): absolute, ``~``, a
+``..`` component, a ``{placeholder}`` (CrewAI fills it from the kickoff inputs, which the checkpoint also
+holds), a Windows drive or a NUL; a plain relative path (``report.md``, ``out/report.md``, as CrewAI writes
+under the working folder) passes.
+
 Resolved through fixed registries, so not a door: ``llm_type`` (``_LLM_TYPE_REGISTRY``), ``executor_type``,
 ``executor_class``, knowledge ``source_type``, memory ``memory_kind``, flow ``persistence_type``, event
 ``type``, ``converter_cls`` (dropped unless already a class), a task failure's exception class (looked up in
@@ -44,10 +55,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from crewckpt.errors import UntrustedCode, UntrustedEndpoint
+from crewckpt.errors import UntrustedCode, UntrustedEndpoint, UntrustedPath
 
 ENDPOINT_VAR = "CREWCKPT_LLM_ENDPOINTS"
 ENDPOINT_FIELDS = ("base_url", "api_base")
+EMBEDDER_ENDPOINT_KEYS = frozenset({"api_base", "base_url", "url", "api_url", "endpoint", "host", "azure_endpoint"})
+PATH_FIELDS = frozenset({"output_file", "output_log_file"})  # Task.output_file, Crew.output_log_file
 # variables CrewAI's providers and LiteLLM read an endpoint from: a URL the user configured is trusted
 ENDPOINT_ENV = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_BASE_URL", "AZURE_API_BASE",
                 "AZURE_OPENAI_ENDPOINT", "OLLAMA_API_BASE", "OLLAMA_HOST", "GEMINI_API_BASE",
@@ -88,6 +101,20 @@ def trusted_endpoint(url: Any, environ: Mapping[str, str] | None = None) -> bool
     return _norm_url(url) in configured | listed
 
 
+def trusted_path(value: Any) -> bool:
+    """True when restoring may let CrewAI write the output file ``value`` names: unset (None, "", a bool:
+    ``output_log_file=True`` is CrewAI's default name), or a relative path that stays under the working folder
+    and holds no ``{placeholder}`` (filled from the checkpoint's own inputs)."""
+    if value is None or isinstance(value, bool) or (isinstance(value, str) and not value.strip()):
+        return True
+    if not isinstance(value, str) or "\x00" in value or "{" in value or "}" in value:
+        return False
+    v = value.strip().replace("\\", "/")
+    if v.startswith(("/", "~")) or (len(v) > 1 and v[1] == ":"):  # absolute, home, a Windows drive
+        return False
+    return ".." not in v.split("/")
+
+
 def _is_loopback_ip(host: str) -> bool:
     import ipaddress
 
@@ -108,7 +135,9 @@ def check(doc: Any) -> None:
 
     Raises:
         UntrustedCode: one line naming the first field path and ``CREWAI_DESERIALIZE_CALLBACKS``.
-        UntrustedEndpoint: no code named, but an LLM endpoint that is not trusted (:func:`trusted_endpoint`).
+        UntrustedPath: no code named, but an output file a checkpoint could aim anywhere (:func:`trusted_path`).
+        UntrustedEndpoint: no code named, but an LLM or embedder endpoint that is not trusted
+            (:func:`trusted_endpoint`).
     """
     if opted_in():
         return
@@ -116,6 +145,8 @@ def check(doc: Any) -> None:
     found = walker.run(doc)
     if found:
         raise UntrustedCode(found)
+    if walker.paths:
+        raise UntrustedPath(walker.paths)
     endpoints = [(p, u) for p, u in walker.endpoints if not trusted_endpoint(u)]
     if endpoints:
         raise UntrustedEndpoint(endpoints)
@@ -199,7 +230,8 @@ class _Walker:
         self.BaseTool, self.BaseAgent, self.Agent = BaseTool, BaseAgent, Agent
         self.BaseLLM, self.BaseEvent, self.Flow = BaseLLM, BaseEvent, Flow
         self.found: list[tuple[str, str, str]] = []
-        self.endpoints: list[tuple[str, Any]] = []  # (path, value) of every LLM endpoint field set
+        self.endpoints: list[tuple[str, Any]] = []  # (path, value) of every LLM / embedder endpoint field set
+        self.paths: list[tuple[str, Any]] = []  # (path, value) of every output file not trusted_path
         self.seen: set[tuple[int, type]] = set()
         self._plans: dict[type, list[tuple[str, str, list[tuple[str, Any]]]]] = {}
 
@@ -301,6 +333,10 @@ class _Walker:
             if name not in d:
                 continue
             value, field_path = d[name], f"{path}.{name}"
+            if name in PATH_FIELDS and not trusted_path(value):
+                self.paths.append((field_path, value))
+            if name == "embedder" and isinstance(value, dict):
+                self.endpoints.extend(_embedder_endpoints(value, field_path))
             if check == "callback":
                 if is_tool and name == "cache_function" and value == DEFAULT_CACHE_FUNCTION:
                     continue
@@ -325,6 +361,24 @@ class _Walker:
             self.found.append((path, value, what))
         elif isinstance(value, list):
             self.found.extend((f"{path}[{i}]", v, what) for i, v in enumerate(value) if isinstance(v, str))
+
+
+def _embedder_endpoints(value: dict[str, Any], path: str) -> list[tuple[str, Any]]:
+    """``(path, value)`` of every endpoint key set in an embedder spec (``{"provider", "config": {...}}``, at
+    any depth: providers nest their options differently)."""
+    out: list[tuple[str, Any]] = []
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        v, p = stack.pop()
+        if isinstance(v, dict):
+            for k, child in v.items():
+                if k in EMBEDDER_ENDPOINT_KEYS and child is not None and not isinstance(child, (dict, list)):
+                    out.append((f"{p}.{k}", child))
+                elif isinstance(child, (dict, list)):
+                    stack.append((child, f"{p}.{k}"))
+        elif isinstance(v, list):
+            stack.extend((c, f"{p}[{i}]") for i, c in enumerate(v) if isinstance(c, (dict, list)))
+    return out
 
 
 def _external_refs(value: Any, path: str) -> Iterator[tuple[str, str]]:

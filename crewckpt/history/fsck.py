@@ -15,7 +15,7 @@ from crewckpt.format import objects as ob
 from crewckpt.history import head
 from crewckpt.history.commits import REBUILD, repeated_parents, row_damage, row_differences, row_matches
 from crewckpt.history.limits import ObjectBound, ReadBudget
-from crewckpt.history.refnames import HEADS, ref_fix
+from crewckpt.history.refnames import HEADS, ref_fix, ref_name_problem
 from crewckpt.history.snapshot import links_in
 
 if TYPE_CHECKING:
@@ -89,6 +89,12 @@ def _fsck(parts: StoreParts, full: bool, progress: Progress | None,
     ref_targets = refs.refs()
     stored = b.get_many([t for t in ref_targets.values() if len(t) == ob.ID_BYTES and t not in commits])
     for name, t in ref_targets.items():
+        bad_name = ref_name_problem(name)
+        if bad_name is not None:
+            fix = (f"delete it with `ckpt branch -D {_shell_quoted(name[len(HEADS):])}`" if name.startswith(HEADS)
+                   else "delete it in the store it came from and fetch again")
+            problems.append(f"ref {name!r} has a name crewckpt never writes ({bad_name}); a store from elsewhere "
+                            f"made it; {fix}")
         if len(t) != ob.ID_BYTES:
             problems.append(f"ref {name} is malformed: it holds {len(t)} byte(s) ({t[:32].hex()}), not a "
                             f"{ob.ID_BYTES}-byte commit id; {ref_fix(name)}")
@@ -179,6 +185,13 @@ def _fsck(parts: StoreParts, full: bool, progress: Progress | None,
     affected = _affected(commits, children, broken)
     return FsckReport({k.hex(): v for k, v in broken.items()}, affected, checked, problems, other,
                       stale), too_large
+
+
+def _shell_quoted(text: str) -> str:
+    """``text`` as a POSIX shell word: ``'plain'``, or bash's ``$'...'`` with escapes for control characters."""
+    if text.isprintable() and "'" not in text:
+        return f"'{text}'"
+    return "$'" + text.encode("unicode_escape").decode("ascii").replace("'", "\\'") + "'"
 
 
 def _times(n: int) -> str:

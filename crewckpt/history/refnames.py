@@ -84,6 +84,18 @@ def _problem(n: str) -> str | None:
     return None
 
 
+def ref_name_problem(name: str) -> str | None:
+    """Why a stored ref name is one crewckpt never writes (a store from elsewhere made it), else None: under
+    ``refs/heads/``, ``refs/runs/`` and ``refs/remotes/`` the rest must follow the branch rules
+    (:func:`check_branch`, NFC); other ``refs/`` names are left to their owners."""
+    for prefix in (HEADS, RUNS, REMOTES):
+        if name.startswith(prefix):
+            rest = name[len(prefix):]
+            return _problem(rest) or ("not in Unicode NFC form" if unicodedata.normalize("NFC", rest) != rest
+                                      else None)
+    return None
+
+
 def branch_ref(branch: str) -> str:
     """``main`` -> ``refs/heads/main`` (validates)."""
     return HEADS + check_branch(branch)

@@ -28,6 +28,7 @@ from crewckpt.backends.registry import ENV_VAR
 from crewckpt.backends.sqlite import DEFAULT_DIR
 from crewckpt.errors import (
     AmbiguousRevision,
+    BadRefName,
     BranchExists,
     BranchInUse,
     BranchNotMerged,
@@ -694,9 +695,11 @@ class Store:
                              "NEW`", b, b, t.hex()[:12], b, tracked.hex()[:12], b)
             for name, target in ((refnames.HEADS + b, t), (refnames.REMOTES + b, tracked)):
                 if target:
+                    self._not_a_shadow(b, target, f"branch {b!r}", f"refs/heads/{b} for the branch")
                     return self._ref_commit(name, target)
         a = self.backend.alias_get(b)
         if a:
+            self._not_a_shadow(b, a, f"the imported checkpoint id {b!r}", "the id `ckpt list` shows for it")
             self._check_alias(b, a)
             return a
         if revisions.is_hex(b):
@@ -712,6 +715,23 @@ class Store:
         shown = r.text if len(r.text) <= 80 else r.text[:77] + "..."
         raise UnknownRevision(revisions.unsupported(r.text)
                               or f"unknown revision {shown!r}: not a commit id, branch or checkpoint id{hint}")
+
+    def _not_a_shadow(self, name: str, target: bytes, what: str, other: str) -> None:
+        """Refuse a branch or alias name that is also the short id of another commit: an imported name must
+        not take over the id a user copied from `ckpt log` (git warns, "refname is ambiguous"; here it is
+        refused, since the name came from someone else's data).
+
+        Raises:
+            AmbiguousRevision: ``name`` is hex, at least MIN_PREFIX long, and prefixes a commit other than
+                ``target``.
+        """
+        if len(name) < revisions.MIN_PREFIX or not revisions.is_hex(name):
+            return
+        others = [c for c in self.backend.index_prefix(name.lower(), 2) if c != target]
+        if others:
+            raise AmbiguousRevision(f"{name!r} is ambiguous: {what} names {target.hex()[:12]}, and it is also the "
+                                    f"short id of checkpoint {others[0].hex()[:12]}; give more characters of the id, "
+                                    f"or {other}")
 
     def _latest(self) -> bytes:
         """``latest``: the newest (highest local seq) tip among the local branches (refs/heads). Never a
@@ -972,7 +992,12 @@ class Store:
             UnknownRevision: no such branch. BranchInUse: it is the current branch (git refuses too).
             BranchNotMerged: ``force=False`` and nothing else reaches its tip (nothing changed).
         """
-        ref = refnames.branch_ref(name)
+        try:
+            ref = refnames.branch_ref(name)
+        except BadRefName:  # a name only a damaged or foreign store holds (fsck names it): it may still go
+            ref = refnames.HEADS + name
+            if not isinstance(name, str) or self.backend.get_ref(ref) is None:
+                raise
         for _ in range(_CAS_RETRIES):
             witness = None if force else self._reached_elsewhere(ref)  # walked outside the transaction
             with self._writing() as txn:
