@@ -131,3 +131,12 @@ def test_a_branch_prefix_on_checkpoints_already_present_says_they_stay(tmp_path:
     assert " 0 imported, " in result.stdout
     assert "were already in the store and stay on their branches (--branch-prefix places only new ones)" in result.stderr
     assert not [b for b in Store.open(store).branches() if b.startswith("again/")]
+
+
+def test_exporting_into_a_stores_own_database_is_refused(demo: DemoStore) -> None:
+    # before: `ckpt export --format sqlite --to STORE/store.db` wrote CrewAI's table into the store's database
+    db = Path(demo.path) / "store.db"
+    before = db.read_bytes()
+    err = one_line_error(ckpt(demo.path, "export", "--all", "--format", "sqlite", "--to", str(db)))
+    assert "is a crewckpt store's database, not a CrewAI one" in err
+    assert db.read_bytes() == before

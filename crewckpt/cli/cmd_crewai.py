@@ -528,6 +528,12 @@ def _check_destination(dest: str, fmt: str) -> None:
         raise CkptError(f"--to {dest}: is a file; a JSON export needs a folder (or use --format sqlite)")
     if fmt == "sqlite" and p.is_dir():
         raise CkptError(f"--to {dest}: is a folder; an SQLite export needs a database file path")
+    if fmt == "sqlite" and p.is_file():
+        from crewckpt.backends.sqlite import is_store_db
+
+        if is_store_db(p):  # CrewAI's table would land inside a crewckpt store's own database
+            raise CkptError(f"--to {dest}: is a crewckpt store's database, not a CrewAI one; export to a file of "
+                            f"its own (e.g. checkpoints.db)")
 
 
 def _print_transfer(app: Any, report: Any, as_json: bool) -> None:
