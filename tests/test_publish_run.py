@@ -257,3 +257,29 @@ def test_a_rejected_push_of_a_runs_new_lineage_names_ckpt_publish_first(tmp_path
         with pytest.raises(PushRejected) as e:
             w.push("team", "main")
         assert "`ckpt publish team` publishes refs/runs/run-c under its own name (main there stays" in str(e.value)
+
+
+def test_a_branch_that_loses_every_race_to_another_publisher_is_kept_not_a_failure(
+        pair: tuple[Store, Store], monkeypatch: pytest.MonkeyPatch) -> None:
+    # before: two workers publishing every checkpoint to one store; one lost 5 compare-and-swaps on main
+    # in a row and its publish failed ("moved it to ... meanwhile (another writer won)"), though its run
+    # was published and the branch named the run that published later, as the rule says
+    import crewckpt.history.publish as publish
+
+    w, s = pair
+    a = run(w, "run-a", 2)
+    orig = publish.transfer
+    others: list[str] = []
+
+    def another_publisher_first(here, there, updates, **kw):  # type: ignore[no-untyped-def]
+        if any(u.ref == "refs/heads/main" for u in updates):  # it moves main between our read and our swap
+            others.append(s.commit({"other": len(others)}, branch="main", parents=[], run_id=f"run-o{len(others)}"))
+        return orig(here, there, updates, **kw)
+
+    monkeypatch.setattr(publish, "transfer", another_publisher_first)
+    rep = w.publish_run(s, "run-a")
+    assert not rep.rejected, rep.refs
+    assert statuses(rep)["refs/heads/main"] == KEPT  # the report is the last attempt's: its run ref is up to date
+    assert "another publisher moved main 5 times" in (rep.refs[-1].reason or "")
+    assert s.runs()["run-a"] == a and s.resolve("main") == others[-1] and len(others) == 5
+    assert_clean(w, s)

@@ -22,7 +22,8 @@ shared branch by the same rule the worker's own store follows:
 
 Both refs move by compare-and-swap against what was read (run ref first, so a branch never names a
 checkpoint whose run ref is not there yet); a lost race on the branch is planned again (its objects have
-arrived already, nothing is sent twice).
+arrived already, nothing is sent twice), and after 5 lost races the branch is ``kept``: each loss means
+another publisher moved it later, so it names the run that published last, as the rule says.
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ def publish_run(store: Store, remote: str | Store | None, run_id: str, branch: s
         "new", "fast-forward", "up-to-date", :data:`REPLACED`, :data:`KEPT` or :data:`SKIPPED` with a
         reason, or "rejected").
         ``rejected`` is non-empty only when the run ref could not move (someone else's commits hold that
-        name there) or the branch lost every compare-and-swap race.
+        name there). A branch that lost every compare-and-swap race is :data:`KEPT` (another publisher
+        published later; see :func:`_outraced`).
 
     Raises:
         UnknownRevision: no run ``run_id`` in ``store``. And :func:`remotes.push`'s errors (UnknownRemote,
@@ -110,7 +112,7 @@ def publish_run(store: Store, remote: str | Store | None, run_id: str, branch: s
             lost = [r for r in results if r.status == "rejected"]
             if dry_run or not lost or lost[0].ref == rref or attempt + 1 == _ATTEMPTS:
                 break  # the run ref's loser does not retry: only its own run moves it
-        total.refs = results
+        total.refs = [_outraced(r, branch, rref) if r.ref == bref and r.status == "rejected" else r for r in results]
         report = remotes._report("publish", there.name, total)
     label = remotes.check_remote_name(name) if name else label
     moved = any(r.ref == bref and r.status not in ("rejected", KEPT, SKIPPED) for r in report.refs)
@@ -118,6 +120,16 @@ def publish_run(store: Store, remote: str | Store | None, run_id: str, branch: s
         dst = remotes.tracking_prefix(label) + branch
         move_refs(here, [RefUpdate(dst, tip, store.backend.get_ref(dst), "", "push", f"publish to {label}")])
     return report
+
+
+def _outraced(r: RefResult, branch: str, rref: str) -> RefResult:
+    """The branch's result after it lost every compare-and-swap race: :data:`KEPT`, not a failure. Each lost
+    race means another publisher moved the branch after this one read it, so by the module's rule (the
+    branch names the run that published last) that publisher's run is the one to name; this run is
+    published under ``rref`` all the same (the run ref moved first)."""
+    return RefResult(r.ref, r.old, r.new, KEPT, f"another publisher moved {branch} {_ATTEMPTS} times while this one "
+                                               f"tried (it names the run that published last); this run is "
+                                               f"published as {rref}")
 
 
 def _local_tips(store: Store, rref: str, bref: str) -> tuple[bytes, bytes | None]:
