@@ -432,7 +432,7 @@ def _module_level_callback(output: Any) -> None:
 def test_a_task_whose_dump_text_did_not_change_is_not_parsed_again_and_a_changed_one_is() -> None:
     import warnings
 
-    from crewckpt.crewai.entities import CrewDumper, _callback_verdict
+    from crewckpt.crewai.entities import CrewDumper, _callback_verdict, _held_names
     from crewckpt.crewai.snapshot import SnapshotBuilder, plain
     from crewckpt.testing import research_crew
 
@@ -442,9 +442,12 @@ def test_a_task_whose_dump_text_did_not_change_is_not_parsed_again_and_a_changed
 
     def check() -> list[bool]:
         """Dump through the dumper; it equals the whole dump; returns which tasks were parsed again."""
-        text = crew.model_dump_json(include={"tasks"}, exclude={"tasks": {"__all__": {"agent"}}}, warnings=False)
+        names = _held_names(crew.tasks)  # the dumper leaves these out of the text it compares
+        assert "output" in names and "prompt_context" in names
+        text = crew.model_dump_json(include={"tasks"}, exclude={"tasks": {"__all__": {"agent", *names}}},
+                                    warnings=False)
         verdicts = [_callback_verdict(t) for t in crew.tasks]
-        parsed = [raw is not None for raw in dumper._task_dumps(text, verdicts, dumper._tasks)[0]]
+        parsed = [raw is not None for raw in dumper._task_dumps(text, verdicts, dumper._tasks, True)[0]]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             got, whole = plain(dumper.dump(crew)), builder.dump_model(crew)
@@ -455,11 +458,22 @@ def test_a_task_whose_dump_text_did_not_change_is_not_parsed_again_and_a_changed
 
     check()
     assert check() == [False] * 4  # nothing changed: nothing parsed
-    crew.tasks[2].description = "changed"
-    assert check() == [False, False, True, True]  # parsed from the first task that changed
+    crew.tasks[2].name = "changed"
+    assert check() == [False, False, True, False]  # only the task that changed: its end found by the next
     assert check() == [False] * 4
     crew.tasks[0].callback = _module_level_callback
-    assert check() == [True] * 4
+    assert check() == [True, False, False, False]
+    crew.tasks[3].name = "the last one"  # the last task: no next task to find its end by, parsed to the end
+    assert check() == [False, False, False, True]
+    crew.tasks[1].name = "changed"
+    crew.tasks[2].name = "changed again"  # two in a row: each found by the one after it
+    assert check() == [False, True, True, False]
+    crew.tasks[1].name = ',' + crew.model_dump_json(include={"tasks": {2}}, exclude={"tasks": {"__all__": {
+        "agent", *_held_names(crew.tasks)}}})[10:-2]  # the next task's text inside a string: escaped, not seen
+    assert check() == [False, True, False, False]
+    crew.tasks[1].config = {"copy": [0, orjson.loads(crew.model_dump_json(include={"tasks": {2}}, exclude={
+        "tasks": {"__all__": {"agent", *_held_names(crew.tasks)}}})[10:-2])]}  # the next task's very text inside
+    assert check() == [False, True, True, False]  # that end does not parse; the one after task 2 does
     assert plain(dumper.dump(crew))["tasks"][0]["callback"].endswith("_module_level_callback")
     # the same dotted text, but now a closure: not stored (null), so the task is parsed and cleaned again
     def _module_level_callback_closure(output: Any) -> None: ...  # noqa: E306
@@ -471,6 +485,107 @@ def test_a_task_whose_dump_text_did_not_change_is_not_parsed_again_and_a_changed
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert plain(dumper.dump(crew))["tasks"][0]["callback"] is None
+
+
+def test_a_tasks_long_fields_are_held_out_of_its_dump_only_while_provably_unchanged() -> None:
+    """A task's output and long texts are left out of pydantic's dump while their fingerprint (every object
+    reached, compared by identity, every container walked again) is last checkpoint's; any change, in place
+    or by assignment, makes that task dumped whole again. Every document is byte-equal to CrewAI's whole
+    dump, so nothing stale is ever reused."""
+    import warnings
+
+    from crewai.tasks.output_format import OutputFormat
+    from crewai.tasks.task_output import TaskOutput
+
+    from crewckpt.crewai.entities import CrewDumper, _fingerprint, _held_names, _unchanged
+    from crewckpt.crewai.snapshot import SnapshotBuilder, plain
+    from crewckpt.testing import research_crew
+
+    crew = research_crew(12)
+    builder = SnapshotBuilder()
+    dumper = CrewDumper(builder)
+    names = _held_names(crew.tasks)
+
+    def dump() -> dict[str, Any]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got, whole = plain(dumper.dump(crew)), builder.dump_model(crew)
+        got = expand_entity(got, 0, [got], "test")
+        assert orjson.dumps(got) == orjson.dumps(whole)
+        return got  # type: ignore[no-any-return]
+
+    def fresh() -> list[int]:
+        return [j for j, t in enumerate(crew.tasks)
+                if not _unchanged(dumper._tasks, j, t, _fingerprint(t, names))]
+
+    for t in crew.tasks:
+        t.output = TaskOutput(description=t.description, raw="r" * 600, agent="a", output_format=OutputFormat.RAW,
+                              messages=[{"role": "user", "content": "hello"}])
+        t.prompt_context = "context " * 100
+    dump()
+    dump()
+    assert dumper._held_used and dumper.held_ok is True  # checked against a whole dump once
+    assert fresh() == []
+    out = crew.tasks[3].output
+    assert out is not None
+    out.messages[0]["content"] = "changed in place"  # a dict inside a list inside the model
+    assert fresh() == [3]
+    assert dump()["tasks"][3]["output"]["messages"][0]["content"] == "changed in place"
+    assert fresh() == []
+    out.messages.append({"role": "assistant", "content": "more"})
+    out.raw = "new raw"
+    assert fresh() == [3]
+    assert dump()["tasks"][3]["output"]["raw"] == "new raw"
+    crew.tasks[5].prompt_context = "".join(["context "] * 100)  # equal text, another object: dumped again
+    assert fresh() == [5]
+    dump()
+    crew.tasks[7].description = "a new description"
+    crew.tasks[8].output = None
+    assert dump()["tasks"][7]["description"] == "a new description"
+    assert dump()["tasks"][8]["output"] is None
+    crew.tasks[9].name = "renamed"  # not a held field: seen in the text, the held ones spliced back
+    got = dump()["tasks"][9]
+    assert got["name"] == "renamed" and got["output"]["raw"] == "r" * 600
+    for t in crew.tasks:  # most tasks changed: one dump of everything, then held again
+        t.prompt_context = "other " * 100
+    dump()
+    assert not dumper._held_used
+    dump()
+    assert dumper._held_used
+
+
+def test_only_values_pydantic_writes_from_their_content_are_fingerprinted() -> None:
+    import enum
+
+    from pydantic import BaseModel, Field, field_serializer
+
+    from crewckpt.crewai.entities import _fingerprint, _held_type, _HeldMiss, _plain_model, _splice
+
+    class Shown(BaseModel):
+        x: str = ""
+
+        @field_serializer("x")
+        def _x(self, v: str) -> str:
+            return v.upper()
+
+    class Color(enum.Enum):
+        RED = "red"
+
+    class Holder(BaseModel):
+        output: Any = None
+        description: str = Field("", alias="d")
+
+    assert _plain_model(Holder) and not _plain_model(Shown)
+    assert _held_type(str) and _held_type(Shown | None) and not _held_type(int) and not _held_type(str | int)
+    h = Holder()
+    for held, provable in (([1, "a", None, 2.5, Color.RED], True), ({"k": [1, {"n": "v"}]}, True),
+                           (Shown(), False), ({1: "int key"}, False), (object(), False), ({"f": lambda: 1}, False)):
+        h.output = held
+        assert (_fingerprint(h, ("output",)) is not None) is provable, held
+    with pytest.raises(_HeldMiss):  # the fields around a held one moved: the dumper dumps them all instead
+        _splice({"b": 1, "a": 2}, {"a": 0, "h": "x", "b": 0}, ("h",))
+    assert list(_splice({"a": 1, "b": 2}, {"a": 0, "h": "x", "b": 0}, ("h",)).items()) == [
+        ("a", 1), ("h", "x"), ("b", 2)]
 
 
 def test_a_frozen_value_repeated_in_one_document_is_walked_once() -> None:
@@ -691,3 +806,38 @@ def test_a_profile_sets_its_writers_cache_bound_and_ids_do_not_depend_on_it() ->
         assert splitter._cache.limit == limit
         assert splitter._strs.limit == splitter._cache.limit // 4 and splitter._small.limit == splitter._cache.limit // 8
     assert ids["small"] == ids["crewai"]  # the bound changes memory, never ids
+
+
+def test_a_held_field_changed_by_another_thread_during_its_dump_is_dumped_again_next_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fingerprint is taken before the dumps and again after a task's whole dump; when they differ (a
+    change in between), the task is not taken as unchanged next checkpoint, whatever it holds then."""
+    import warnings
+
+    from crewckpt.crewai import entities
+    from crewckpt.crewai.snapshot import SnapshotBuilder
+    from crewckpt.testing import research_crew
+
+    crew = research_crew(3)
+    dumper = entities.CrewDumper(SnapshotBuilder())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dumper.dump(crew)
+        dumper.dump(crew)
+        assert all(t.print is not None for t in dumper._tasks)
+        crew.tasks[1].prompt_context = "".join(["changed "] * 100)
+        real = entities._fingerprint
+        calls: list[int] = []
+
+        def moving(task: Any, names: tuple[str, ...]) -> Any:
+            calls.append(1)
+            fp = real(task, names)
+            if task is crew.tasks[1] and len(calls) > 3 and fp is not None:  # after its whole dump
+                return (fp[0] + ["another object"], fp[1])
+            return fp
+
+        monkeypatch.setattr(entities, "_fingerprint", moving)
+        dumper.dump(crew)
+    assert dumper._tasks[1].print is None and dumper._tasks[0].print is not None
+    monkeypatch.setattr(entities, "_fingerprint", real)
+    assert not entities._unchanged(dumper._tasks, 1, crew.tasks[1], real(crew.tasks[1], entities._held_names(crew.tasks)))

@@ -6,9 +6,10 @@ grows with the number of tasks. :class:`CrewDumper` asks pydantic (C speed) for 
 through the crew's own serializers (``include``/``exclude`` only select, they do not change how a field is
 written): the crew without its tasks, the tasks without their agent, and each distinct agent object once
 through a task that holds it. Only a part whose content differs from the previous checkpoint's is parsed,
-redacted and cleaned again (the fingerprint is the pydantic dump itself: a changed value always shows in
-it; object identity is never trusted alone); the rest are the same :class:`~crewckpt.history.snapshot.Frozen`
-objects as last time, which the store reuses in O(1).
+redacted and cleaned again (the fingerprint is the pydantic dump itself, a changed value always shows in
+it; for the held fields below, a walk of every object they reach; object identity is never trusted alone);
+the rest are the same :class:`~crewckpt.history.snapshot.Frozen` objects as last time, which the store
+reuses in O(1).
 
 The tasks' dump is one text; a task whose text is byte-equal to last checkpoint's at the same position (and
 whose callbacks would be kept or dropped alike) is not parsed at all: the text is parsed from the first task
@@ -19,19 +20,38 @@ back): its piece never changes, so an unchanged task is the same Frozen value as
 its tree id. Any other agent's piece is one Frozen object shared by all its tasks, so the store walks it once
 per checkpoint however many tasks embed it.
 
+A task's fields that grow with a run (its output and long texts: :func:`_held_names`) are left out of that
+text while they provably hold what they held when last dumped: a fingerprint (:func:`_fingerprint`) walks
+every container they reach and compares every object by identity, down to immutable leaves, so the same
+fingerprint means the same content and pydantic would write the same JSON. Their JSON is then last
+checkpoint's, spliced back in pydantic's key order; a task whose fingerprint changed is dumped whole by
+index. The fingerprint is taken before the dumps and again after a task's whole dump (a change by another
+thread in between makes that task dumped whole again next time). This keeps the tasks' text, which a
+sequential crew grows with the square of its tasks (task k's prompt context holds tasks 1..k-1's
+outputs), out of every checkpoint.
+
 The first document of each dumper is also dumped whole and compared byte for byte; if the pieces do not
 give exactly CrewAI's dump (another crewai version, a custom serializer), that dumper falls back to whole
-dumps for good. Any error in the pieced path does the same.
+dumps for good. Any error in the pieced path does the same. The first document with held fields is
+checked the same way; a difference stops holding them for that dumper.
 
-Memory: the previous checkpoint's parts only (one parsed dict, two Frozen values and the dump text per task,
-one Frozen per agent), about three times the JSON size of the crew.
+Memory: the previous checkpoint's parts only (one parsed dict, two Frozen values, the dump text and a
+fingerprint of at most _FINGERPRINT_MAX references per task, one Frozen per agent), about three times the JSON
+size of the crew.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import decimal
+import enum
 import logging
+import operator
 import threading
+import types
+import typing
+import uuid
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +62,7 @@ from pydantic import BaseModel
 
 from crewckpt.history.snapshot import Frozen, Parts, Refreezer
 from crewckpt.history.summary import json_size
-from crewckpt.views.document import agent_ref, expand_entity, is_ref_shaped
+from crewckpt.views.document import SEPARATE_KEYS, agent_ref, expand_entity, is_ref_shaped
 
 if TYPE_CHECKING:
     from crewckpt.crewai.snapshot import SnapshotBuilder
@@ -216,6 +236,8 @@ class CrewDumper:
     def __init__(self, builder: SnapshotBuilder) -> None:
         self.builder = builder
         self.ok: bool | None = None
+        self.held_ok: bool | None = None  # None until a document with held fields was checked whole
+        self._held_used = False  # whether the last _pieced value held any field out of the tasks' dump
         self.refs = False
         self._ref_pieces: dict[str, Frozen] = {}  # pointer -> its {"agent": {"$ref": pointer}} piece, for good
         self._tasks: list[_Task] = []  # last checkpoint's, by position
@@ -232,23 +254,28 @@ class CrewDumper:
         self.refs = False
         if self.ok is False:
             return b.dump_model(crew)
+        at = index if refs else None
         try:
-            out = self._pieced(crew, index if refs else None)
+            try:
+                out = self._pieced(crew, at, hold=self.held_ok is not False)
+            except _HeldMiss:  # a task's other fields moved while its long fields were held: dump them all
+                out = self._pieced(crew, at, hold=False)
         except Exception:
             logger.debug("crewckpt: dumping %s in pieces failed; dumping it whole from now on",
                          type(crew).__name__, exc_info=True)
             self.ok = False
             self.refs = False
             return b.dump_model(crew)
-        if self.ok is None:
-            whole = b.dump_model(crew)
-            try:
-                flat = plain(out)
-                if self.refs:
-                    flat = expand_entity(flat, index, {index: flat}, type(crew).__name__)
-                same = orjson.dumps(flat) == orjson.dumps(whole)
-            except Exception:  # unencodable, or a reference that does not expand: not this dumper's shape
-                same = False
+        if self.ok is None or (self.held_ok is None and self._held_used):
+            same = self._same(out, b.dump_model(crew), crew, index)
+            if self.ok is not None:  # the held path's first document (the pieces were checked before it)
+                self.held_ok = same
+                if not same:
+                    logger.debug("crewckpt: %s dumped with held fields differs from its whole dump; not "
+                                 "holding them", type(crew).__name__)
+                    self._tasks = []
+                    return self.dump(crew, index, refs=refs)
+                return out
             self.ok = same
             if not same:
                 self.refs = False
@@ -257,17 +284,42 @@ class CrewDumper:
                 self._tasks = []
                 self._agents = {}
                 self._top = Refreezer(depth=_TOP_DEPTH)
-                return whole
+                return b.dump_model(crew)
         return out
+
+    def _same(self, out: Any, whole: Any, crew: Any, index: int) -> bool:
+        """Whether the pieced value ``out``, as bare JSON with its references expanded, is byte-equal to
+        ``whole`` (the crew's whole dump)."""
+        try:
+            flat = plain(out)
+            if self.refs:
+                flat = expand_entity(flat, index, {index: flat}, type(crew).__name__)
+            return orjson.dumps(flat) == orjson.dumps(whole)
+        except Exception:  # unencodable, or a reference that does not expand: not this dumper's shape
+            return False
 
     def _clean(self, model: Any, value: Any, text: str | None) -> Any:
         b = self.builder
         b._drop_bad_callbacks(model, value)
         return b.redactor.apply(value, text)
 
-    def _pieced(self, crew: Any, index: int | None) -> dict[str, Any]:
-        """The pieced value (see :meth:`dump`); ``index`` None: no agent references. Sets :attr:`refs`."""
+    def _pieced(self, crew: Any, index: int | None, *, hold: bool = True) -> dict[str, Any]:
+        """The pieced value (see :meth:`dump`); ``index`` None: no agent references; ``hold``: leave the
+        tasks' long fields that are provably unchanged out of the tasks' dump (:func:`_held_names`). Sets
+        :attr:`refs`.
+
+        Raises:
+            _HeldMiss: a task's other fields are not last checkpoint's keys (the caller dumps them all)."""
         tasks = list(crew.tasks)
+        old = self._tasks
+        # fingerprints first, dumps after: a value changed in between is then seen as changed next time
+        names = _held_names(tasks) if hold else ()
+        prints = [_fingerprint(t, names) for t in tasks] if names else [None] * len(tasks)
+        fresh = [j for j, t in enumerate(tasks) if not _unchanged(old, j, t, prints[j])] if names else []
+        if len(fresh) > max(_FRESH_MAX, len(tasks) // 4):  # most changed: one dump of everything is cheaper
+            names, fresh = (), []
+        mode = bool(names)
+        self._held_used = mode
         top_text = crew.model_dump_json(exclude={"tasks"}, warnings=False)
         top_value = self._clean(crew, orjson.loads(top_text), top_text)
         top = self._top.values(top_value)
@@ -279,11 +331,20 @@ class CrewDumper:
             for pos, a in enumerate(crew_agents):
                 position.setdefault(id(a), pos)
         listed_bytes: dict[int, bytes | None] = {}
-        tasks_text = crew.model_dump_json(include={"tasks"}, exclude={"tasks": {"__all__": {"agent"}}},
+        tasks_text = crew.model_dump_json(include={"tasks"}, exclude={"tasks": {"__all__": {"agent", *names}}},
                                           warnings=False)
-        old = self._tasks
+        whole_tasks: dict[int, Any] = {}
+        if fresh:  # the tasks whose held fields changed: dumped whole (one call for all of them)
+            got = orjson.loads(crew.model_dump_json(include={"tasks": {j: True for j in fresh}},
+                                                    exclude={"tasks": {"__all__": {"agent"}}}, warnings=False))
+            if not isinstance(got, dict) or len(got.get("tasks") or ()) != len(fresh):
+                raise _HeldMiss("the tasks changed while dumping")
+            whole_tasks = dict(zip(fresh, got["tasks"]))
+            for j in fresh:  # changed again meanwhile (another thread): not known to match its dump next time
+                if not _same_print(prints[j], _fingerprint(tasks[j], names)):
+                    prints[j] = None
         verdicts = [_callback_verdict(t) for t in tasks]
-        dumped, texts = self._task_dumps(tasks_text, verdicts, old)
+        dumped, texts = self._task_dumps(tasks_text, verdicts, old, mode)
         agents: dict[int, Frozen] = {}  # this checkpoint: agent object -> piece (same object, same moment)
         seen: dict[str, Frozen] = {}
         new: list[_Task] = []
@@ -305,6 +366,11 @@ class CrewDumper:
                 if agent is not None:
                     agents[id(agent)] = piece
             prev = old[j] if j < len(old) else None
+            if j in whole_tasks:
+                raw = whole_tasks[j]
+            elif raw is not None and mode:  # its held fields are last checkpoint's: spliced back in place
+                assert prev is not None
+                raw = _splice(raw, prev.raw, names)
             if raw is None:  # its text is byte-equal to last checkpoint's, and so are its callbacks' fates
                 assert prev is not None
                 raw, prefix, suffix = prev.raw, prev.prefix, prev.suffix
@@ -323,7 +389,12 @@ class CrewDumper:
                 value_f = prev.value
             else:
                 value_f = Frozen(Parts([prefix, piece, suffix], join=True), size=_joined_size((prefix, piece, suffix)))
-            new.append(_Task(raw, prefix, piece, suffix, value_f, texts[j], verdicts[j]))
+            if (prev is not None and value_f is prev.value and prev.raw is raw and prev.task is task
+                    and prev.text == texts[j] and prev.verdict == verdicts[j] and prev.held is mode
+                    and (not mode or j not in whole_tasks)):  # held and not dumped whole: same fingerprint
+                new.append(prev)  # nothing about it changed: no new entry (nor garbage) per unchanged task
+            else:
+                new.append(_Task(raw, prefix, piece, suffix, value_f, texts[j], verdicts[j], task, prints[j], mode))
             values.append(value_f)
         self._tasks = new
         self._agents = seen
@@ -365,50 +436,94 @@ class CrewDumper:
             self._agent_refreezers.set(agent, refreeze)
         return _frozen({"agent": refreeze(value)})
 
-    def _task_dumps(self, text: str, verdicts: list[tuple[bool, ...] | None], old: list[_Task]
-                    ) -> tuple[list[Any], list[str | None]]:
+    def _task_dumps(self, text: str, verdicts: list[tuple[bool, ...] | None], old: list[_Task],
+                    held: bool = False) -> tuple[list[Any], list[str | None]]:
         """Each task's dump (without its agent) from ``text`` (``{"tasks":[...]}`` as pydantic wrote it), and
         its text for the next checkpoint's comparison (None when not found). ``verdicts``: each task's
         :func:`_callback_verdict` now.
 
         A task whose text is byte-equal to last checkpoint's at the same position (a JSON object is
         prefix-free: equal bytes there are the whole, equal object) and whose callbacks would be kept or
-        dropped alike gets None instead of a dump: it is not parsed again. The rest of ``text``, from the
-        first task that differs, is parsed in one call (C speed); each parsed task's text is found again by
-        re-encoding it (orjson writes compact JSON as pydantic does; where they differ, the task is just
-        parsed again next time)."""
+        dropped alike gets None instead of a dump: it is not parsed again. A task that differs is parsed
+        alone when its end is found: the next task's old text, after a comma, further on, where the text
+        between parses as one JSON object (again prefix-free: it then is exactly that task's text), so only
+        the tasks that changed are parsed. Otherwise the rest of ``text`` is parsed in one call (C speed)
+        and each task's text is found again by re-encoding it (orjson writes compact JSON as pydantic does;
+        where they differ, the task is just parsed again next time). ``held``: ``text`` leaves the held
+        fields out (:func:`_held_names`); it is compared only with texts that did too."""
         head = '{"tasks":['
         if not text.startswith(head) or not text.endswith("]}"):
             raise ValueError("unexpected tasks dump")
         pos = len(head)
+        n = len(verdicts)
         out: list[Any] = []
         texts: list[str | None] = []
-        for j, verdict in enumerate(verdicts):
+        while len(out) < n:
+            j = len(out)
             prev = old[j] if j < len(old) else None
-            if (prev is None or prev.text is None or verdict is None or prev.verdict != verdict
-                    or not text.startswith(prev.text, pos)):
+            if (prev is not None and prev.text is not None and verdicts[j] is not None
+                    and prev.verdict == verdicts[j] and prev.held is held and text.startswith(prev.text, pos)):
+                out.append(None)
+                texts.append(prev.text)
+                pos += len(prev.text) + 1
+                continue
+            found = _changed_run(text, pos, old, j, n)
+            if found is None:  # the rest, in one call
+                rest = orjson.loads("[" + text[pos:-1])
+                if len(out) + len(rest) != n:
+                    raise ValueError("task count changed while dumping")
+                pos = _texts_of(rest, text, pos, out, texts)
                 break
-            out.append(None)
-            texts.append(prev.text)
-            pos += len(prev.text) + 1
-        rest = orjson.loads("[" + text[pos:-1]) if len(out) < len(verdicts) else []
-        if len(out) + len(rest) != len(verdicts):
-            raise ValueError("task count changed while dumping")
-        found = True
-        for raw in rest:
-            found = found and isinstance(raw, dict)
-            t: str | None = None
-            if found:
-                try:
-                    t = orjson.dumps(raw).decode()
-                except (TypeError, orjson.JSONEncodeError):
-                    t = None
-                found = t is not None and text.startswith(t, pos)
-            texts.append(t if found else None)
-            if found:
-                pos += len(t) + 1  # type: ignore[arg-type]
-            out.append(raw)
+            run, end = found
+            _texts_of(run, text, pos, out, texts)
+            pos = end + 1
         return out, texts
+
+
+_RUN_TRIES = 8  # later tasks tried as the first unchanged one after a changed task
+
+
+def _changed_run(text: str, pos: int, old: list[_Task], j: int, n: int) -> tuple[list[Any], int] | None:
+    """The tasks ``j..k-1`` parsed and where their text ends, where task ``k`` is the first of the next few whose text last checkpoint
+    stands right after them (``,`` then that text); None when none does (the caller parses the rest). The
+    slice is parsed as an array and must hold exactly ``k - j`` objects: a slice ending anywhere but after
+    the (k-j)-th task is not that (an end inside a string does not parse; another task boundary gives
+    another count)."""
+    for k in range(j + 1, min(j + 1 + _RUN_TRIES, n, len(old))):
+        following = old[k].text
+        if following is None:
+            continue
+        end = text.find("," + following, pos)
+        if end <= pos:
+            continue
+        try:
+            run = orjson.loads("[" + text[pos:end] + "]")
+        except orjson.JSONDecodeError:
+            continue
+        if len(run) == k - j and all(isinstance(r, dict) for r in run):
+            return run, end
+    return None
+
+
+def _texts_of(raws: list[Any], text: str, pos: int, out: list[Any], texts: list[str | None]) -> int:
+    """Append ``raws`` (tasks parsed from ``text`` at ``pos``) to ``out`` and each one's text to ``texts``,
+    found again by re-encoding it (None from the first not found on: those are parsed again next time);
+    returns the position after them (meaningful only when all were found)."""
+    ok = True
+    for raw in raws:
+        ok = ok and isinstance(raw, dict)
+        t: str | None = None
+        if ok:
+            try:
+                t = orjson.dumps(raw).decode()
+            except (TypeError, orjson.JSONEncodeError):
+                t = None
+            ok = t is not None and text.startswith(t, pos)
+        texts.append(t if ok else None)
+        if ok:
+            pos += len(t) + 1  # type: ignore[arg-type]
+        out.append(raw)
+    return pos
 
 
 @dataclasses.dataclass(slots=True)
@@ -423,6 +538,139 @@ class _Task:
     value: Frozen
     text: str | None
     verdict: tuple[bool, ...] | None
+    task: Any  # the task object at this position
+    print: Print | None  # its held fields' fingerprint when dumped (:func:`_fingerprint`)
+    held: bool  # ``text`` left the held fields out
+
+
+# -- held fields: a task's long fields left out of the tasks' dump while provably unchanged ------------------
+
+_FRESH_MAX = 8  # tasks whose held fields changed, dumped whole by index; more (and over a quarter): all dumped
+_FINGERPRINT_MAX = 4096  # objects in one task's fingerprint; a bigger value is dumped every checkpoint
+_LEAVES = frozenset({str, int, float, bool, type(None), datetime.datetime, datetime.date, datetime.time,
+                     datetime.timedelta, uuid.UUID, decimal.Decimal})  # immutable
+_HELD_NAMES: dict[type, tuple[str, ...]] = {}
+_PLAIN_MODELS: dict[type, bool] = {}
+_MISSING = object()
+Print = tuple[list[Any], list[int]]  # a fingerprint: (every object reached, every container's length)
+
+
+class _HeldMiss(Exception):
+    """A task dumped without its held fields does not have last checkpoint's other keys."""
+
+
+def _plain_model(cls: type) -> bool:
+    """Whether pydantic writes a ``cls`` instance from its fields' values alone: a BaseModel without model or
+    field serializers and computed fields (cached per class)."""
+    ok = _PLAIN_MODELS.get(cls)
+    if ok is None:
+        dec = getattr(cls, "__pydantic_decorators__", None)
+        ok = _PLAIN_MODELS[cls] = bool(issubclass(cls, BaseModel) and dec is not None and not dec.model_serializers
+                                       and not dec.field_serializers and not dec.computed_fields)
+    return ok
+
+
+def _held_names(tasks: list[Any]) -> tuple[str, ...]:
+    """The fields left out of the tasks' dump while unchanged (:func:`_fingerprint`): those of the CrewAI
+    split hints (:data:`crewckpt.views.document.SEPARATE_KEYS`: what grows with a run, a task's output and
+    prompt context) that pydantic writes from their value alone: typed ``str``, a model or either or None,
+    with no alias, metadata, serializer or exclusion. () unless every task has the same class."""
+    cls = type(tasks[0]) if tasks else None
+    if cls is None or any(type(t) is not cls for t in tasks):
+        return ()
+    names = _HELD_NAMES.get(cls)
+    if names is None:
+        fields = getattr(cls, "model_fields", {})
+        names = _HELD_NAMES[cls] = () if not _plain_model(cls) else tuple(
+            n for n, f in fields.items()
+            if n in SEPARATE_KEYS and n != "agent" and not f.metadata and f.alias is None
+            and f.serialization_alias is None and not f.exclude and _held_type(f.annotation))
+    return names
+
+
+def _held_type(annotation: Any) -> bool:
+    """``str``, a BaseModel subclass, or either of them or None."""
+    args = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) \
+        else (annotation,)
+    kinds = [a for a in args if a is not type(None)]
+    return len(kinds) == 1 and isinstance(kinds[0], type) and (kinds[0] is str or issubclass(kinds[0], BaseModel))
+
+
+def _fingerprint(task: Any, names: tuple[str, ...]) -> Print | None:
+    """What the fields ``names`` of ``task`` hold, as (every object reached, every container's length), or
+    None when something is not provably immutable through it.
+
+    The walk visits every list, tuple, dict and plain model (:func:`_plain_model`, through its ``__dict__``
+    and extras) and stops at immutable leaves (str, numbers, None, dates, UUID, Decimal, enum members): two
+    fingerprints whose objects are the same objects (``is``, in order) and whose lengths are equal describe
+    the same content, so pydantic writes the same JSON for both. Identity alone is never the proof: every
+    container is walked again each time. The lists keep the objects alive, so no id is reused."""
+    d = task.__dict__
+    leaves = _LEAVES
+    level = [d.get(n, _MISSING) for n in names]
+    objs: list[Any] = list(level)
+    lengths: list[int] = []
+    while level:  # one level of the tree at a time; leaves cost one C-level type test each
+        below: list[Any] = []
+        for x in level:
+            t = type(x)
+            if t in leaves or x is _MISSING:
+                continue
+            if t is list or t is tuple:
+                lengths.append(len(x))
+                below.extend(x)
+            elif t is dict:
+                lengths.append(len(x))
+                for key in x:
+                    if type(key) is not str:
+                        return None
+                objs.extend(x)
+                below.extend(x.values())
+            elif isinstance(x, enum.Enum):
+                if type(x.value) not in leaves:
+                    return None
+            elif _plain_model(t):
+                fields = x.__dict__
+                lengths.append(len(fields))
+                objs.append(t)
+                objs.extend(fields)
+                below.extend(fields.values())
+                below.append(getattr(x, "__pydantic_extra__", None))
+            else:
+                return None
+        objs.extend(below)
+        if len(objs) > _FINGERPRINT_MAX:
+            return None
+        level = [y for y in below if type(y) not in leaves]
+    return objs, lengths
+
+
+def _same_print(a: Print | None, b: Print | None) -> bool:
+    """Whether two fingerprints (:func:`_fingerprint`) describe the same objects holding the same content."""
+    if a is None or b is None:
+        return False
+    return a[1] == b[1] and len(a[0]) == len(b[0]) and all(map(operator.is_, a[0], b[0]))
+
+
+def _unchanged(old: list[_Task], j: int, task: Any, fp: Print | None) -> bool:
+    """Whether ``task`` at position ``j`` holds what its held fields held when last checkpoint dumped it."""
+    prev = old[j] if j < len(old) else None
+    return prev is not None and prev.task is task and _same_print(fp, prev.print)
+
+
+def _splice(raw: Any, prev_raw: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """``raw`` (a task dumped without its held fields ``names``) with their values from ``prev_raw`` (its
+    whole dump last checkpoint, when they held the same), every key in ``prev_raw``'s order (pydantic's).
+
+    Raises:
+        _HeldMiss: ``raw``'s keys are not ``prev_raw``'s without ``names``, in order."""
+    if not isinstance(raw, dict) or not isinstance(prev_raw, dict):
+        raise _HeldMiss("not a task dump")
+    held = set(names)
+    keys = list(prev_raw)
+    if [k for k in keys if k not in held] != list(raw):
+        raise _HeldMiss("a task's fields changed")
+    return {k: prev_raw[k] if k in held else raw[k] for k in keys}
 
 
 _PLAIN_TASKS: dict[type, bool] = {}
