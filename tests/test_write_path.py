@@ -206,7 +206,7 @@ def test_every_checkpoint_equals_crewais_dump_and_shows_mid_run_edits() -> None:
     store = Store.open(".ckpt")
     commits = store.list()
     assert len(commits) == len(ours) == 2 + 6 * 3
-    assert dumpers and all(d.ok for d in dumpers)  # the pieced path stayed on
+    assert dumpers and all(d.ok and d.held_ok for d in dumpers)  # the pieced path stayed on, fields held
     for c, doc, want in zip(commits, ours, theirs):
         # byte for byte, key order included, once the agent references are expanded
         assert orjson.dumps(crewai_json(doc)["entities"]) == want
