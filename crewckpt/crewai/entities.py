@@ -472,7 +472,7 @@ class CrewDumper:
                 rest = orjson.loads("[" + text[pos:-1])
                 if len(out) + len(rest) != n:
                     raise ValueError("task count changed while dumping")
-                pos = _texts_of(rest, text, pos, out, texts)
+                _texts_of(rest, text, pos, out, texts)
                 break
             run, end = found
             _texts_of(run, text, pos, out, texts)
@@ -484,8 +484,9 @@ _RUN_TRIES = 8  # later tasks tried as the first unchanged one after a changed t
 
 
 def _changed_run(text: str, pos: int, old: list[_Task], j: int, n: int) -> tuple[list[Any], int] | None:
-    """The tasks ``j..k-1`` parsed and where their text ends, where task ``k`` is the first of the next few whose text last checkpoint
-    stands right after them (``,`` then that text); None when none does (the caller parses the rest). The
+    """The tasks ``j..k-1`` parsed, and where their text ends: task ``k`` is the first of the next few whose
+    text last checkpoint stands right after them (``,`` then that text); None when none does (the caller
+    parses the rest). The
     slice is parsed as an array and must hold exactly ``k - j`` objects: a slice ending anywhere but after
     the (k-j)-th task is not that (an end inside a string does not parse; another task boundary gives
     another count)."""
@@ -505,10 +506,9 @@ def _changed_run(text: str, pos: int, old: list[_Task], j: int, n: int) -> tuple
     return None
 
 
-def _texts_of(raws: list[Any], text: str, pos: int, out: list[Any], texts: list[str | None]) -> int:
+def _texts_of(raws: list[Any], text: str, pos: int, out: list[Any], texts: list[str | None]) -> None:
     """Append ``raws`` (tasks parsed from ``text`` at ``pos``) to ``out`` and each one's text to ``texts``,
-    found again by re-encoding it (None from the first not found on: those are parsed again next time);
-    returns the position after them (meaningful only when all were found)."""
+    found again by re-encoding it (None from the first not found on: those are parsed again next time)."""
     ok = True
     for raw in raws:
         ok = ok and isinstance(raw, dict)
@@ -523,7 +523,6 @@ def _texts_of(raws: list[Any], text: str, pos: int, out: list[Any], texts: list[
         if ok:
             pos += len(t) + 1  # type: ignore[arg-type]
         out.append(raw)
-    return pos
 
 
 @dataclasses.dataclass(slots=True)
