@@ -224,6 +224,68 @@ def test_every_checkpoint_equals_crewais_dump_and_shows_mid_run_edits() -> None:
     assert all(d["entities"][0]["agents"][0]["goal"] == "a goal changed mid-run" for d in ours[first_edit:])
 
 
+@pytest.mark.crewai
+@pytest.mark.usefixtures("crewai_offline")
+def test_wide_edge_lists_are_sealed_pieces_that_read_back_as_crewais_edges(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node whose edge list outgrows _WIDE (a crew's kickoff gains a child per event) is split as sealed
+    pieces plus a tail: every checkpoint reads back with exactly the edges CrewAI's record held at that moment,
+    and a sealed piece is the same object from one checkpoint to the next (reused, not rebuilt)."""
+    from crewai.state.runtime import RuntimeState
+
+    from crewckpt.crewai import CheckpointConfig
+    from crewckpt.crewai import snapshot as snap
+    from crewckpt.testing import research_crew
+
+    monkeypatch.setattr(snap, "_WIDE", 6)  # a 3-task crew's kickoff then has a wide child list
+    monkeypatch.setattr(snap, "_EDGE_PIECE", 4)
+    theirs: list[dict[str, Any]] = []
+    wide: list[dict[tuple[str, str], list[int]]] = []
+    document = snap.SnapshotBuilder.document
+
+    def spy(self: Any, state: RuntimeState, **kw: Any) -> Any:
+        doc = document(self, state, **kw)
+        theirs.append({eid: {k: list(v) for k, v in n.edges.items()} for eid, n in state.event_record.nodes.items()})
+        wide.append({key: [id(p) for p in pieces] for key, pieces in self._sealed.items()})
+        return doc
+
+    monkeypatch.setattr(snap.SnapshotBuilder, "document", spy)
+    research_crew(3, checkpoint=CheckpointConfig(on_events=["*"])).kickoff(inputs={"topic": "otters"})
+    store = Store.open(".ckpt")
+    commits = store.list()
+    assert len(commits) == len(theirs) == 2 + 6 * 3
+    for c, want in zip(commits, theirs):
+        nodes = store.read(c.id)["event_record"]["nodes"]
+        assert list(nodes) == list(want)
+        assert {eid: n["edges"] for eid, n in nodes.items()} == want
+    assert any(len(ids) > snap._WIDE for n in theirs[-1].values() for ids in n.values())
+    sealed = [w for w in wide if w]
+    assert len(sealed) > 3 and max(len(p) for w in sealed for p in w.values()) >= 3
+    for a, b in zip(sealed, sealed[1:]):  # sealed pieces stay the same objects while the list grows
+        for key, pieces in a.items():
+            assert b[key][:len(pieces)] == pieces
+
+
+def test_wide_edges_reseal_when_a_list_no_longer_starts_with_its_sealed_pieces(monkeypatch: pytest.MonkeyPatch
+                                                                               ) -> None:
+    from crewckpt.crewai import snapshot as snap
+
+    monkeypatch.setattr(snap, "_WIDE", 6)
+    monkeypatch.setattr(snap, "_EDGE_PIECE", 4)
+    b = snap.SnapshotBuilder()
+    ids = [f"e{i}" for i in range(15)]
+    first = b._wide_edges("k", {"child": ids, "next": ["n"]})
+    assert bare(first) == {"child": ids, "next": ["n"]}
+    pieces = first["child"].pieces
+    assert [len(bare(p)) for p in pieces] == [4, 4, 4, 3]
+    grown = b._wide_edges("k", {"child": [*ids, "e15", "e16"], "next": ["n"]})
+    assert grown["child"].pieces[:3] == pieces[:3] and bare(grown)["child"] == [*ids, "e15", "e16"]
+    edited = [*ids[:5], "X", *ids[6:]]  # not an append: the second piece and the rest are sealed again
+    again = b._wide_edges("k", {"child": edited})
+    assert again["child"].pieces[0] is pieces[0] and again["child"].pieces[1] is not pieces[1]
+    assert bare(again) == {"child": edited}
+    assert json_size(again) == len(orjson.dumps({"child": edited}))
+
+
 # -- small on disk while running -------------------------------------------------------------------------
 
 

@@ -45,13 +45,28 @@ from crewckpt.crewai.entities import callback_fields as callback_fields  # re-ex
 from crewckpt.crewai.entities import plain as plain  # re-exported: its old home
 from crewckpt.crewai.prepare import prepare_entities
 from crewckpt.crewai.secrets import Redactor
-from crewckpt.history.snapshot import AppendMap, Frozen, Parts, Refreezer
+from crewckpt.history.snapshot import CHUNK_ENTRIES, AppendMap, Frozen, Parts, Refreezer
 from crewckpt.views.document import SHAPE_KEY
 
 logger = logging.getLogger("crewckpt.crewai")
 
 
 _EVENT_AT = len(b'{"event":')
+_WIDE = 2 * CHUNK_ENTRIES  # ids: an edge list longer than this is held as sealed pieces (_WideNode)
+_EDGE_PIECE = CHUNK_ENTRIES  # ids per sealed piece of a wide edge list
+
+
+class _WideNode(Frozen):
+    """An event node with a long edge list (a crew's kickoff gains a ``child`` edge per event): ``{"event":
+    <its Encoded dump>, "edges": {...}}`` whose long lists are :class:`Parts` of sealed pieces, so a checkpoint
+    that adds one edge walks one piece and the event's cached representation, not every id (issue 13).
+    ``event``: the event's dump, reused by every rebuild of the node."""
+
+    __slots__ = ("event",)
+
+    def __init__(self, event: Encoded, edges: dict[str, Any], size: int) -> None:
+        super().__init__({"event": event, "edges": edges}, size=size)
+        self.event = event
 
 
 class UnserializableFieldWarning(UserWarning):
@@ -71,6 +86,7 @@ class SnapshotBuilder:
         # bytes begin with the event's (b'{"event":' + event + b',"edges":...'), so no parsed dump is kept
         self._nodes: dict[str, tuple[Frozen, int]] = {}
         self._raw: dict[str, Any] = {}  # parsed dumps of the rare events orjson cannot encode (lone surrogates)
+        self._sealed: dict[tuple[str, str], list[Frozen]] = {}  # (event id, edge) -> a wide list's sealed pieces
         self._log = AppendMap()
         self._dumpers = IdWeakMap()  # crew object -> its CrewDumper
         self._refreezers = IdWeakMap()  # other entity object -> its Refreezer
@@ -154,6 +170,7 @@ class SnapshotBuilder:
             self._record_ref = weakref.ref(record)
             self._nodes.clear()
             self._raw.clear()
+            self._sealed.clear()
             self._fresh = []
             self._built = []
             log = self._log = AppendMap()
@@ -201,7 +218,9 @@ class SnapshotBuilder:
         edges = {k: list(v) for k, v in node.edges.items()}
         prev = self._nodes.get(event_id)
         event: bytes | None = None
-        if prev is not None and prev[1] >= 0:
+        if prev is not None and isinstance(prev[0], _WideNode):
+            event = prev[0].event.encoded()
+        elif prev is not None and prev[1] >= 0:
             event = prev[0].encoded()[_EVENT_AT:_EVENT_AT + prev[1]]  # type: ignore[attr-defined]
         elif event_id not in self._raw:
             value = self.dump_model(node.event)
@@ -211,7 +230,13 @@ class SnapshotBuilder:
                 self._raw[event_id] = value
         if event is not None:
             try:
-                frozen: Frozen = Encoded(b'{"event":' + event + b',"edges":' + orjson.dumps(edges) + b"}")
+                edges_json = orjson.dumps(edges)
+                frozen: Frozen
+                if any(len(v) > _WIDE for v in edges.values()):
+                    ev = prev[0].event if prev is not None and isinstance(prev[0], _WideNode) else Encoded(event)
+                    frozen = _WideNode(ev, self._wide_edges(event_id, edges), 19 + len(event) + len(edges_json))
+                else:
+                    frozen = Encoded(b'{"event":' + event + b',"edges":' + edges_json + b"}")
                 self._nodes[event_id] = (frozen, len(event))
                 self._built.append(event_id)
                 return frozen
@@ -220,6 +245,30 @@ class SnapshotBuilder:
         frozen = Frozen({"event": self._raw[event_id], "edges": edges})  # the store sizes it
         self._nodes[event_id] = (frozen, -1)
         return frozen
+
+    def _wide_edges(self, event_id: str, edges: dict[str, list[str]]) -> dict[str, Any]:
+        """``edges`` with each list longer than _WIDE as a :class:`Parts` array of _EDGE_PIECE-id pieces: the
+        sealed ones kept from the last rebuild while the list still starts with them (CrewAI only appends
+        edges; checked by comparing the lists, C speed), then one new piece for the tail."""
+        out: dict[str, Any] = {}
+        for name, ids in edges.items():
+            if len(ids) <= _WIDE:
+                out[name] = ids
+                continue
+            sealed = self._sealed.get((event_id, name), [])
+            keep = 0
+            while keep < len(sealed) and ids[keep * _EDGE_PIECE:(keep + 1) * _EDGE_PIECE] == sealed[keep].value:
+                keep += 1
+            del sealed[keep:]
+            at = keep * _EDGE_PIECE
+            while len(ids) - at > _EDGE_PIECE:
+                piece = ids[at:at + _EDGE_PIECE]
+                sealed.append(Frozen(piece, orjson.dumps(piece)))
+                at += _EDGE_PIECE
+            self._sealed[(event_id, name)] = sealed
+            tail = ids[at:]
+            out[name] = Parts([*sealed, Frozen(tail, orjson.dumps(tail))], array=True, length=len(ids))
+        return out
 
     # -- safe model dumping -----------------------------------------------------------------------
     def dump_model(self, model: BaseModel) -> Any:
