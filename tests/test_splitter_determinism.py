@@ -108,6 +108,19 @@ def test_a_frozen_value_is_only_a_cache_and_follows_the_split_hints() -> None:
     assert [fresh(d) for d in docs] == want
 
 
+def test_append_map_groups_give_the_ids_a_fresh_writer_gives() -> None:
+    from crewckpt.history.snapshot import AppendMap
+
+    log = AppendMap(piece_entries=2, group_pieces=2)
+    docs = []
+    for i in range(24):
+        log.set(f"e{i}", Frozen(MID if i % 3 else {"i": i}))
+        if i % 4 == 3:
+            log.set("e1", Frozen({"i": -i}))  # an old entry: its piece and its group change
+        docs.append({"nodes": log.parts(), "step": i})
+    assert warm(docs) == [fresh(d) for d in docs] == [fresh(bare(d)) for d in docs]
+
+
 def _doc(draw: Any, depth: int = 0) -> Any:
     """A random document made of POOL values (some Frozen, shared between documents) under random keys."""
     n = draw(st.integers(0, 4))

@@ -90,15 +90,21 @@ def count_puts(splitter: Splitter, doc: Any) -> int:
     return n
 
 
-def test_appending_to_an_append_map_costs_the_same_at_any_length() -> None:
-    log = AppendMap()
+def append_costs(log: AppendMap, n: int, text: int) -> list[int]:
+    """Objects the splitter needs per commit while ``n`` event nodes (``text`` bytes of text each) are appended
+    to ``log``, the first node changing every 7th step (as CrewAI's parent nodes gain edges)."""
     sp = Splitter()
     costs = []
-    for i in range(3000):
-        log.set(f"event-{i:05d}", F({"event": {"i": i, "text": "y" * 200}, "edges": {}}))
-        if i and i % 7 == 0:  # an old node changes (its edges grow), as CrewAI's parent nodes do
+    for i in range(n):
+        log.set(f"event-{i:05d}", F({"event": {"i": i, "text": "y" * text}, "edges": {}}))
+        if i and i % 7 == 0:
             log.set("event-00000", F({"event": {"i": 0}, "edges": {"child": [f"event-{i:05d}"]}}))
         costs.append(count_puts(sp, {"nodes": log.parts(), "step": i}))
+    return costs
+
+
+def test_appending_to_an_append_map_costs_the_same_at_any_length() -> None:
+    costs = append_costs(AppendMap(), 3000, 200)
     # objects written per commit: the changed pieces and the path to the root, not the whole record
     assert max(costs[-500:]) <= max(costs[100:600]) <= 8
 
@@ -113,6 +119,56 @@ def test_append_map_reuses_unchanged_pieces_and_keeps_order() -> None:
     assert [a is b for a, b in zip(first.pieces, second.pieces)] == [False, True, True]
     assert bare(second) == {f"e{i}": (-1 if i == 1 else i) for i in range(10)}
     assert list(log.keys()) == [f"e{i}" for i in range(10)] and log.last_key() == "e9" and len(log) == 10
+
+
+def _groups(v: Any, depth: int = 0) -> list[tuple[Any, int]]:
+    """Every group (a Frozen Parts piece) under a Parts value, with its depth."""
+    out = []
+    for p in v.pieces:
+        if isinstance(p, Frozen) and isinstance(p.value, Parts):
+            out.append((p, depth))
+            out.extend(_groups(p.value, depth + 1))
+    return out
+
+
+def test_append_map_groups_sealed_pieces_and_rebuilds_only_the_groups_that_changed(tmp_path: Any) -> None:
+    """Every group_pieces sealed pieces become one group (a Frozen Parts: one subtree of the chunk list), every
+    group_pieces groups a group of groups; an old entry that changes rebuilds its piece and the groups above
+    it only; the top holds a few items per level; every version reads back whole."""
+    log = AppendMap(piece_entries=2, group_pieces=3)
+    store = Store.init(tmp_path / "s")
+    want: dict[str, Any] = {}
+    seen: set[int] = set()
+    keep: list[Any] = []  # the groups stay alive, so their ids are not reused
+    for i in range(120):
+        log.set(f"e{i}", F({"i": i, "pad": "p" * (i % 7)}))
+        want[f"e{i}"] = {"i": i, "pad": "p" * (i % 7)}
+        if i % 5 == 4:  # an old entry changes in place, as a CrewAI node gains an edge
+            log.set(f"e{i // 4}", F({"i": -i}))
+            want[f"e{i // 4}"] = {"i": -i}
+        parts = log.parts()
+        assert bare(parts) == want and len(parts) == len(want)
+        assert json_size({"nodes": parts}) == len(orjson.dumps({"nodes": want}))
+        groups = _groups(parts)
+        assert all(len(g.value.pieces) == 3 for g, _ in groups)
+        levels = max((d for _, d in groups), default=-1) + 1
+        assert len(parts.pieces) <= 3 * (levels + 1)
+        new = [g for g, _ in groups if id(g) not in seen]
+        assert len(new) <= 2 * levels, (i, len(new), levels)  # the edited path and a newly sealed group per level
+        seen.update(id(g) for g, _ in groups)
+        keep.extend(new)
+        cid = store.commit({"nodes": parts})
+        assert store.read(cid) == {"nodes": want}
+    assert levels >= 3 and store.fsck().ok
+    store.close()
+
+
+def test_a_grouped_append_map_costs_the_same_at_any_length() -> None:
+    """Objects the splitter needs per checkpoint (new or not) grow with the number of group levels only:
+    sealed groups are reused whole, not re-walked (without groups the link list is rebuilt every time)."""
+    grouped = append_costs(AppendMap(piece_entries=2, group_pieces=4), 2000, 50)
+    flat = append_costs(AppendMap(piece_entries=2, group_pieces=10**9), 2000, 50)
+    assert max(grouped[-300:]) <= 12 < min(flat[-300:])  # 1,000 pieces: 5 levels of 4; 16 chunk lists of 64
 
 
 def test_an_append_maps_parts_know_their_length_without_visiting_the_pieces() -> None:

@@ -175,6 +175,11 @@ class Parts:
     checked: checking would walk every piece): keys are distinct across pieces, and a Frozen piece is never
     mutated. Replace a changed piece with a new Frozen.
 
+    A piece may also be a *group*: a Parts value of the same kind (not joined, its pieces dicts or lists),
+    usually a :class:`Frozen` one. It becomes one subtree of the chunk list, reused in O(1) while the
+    group is the same Frozen, so a value of many pieces costs O(groups) per split, not O(pieces)
+    (:class:`AppendMap` seals groups of pieces this way).
+
     With ``join=True`` the pieces are instead joined into one container body, as if the value were a plain
     dict (list): for a small value assembled from cached parts (a task whose embedded agent changed), so it
     costs one concatenation of the pieces' cached encodings and stays inline in its parent when small.
@@ -209,6 +214,7 @@ class Parts:
         """
         want = (list, tuple) if self.array else dict
         pieces = [p.value if isinstance(p, Frozen) else p for p in self.pieces]
+        pieces = [p.plain() if isinstance(p, Parts) and p.array == self.array and not p.join else p for p in pieces]
         for p in pieces:
             if not isinstance(p, want):
                 kind = "array" if self.array else "object"
@@ -235,16 +241,26 @@ class AppendMap:
     rebuilding. :meth:`parts` returns the current value: a piece that did not change is the same Frozen object
     as last time (reused by the store in O(1)); a changed piece becomes a new Frozen holding a copy.
 
+    Every ``group_pieces`` sealed pieces form a group (a Frozen Parts value, one subtree of the chunk list),
+    every ``group_pieces`` groups a group of groups, and so on; a group is rebuilt only when an entry under
+    it changed. A checkpoint's cost is then O(group_pieces x levels + entries changed), not O(pieces) (issue
+    13: a 300-task CrewAI run's event record holds ~1,400 pieces).
+
     Memory: the entries (shared with the caller) plus one Frozen per piece and its JSON bytes when the entries
     have theirs, i.e. about twice the JSON size of the mapping, whatever the number of checkpoints.
     """
 
-    def __init__(self, piece_bytes: int = LEAF_BYTES, piece_entries: int = CHUNK_ENTRIES) -> None:
+    def __init__(self, piece_bytes: int = LEAF_BYTES, piece_entries: int = CHUNK_ENTRIES,
+                 group_pieces: int = CHUNK_ENTRIES) -> None:
         self.piece_bytes = piece_bytes
         self.piece_entries = piece_entries
+        self.group_pieces = group_pieces
         self._where: dict[str, int] = {}
         self._pieces: list[dict[str, Frozen]] = []
         self._frozen: list[Frozen | None] = []
+        self._changed: set[int] = set()  # pieces to freeze again at the next parts()
+        self._groups: list[list[Frozen | None]] = []  # per level: group g holds items [g * group_pieces, +group_pieces)
+        # of the level below (level 0: the pieces); None: to build again
         self._tail_bytes = 0
 
     def __len__(self) -> int:
@@ -274,19 +290,59 @@ class AppendMap:
             self._tail_bytes += value.size if value.size is not None else 1024
         self._pieces[i][key] = value
         self._frozen[i] = None
+        self._changed.add(i)
+        g = i
+        for level in self._groups:  # the groups holding piece i, one per level
+            g //= self.group_pieces
+            if g < len(level):
+                level[g] = None
 
     def parts(self) -> Parts:
-        """The mapping now, as a Parts value of Frozen pieces (unchanged pieces are the same objects)."""
+        """The mapping now, as a Parts value: groups of sealed pieces, then the pieces after the last full
+        group (unchanged groups and pieces are the same objects as last time)."""
         frozen = self._frozen
-        for i, f in enumerate(frozen):
-            if f is None:
-                piece = dict(self._pieces[i])
-                size: int | None = None  # sized, not encoded again: the entries keep their bytes
-                sizes = [v.size for v in piece.values()]
-                if None not in sizes:
-                    size = 1 + sum(len(orjson.dumps(k)) + 2 for k in piece) + sum(sizes) + (0 if piece else 1)  # type: ignore[arg-type]
-                frozen[i] = Frozen(piece, size=size)
-        return Parts(list(frozen), length=len(self._where))
+        for i in self._changed:
+            piece = dict(self._pieces[i])
+            size: int | None = None  # sized, not encoded again: the entries keep their bytes
+            sizes = [v.size for v in piece.values()]
+            if None not in sizes:
+                size = 1 + sum(len(orjson.dumps(k)) + 2 for k in piece) + sum(sizes) + (0 if piece else 1)  # type: ignore[arg-type]
+            frozen[i] = Frozen(piece, size=size)
+        self._changed.clear()
+        g_n = self.group_pieces
+        items: list[Frozen] = frozen  # type: ignore[assignment]
+        full = (len(items) - 1) // g_n  # groups of sealed pieces only (the last piece may still grow)
+        tails: list[list[Frozen]] = []
+        level = 0
+        while full:
+            if level == len(self._groups):
+                self._groups.append([])
+            groups = self._groups[level]
+            del groups[full:]
+            groups.extend([None] * (full - len(groups)))
+            for g in range(full):
+                if groups[g] is None:
+                    members = items[g * g_n:(g + 1) * g_n]
+                    groups[g] = Frozen(Parts(members), size=_concat_size([m.size for m in members]))
+            tails.append(items[full * g_n:])
+            items = groups  # type: ignore[assignment]
+            full = len(items) // g_n  # groups of full groups: every group is complete
+            level += 1
+        out = list(items)
+        for tail in reversed(tails):
+            out.extend(tail)
+        return Parts(out, length=len(self._where))  # type: ignore[arg-type]
+
+
+def _concat_size(sizes: list[int | None]) -> int | None:
+    """Compact JSON bytes of the concatenation of objects (arrays) of these sizes; None if one is unknown."""
+    full: list[int] = []
+    for n in sizes:
+        if n is None:
+            return None
+        if n > 2:  # an empty piece adds nothing, not even a comma
+            full.append(n)
+    return 2 + sum(n - 2 for n in full) + max(len(full) - 1, 0)
 
 
 class Refreezer:
@@ -361,6 +417,12 @@ class Refreezer:
             pieces.append(piece)
             nodes.append((gb, piece, kids))
         return b, Parts(pieces, array=not is_dict, join=True), nodes
+
+
+def _is_group(inner: Any, is_obj: bool) -> bool:
+    """Whether ``inner`` (a Frozen piece's value) is a group of pieces: a Parts value of the same kind, not
+    joined (its pieces are then one more level of the chunk list: objects_format.md 4, forms 2 and 3)."""
+    return isinstance(inner, Parts) and not inner.join and inner.array != is_obj
 
 
 class _Frame:
@@ -492,7 +554,9 @@ class Splitter:
             if piece is not None:  # a piece of a Parts value: a dict (list) or a Frozen one, its own tree
                 inner = v.value if isinstance(v, Frozen) else v
                 is_obj = piece % _JOINED == ob.OBJECT
-                if not isinstance(inner, dict if is_obj else (list, tuple)):
+                if piece < _JOINED and _is_group(inner, is_obj):
+                    pass  # a group of pieces (AppendMap's sealed groups): its own chunk-list tree
+                elif not isinstance(inner, dict if is_obj else (list, tuple)):
                     raise TypeError(f"a piece of a Parts {'object' if is_obj else 'array'} must be a "
                                     f"{'dict' if is_obj else 'list'}, got {type(inner).__name__}")
                 if piece >= _JOINED:  # joined: the piece's own encoding, inline or not, is spliced in
@@ -516,11 +580,12 @@ class Splitter:
                 if isinstance(inner, Frozen):
                     raise TypeError("Frozen(Frozen(...)): freeze the plain value instead")
                 if isinstance(inner, Parts):
-                    if piece is not None:
+                    if piece is not None and not _is_group(inner, piece % _JOINED == ob.OBJECT):
                         raise TypeError("a piece of a Parts value must be a dict or list, got Parts")
                     frame = _Frame(list(inner.pieces), None, v)
                     frame.parts = ob.ARRAY if inner.array else ob.OBJECT
                     frame.join = inner.join
+                    frame.leaf = piece is not None
                     frame.own = own
                     frame.keyed = above
                     stack.append(frame)
@@ -539,6 +604,7 @@ class Splitter:
                 frame = _Frame(list(v.pieces), None)
                 frame.parts = ob.ARRAY if v.array else ob.OBJECT
                 frame.join = v.join
+                frame.leaf = piece is not None
                 frame.own = own
                 frame.keyed = above
                 stack.append(frame)
