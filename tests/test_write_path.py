@@ -470,6 +470,36 @@ def test_a_compressed_encoded_node_reads_back_the_same_bytes_and_splits_to_the_s
 
 @pytest.mark.crewai
 @pytest.mark.usefixtures("crewai_offline")
+def test_a_compressed_node_holds_about_its_compressed_size_in_memory() -> None:
+    """python-zstandard's compress() result keeps an allocation of the compress bound (about the input's size)
+    behind its shorter bytes; a settled node must hold a right-sized copy, or the "compressed" event record
+    costs as much memory as the raw one (a 300-task run: ~80 MB of RSS)."""
+    import tracemalloc
+
+    import zstandard
+
+    from crewckpt.crewai.entities import Encoded
+
+    raw = orjson.dumps({"event": {"text": "word " * 40_000}, "edges": {}})
+    node = Encoded(raw)
+    cctx = zstandard.ZstdCompressor(level=1)
+    tracemalloc.start()
+    try:
+        node.compress(cctx)
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert node.json_bytes is None and node.encoded() == raw
+    assert held < 4 * len(node._z) + 4096 < len(raw) // 10, (held, len(node._z), len(raw))
+
+
+def test_task_pieces_keep_their_size_not_their_json() -> None:
+    from crewckpt.crewai.entities import _frozen
+
+    piece = _frozen({"description": "d" * 1000, "n": 1})
+    assert piece.json_bytes is None and piece.size == len(orjson.dumps({"description": "d" * 1000, "n": 1}))
+
+
 def test_settled_event_nodes_are_held_compressed_and_rebuilt_nodes_keep_their_first_dump() -> None:
     from crewckpt.crewai import CheckpointConfig
     from crewckpt.crewai import snapshot as snap
