@@ -54,7 +54,7 @@ from crewai.state.checkpoint_config import CheckpointConfig as CrewAICheckpointC
 from crewai.state.runtime import RuntimeState
 
 from crewckpt.backends import registry
-from crewckpt.crewai import gate, publish, secrets
+from crewckpt.crewai import allocator, gate, publish, secrets
 from crewckpt.crewai.config import (
     RESTORED_CONTEXT,
     SQLITE_SUFFIXES,
@@ -150,6 +150,7 @@ def _compact_at_run_end(source: Any, state: RuntimeState) -> None:
         open_store(str(cfg.store_path())).finish_writes()
     except Exception as exc:  # best effort: the checkpoints are written already
         logger.debug("crewckpt: compacting %s after the run failed: %s", cfg.store_path(), exc)
+    allocator.trim_now()  # the run's buffers are gone: give their pages back
 
 
 def _should_checkpoint(source: Any, event: Any) -> CrewAICheckpointConfig | None:

@@ -36,7 +36,7 @@ from crewai.events.types.checkpoint_events import (
 )
 
 from crewckpt.backends import registry
-from crewckpt.crewai import publish
+from crewckpt.crewai import allocator, publish
 from crewckpt.crewai.locations import join_location
 from crewckpt.crewai.run import entity_meta
 from crewckpt.crewai.snapshot import IdWeakMap, builder_for
@@ -224,6 +224,7 @@ def write_checkpoint(state: RuntimeState, cfg: CheckpointConfig, event: Any = No
                                              **context))
             return None
         _count(location, None)
+        allocator.after_checkpoint()
         state._branch = target
         state._checkpoint_id = commit_id
         state._parent_id = commit_id
