@@ -52,6 +52,7 @@ logger = logging.getLogger("crewckpt.crewai")
 
 
 _EVENT_AT = len(b'{"event":')
+_NODE_FRAME = len(b'{"event":,"edges":}')  # a node's JSON bytes besides its event's and its edges'
 _WIDE = 2 * CHUNK_ENTRIES  # ids: an edge list longer than this is held as sealed pieces (_WideNode)
 _EDGE_PIECE = CHUNK_ENTRIES  # ids per sealed piece of a wide edge list
 
@@ -218,8 +219,9 @@ class SnapshotBuilder:
         edges = {k: list(v) for k, v in node.edges.items()}
         prev = self._nodes.get(event_id)
         event: bytes | None = None
-        if prev is not None and isinstance(prev[0], _WideNode):
-            event = prev[0].event.encoded()
+        wide = prev[0] if prev is not None and isinstance(prev[0], _WideNode) else None
+        if wide is not None:
+            event = wide.event.encoded()
         elif prev is not None and prev[1] >= 0:
             event = prev[0].encoded()[_EVENT_AT:_EVENT_AT + prev[1]]  # type: ignore[attr-defined]
         elif event_id not in self._raw:
@@ -233,8 +235,8 @@ class SnapshotBuilder:
                 edges_json = orjson.dumps(edges)
                 frozen: Frozen
                 if any(len(v) > _WIDE for v in edges.values()):
-                    ev = prev[0].event if prev is not None and isinstance(prev[0], _WideNode) else Encoded(event)
-                    frozen = _WideNode(ev, self._wide_edges(event_id, edges), 19 + len(event) + len(edges_json))
+                    frozen = _WideNode(wide.event if wide is not None else Encoded(event),
+                                       self._wide_edges(event_id, edges), _NODE_FRAME + len(event) + len(edges_json))
                 else:
                     frozen = Encoded(b'{"event":' + event + b',"edges":' + edges_json + b"}")
                 self._nodes[event_id] = (frozen, len(event))
@@ -263,7 +265,7 @@ class SnapshotBuilder:
             at = keep * _EDGE_PIECE
             while len(ids) - at > _EDGE_PIECE:
                 piece = ids[at:at + _EDGE_PIECE]
-                sealed.append(Frozen(piece, orjson.dumps(piece)))
+                sealed.append(Frozen(piece, size=len(orjson.dumps(piece))))  # kept for the run: the size only
                 at += _EDGE_PIECE
             self._sealed[(event_id, name)] = sealed
             tail = ids[at:]

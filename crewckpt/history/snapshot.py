@@ -323,7 +323,7 @@ class AppendMap:
             for g in range(full):
                 if groups[g] is None:
                     members = items[g * g_n:(g + 1) * g_n]
-                    groups[g] = Frozen(Parts(members), size=_concat_size([m.size for m in members]))
+                    groups[g] = Frozen(Parts(members), size=concat_size([m.size for m in members]))
             tails.append(items[full * g_n:])
             items = groups  # type: ignore[assignment]
             full = len(items) // g_n  # groups of full groups: every group is complete
@@ -334,8 +334,9 @@ class AppendMap:
         return Parts(out, length=len(self._where))  # type: ignore[arg-type]
 
 
-def _concat_size(sizes: list[int | None]) -> int | None:
-    """Compact JSON bytes of the concatenation of objects (arrays) of these sizes; None if one is unknown."""
+def concat_size(sizes: list[int | None]) -> int | None:
+    """Compact JSON bytes of the concatenation of objects (arrays) of these compact JSON sizes (bytes); None
+    if one is unknown. Used to size groups and by :func:`crewckpt.history.summary.json_size` for Parts."""
     full: list[int] = []
     for n in sizes:
         if n is None:

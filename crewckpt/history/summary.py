@@ -12,7 +12,7 @@ import orjson
 
 from crewckpt.errors import DocumentTooLarge
 from crewckpt.history.limits import MAX_DEPTH
-from crewckpt.history.snapshot import Frozen, Parts
+from crewckpt.history.snapshot import Frozen, Parts, concat_size
 
 
 def json_size(doc: Any) -> int:
@@ -29,9 +29,9 @@ def json_size(doc: Any) -> int:
             extra += v.size - 4  # dumped as the placeholder null
             return None
         if isinstance(v, Parts):  # a Frozen piece with its size (an event record's sealed pieces) is not dumped
-            sizes = [p.size if isinstance(p, Frozen) and p.size is not None else json_size(p) for p in v.pieces]
-            full = [n for n in sizes if n > 2]  # an empty piece adds nothing, not even a comma
-            extra += 2 + sum(n - 2 for n in full) + max(len(full) - 1, 0) - 4
+            sizes: list[int | None] = [p.size if isinstance(p, Frozen) and p.size is not None else json_size(p)
+                                       for p in v.pieces]
+            extra += concat_size(sizes) - 4  # type: ignore[operator]  # every size is known here
             return None
         raise TypeError(f"value of type {type(v).__name__} is not JSON")
 
