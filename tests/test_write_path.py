@@ -204,6 +204,40 @@ def test_refreezer_reuses_only_byte_equal_parts() -> None:
     assert out3 is out2
 
 
+def test_refreezer_keeps_digests_of_the_previous_version_not_its_json_bytes() -> None:
+    r = Refreezer(small=0)
+    v = {"a": {"x": ["p" * 2000, "q" * 2000], "y": "s" * 3000}, "b": [{"k": "r" * 1500}, {"k": 2}]}
+    out = r(orjson.loads(orjson.dumps(v)))
+    held: list[bytes] = []
+    frozen: list[Frozen] = []
+
+    def walk(x: Any) -> None:  # the Refreezer's own state: node tuples and their kids, down every level
+        if isinstance(x, tuple):
+            if isinstance(x[0], bytes):
+                held.append(x[0])
+            for y in x[1:]:
+                walk(y)
+        elif isinstance(x, (list, dict)):
+            for y in (x.values() if isinstance(x, dict) else x):
+                walk(y)
+        elif isinstance(x, Frozen):
+            frozen.append(x)
+        elif isinstance(x, Parts):
+            for y in x.pieces:
+                walk(y)
+
+    walk(r._prev)
+    assert held and all(len(d) == 32 for d in held)  # BLAKE3 digests, whatever the part's size
+    assert frozen and all(f.json_bytes is None for f in frozen)
+    assert all(f.size == len(orjson.dumps(bare(f))) for f in frozen)  # sizes still exact: summaries stay right
+    assert json_size(out) == len(orjson.dumps(v))
+    v2 = orjson.loads(orjson.dumps(v))
+    v2["a"]["x"][1] = "Q" + "q" * 1999  # same length, one byte different: must not be reused
+    out2 = r(v2)
+    assert orjson.dumps(bare(out2)) == orjson.dumps(v2)
+    assert r(orjson.loads(orjson.dumps(v2))) is out2
+
+
 def test_summary_counts_tasks_and_events_inside_parts() -> None:
     doc = {"entities": [{"entity_type": "crew", "name": "c",
                          "tasks": [Frozen(Parts([F({"name": "t1"}), F({"output": {"raw": "r"}})], join=True)),
