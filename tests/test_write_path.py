@@ -502,6 +502,32 @@ def test_a_compressed_encoded_node_reads_back_the_same_bytes_and_splits_to_the_s
     assert tiny.json_bytes == b'{"event":{},"edges":{}}'  # too small to gain: stays raw
 
 
+def test_compressing_a_node_drops_the_representation_a_split_kept_and_the_next_split_makes_it_again() -> None:
+    import zstandard
+
+    from crewckpt.crewai.entities import Encoded
+
+    node = {"event": {"type": "task_completed", "text": "ot" * 400}, "edges": {"parent": ["e0"]}}
+    enc = Encoded(orjson.dumps(node))
+    sp = Splitter()
+    ids: list[bytes] = []
+
+    def split() -> bytes:
+        root = sp.split({"nodes": {"e1": enc}, "n": len(ids)}, ob.object_id)
+        sp.keep()
+        return root.oid
+
+    ids.append(split())
+    assert enc._rep is not None and len(enc._rep[0]) > len(orjson.dumps(node)) / 2  # inline: the whole node
+    enc.compress(zstandard.ZstdCompressor(level=1))
+    assert enc._rep is None  # the uncompressed msgpack is not held beside the compressed JSON
+    ids.append(split())
+    assert enc._rep is not None  # made again, the same: the document reads back exactly
+    store = Store.memory()
+    assert store.read(store.commit({"nodes": {"e1": enc}, "n": 1})) == {"nodes": {"e1": node}, "n": 1}
+    assert Splitter().split({"nodes": {"e1": node}, "n": 1}, ob.object_id).oid == ids[1]
+
+
 @pytest.mark.crewai
 @pytest.mark.usefixtures("crewai_offline")
 def test_a_compressed_node_holds_about_its_compressed_size_in_memory() -> None:

@@ -176,6 +176,9 @@ class Encoded(Frozen):
             # behind the shorter bytes, so holding it kept ~3x the compressed size (issue 13: RSS of long runs)
             self._z = bytes(memoryview(z))
             self.json_bytes = None
+            # the store's inline representation is the uncompressed msgpack (~3.3 MB over a 100-task run's
+            # settled nodes): a settled node is rarely split again (~3 per checkpoint), so rebuild it then
+            self.forget()
 
     @property  # type: ignore[override]
     def value(self) -> Any:

@@ -164,6 +164,13 @@ class Frozen:
     def __repr__(self) -> str:
         return f"Frozen({self.value!r})"
 
+    def forget(self) -> None:
+        """Drop the representation a split remembered on this value (an inline one is the value's whole
+        msgpack encoding: memory held for the run). The next split that meets the value walks it again and
+        makes the same representation; ids never change. Safe while another thread splits: a split reads
+        the representation once."""
+        self._rep = None
+
 
 class Parts:
     """A big JSON object (or array) given as consecutive pieces, so a container that grows at its end and
@@ -575,8 +582,9 @@ class Splitter:
             above = stack[-1].keyed if stack else 0
             if isinstance(v, Frozen):
                 tok = tokens[place]
-                if v._token is tok and v._rep is not None:
-                    return v._rep
+                held = v._rep  # read once: forget() may clear it meanwhile
+                if v._token is tok and held is not None:
+                    return held
                 # finished earlier in this split (an agent embedded in every task it works on): keyed by the
                 # object itself (alive and immutable for the split) and its place
                 hit = local.get(v if place == _PLAIN else (place, v))
@@ -660,11 +668,12 @@ class Splitter:
             keys = f.keys if f.is_dict and separate else None  # an entry under a hint key is in the OWN place
             while i < n:
                 v = vals[i]
-                if v.__class__ is not Frozen or v._token is not (
-                        own_token if keys is not None and keys[i] in separate else token) or v._rep is None or (
-                        want is not None and not isinstance(v.value, want)):
+                if v.__class__ is not Frozen:
                     break
-                rep = v._rep
+                rep = v._rep  # read once: forget() may clear it meanwhile
+                if rep is None or v._token is not (own_token if keys is not None and keys[i] in separate else token
+                                                   ) or (want is not None and not isinstance(v.value, want)):
+                    break
                 f.out.append(rep[0])
                 if rep[1] > f.height:
                     f.height = rep[1]
