@@ -253,6 +253,14 @@ def test_info_human_and_json(demo):
     assert record["alias"] == "20261129T234525_8465e992"
 
 
+def test_info_of_a_plain_json_checkpoint_counts_no_tasks_or_events(tmp_path):
+    with Store.init(tmp_path / "s") as s:
+        s.commit({"a": 1, "tasks": [1, 2]}, branch="main")
+    out = ok(ckpt(str(tmp_path / "s"), "info", "main")).stdout
+    assert "entities  -" in out and "tasks     -" in out and "events    -" in out
+    assert "completed" not in out
+
+
 def test_rev_parse_forms(demo):
     assert ok(ckpt(demo.path, "rev-parse", "main~2")).stdout.strip() == demo.main[1]
     assert ok(ckpt(demo.path, "rev-parse", demo.alt[0][:10])).stdout.strip() == demo.alt[0]

@@ -342,8 +342,9 @@ def info(rev: str, as_json: bool) -> None:
             "entities",
             _entities_text(summary["entities"]),
         ),
-        ("tasks", f"{summary['tasks_done']}/{summary['tasks_total']} completed"),
-        ("events", str(summary["event_count"])),
+        # a document with no CrewAI entity (any JSON) has no tasks or events to count, not zero of them
+        ("tasks", f"{summary['tasks_done']}/{summary['tasks_total']} completed" if summary["entities"] else "-"),
+        ("events", str(summary["event_count"]) if summary["entities"] else "-"),
         ("size", f"{_kb(summary['logical_bytes'])} as JSON"),
     ]
     for key, value in (record["meta"] or {}).items():
