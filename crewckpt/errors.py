@@ -229,6 +229,28 @@ class UntrustedPath(CkptError, ValueError):
                          f"export` it, give that field a relative path (or null) and `ckpt import` it again")
 
 
+class UntrustedCapability(CkptError, ValueError):
+    """A checkpoint turns on something restoring would act on that is neither named code nor an output file:
+    an MCP server to start or connect to, code execution, a remote agent, an agent fetched from a
+    repository, a file to read and hand to the LLM (``Task.input_files``, ``Crew.prompt_file``, a knowledge
+    source's ``file_paths``).
+
+    Attributes:
+        path: the field, e.g. ``entities[0].agents[0].mcps``.
+        value: the stored value.
+        findings: every ``(path, value, what)`` found.
+    """
+
+    def __init__(self, findings: list[tuple[str, Any, str]]) -> None:
+        self.findings = findings
+        self.path, self.value, what = findings[0]
+        more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
+        shown = repr(self.value) if len(repr(self.value)) <= 62 else repr(self.value)[:59] + "..."
+        super().__init__(f"field {self.path} would make the resumed run {what} ({shown}){more}; set "
+                         f"CREWAI_DESERIALIZE_CALLBACKS=1 only for a checkpoint you trust, or `ckpt export` it, clear "
+                         f"that field and `ckpt import` it again")
+
+
 class JsonbError(CkptError, ValueError):
     """A BLOB is not well-formed JSONB. ``offset`` is the byte where the problem was found; ``reason`` says
     what is wrong in a few words."""

@@ -33,6 +33,16 @@ crew's ``output_log_file`` are written (``"w"``: an existing file is replaced) w
 holds), a Windows drive or a NUL; a plain relative path (``report.md``, ``out/report.md``, as CrewAI writes
 under the working folder) passes.
 
+Some fields are neither code nor output files but make the resumed run act on what the checkpoint chose
+(:class:`~crewckpt.errors.UntrustedCapability`): an agent's ``mcps`` (a stdio entry is a command CrewAI
+runs; a URL a server it connects to), ``a2a`` (remote agents), ``apps`` (platform integrations),
+``from_repository`` (an agent definition fetched at validation), ``skills`` (folders loaded),
+``allow_code_execution`` (the agent may run code); and the files CrewAI reads and hands to the LLM: a
+task's ``input_files``, a crew's ``prompt_file`` and ``trained_agents_file``, a knowledge source's
+``file_path`` / ``file_paths``, which pass only as :func:`trusted_path` relative paths (no URL), and a crew's
+``task_execution_output_json_files``, written like output files. Set and not empty, each is refused
+unless the user opted in.
+
 Resolved through fixed registries, so not a door: ``llm_type`` (``_LLM_TYPE_REGISTRY``), ``executor_type``,
 ``executor_class``, knowledge ``source_type``, memory ``memory_kind``, flow ``persistence_type``, event
 ``type``, ``converter_cls`` (dropped unless already a class), a task failure's exception class (looked up in
@@ -55,12 +65,20 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from crewckpt.errors import UntrustedCode, UntrustedEndpoint, UntrustedPath
+from crewckpt.errors import UntrustedCapability, UntrustedCode, UntrustedEndpoint, UntrustedPath
 
 ENDPOINT_VAR = "CREWCKPT_LLM_ENDPOINTS"
 ENDPOINT_FIELDS = ("base_url", "api_base")
 EMBEDDER_ENDPOINT_KEYS = frozenset({"api_base", "base_url", "url", "api_url", "endpoint", "host", "azure_endpoint"})
 PATH_FIELDS = frozenset({"output_file", "output_log_file"})  # Task.output_file, Crew.output_log_file
+# BaseAgent fields whose value (when set and not empty) the resumed run acts on: what it would do
+AGENT_CAPABILITIES = {"mcps": "start or connect to MCP servers", "a2a": "talk to remote agents",
+                      "apps": "use platform apps", "from_repository": "fetch an agent definition",
+                      "skills": "load skill folders", "allow_code_execution": "let the agent execute code"}
+# fields naming files CrewAI reads (and hands to the LLM) or writes: every string in them must be trusted_path
+FILE_FIELDS = {"input_files": "read a file", "prompt_file": "read a file", "trained_agents_file": "read a file",
+               "task_execution_output_json_files": "write a file"}
+KNOWLEDGE_FILE_KEYS = frozenset({"file_path", "file_paths"})
 # variables CrewAI's providers and LiteLLM read an endpoint from: a URL the user configured is trusted
 ENDPOINT_ENV = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_BASE_URL", "AZURE_API_BASE",
                 "AZURE_OPENAI_ENDPOINT", "OLLAMA_API_BASE", "OLLAMA_HOST", "GEMINI_API_BASE",
@@ -135,6 +153,7 @@ def check(doc: Any) -> None:
 
     Raises:
         UntrustedCode: one line naming the first field path and ``CREWAI_DESERIALIZE_CALLBACKS``.
+        UntrustedCapability: no code named, but a field the resumed run would act on (module docstring).
         UntrustedPath: no code named, but an output file a checkpoint could aim anywhere (:func:`trusted_path`).
         UntrustedEndpoint: no code named, but an LLM or embedder endpoint that is not trusted
             (:func:`trusted_endpoint`).
@@ -145,6 +164,8 @@ def check(doc: Any) -> None:
     found = walker.run(doc)
     if found:
         raise UntrustedCode(found)
+    if walker.acts:
+        raise UntrustedCapability(walker.acts)
     if walker.paths:
         raise UntrustedPath(walker.paths)
     endpoints = [(p, u) for p, u in walker.endpoints if not trusted_endpoint(u)]
@@ -232,6 +253,7 @@ class _Walker:
         self.found: list[tuple[str, str, str]] = []
         self.endpoints: list[tuple[str, Any]] = []  # (path, value) of every LLM / embedder endpoint field set
         self.paths: list[tuple[str, Any]] = []  # (path, value) of every output file not trusted_path
+        self.acts: list[tuple[str, Any, str]] = []  # (path, value, what) of every capability field set
         self.seen: set[tuple[int, type]] = set()
         self._plans: dict[type, list[tuple[str, str, list[tuple[str, Any]]]]] = {}
 
@@ -327,6 +349,7 @@ class _Walker:
         if concrete is None:
             return
         is_tool = issubclass(concrete, self.BaseTool)
+        self._capabilities(d, concrete, path)
         if issubclass(concrete, self.BaseLLM):
             self.endpoints.extend((f"{path}.{n}", d[n]) for n in ENDPOINT_FIELDS if d.get(n) is not None)
         for name, check, alternatives in self._plan(concrete):
@@ -355,6 +378,20 @@ class _Walker:
                 continue
             if alternatives and isinstance(value, (dict, list)):
                 stack.append((value, alternatives, field_path))
+
+    def _capabilities(self, d: dict[str, Any], cls: type[BaseModel], path: str) -> None:
+        if issubclass(cls, self.BaseAgent):
+            self.acts.extend((f"{path}.{n}", d[n], what) for n, what in AGENT_CAPABILITIES.items()
+                             if n in cls.model_fields and d.get(n) not in (None, False, "", [], {}))
+        for name, what in FILE_FIELDS.items():
+            if name in d and name in cls.model_fields:
+                self.acts.extend((p, v, what) for p, v in _strings_in(d[name], f"{path}.{name}")
+                                 if not _trusted_file(v))
+        if "knowledge_sources" in d and "knowledge_sources" in cls.model_fields:
+            self.acts.extend((p, v, "read a file") for p, v in _strings_in(d["knowledge_sources"],
+                                                                            f"{path}.knowledge_sources",
+                                                                            KNOWLEDGE_FILE_KEYS)
+                             if not _trusted_file(v))
 
     def _strings(self, value: Any, path: str, what: str) -> None:
         if isinstance(value, str):
@@ -394,3 +431,23 @@ def _external_refs(value: Any, path: str) -> Iterator[tuple[str, str]]:
                     stack.append((child, f"{p}.{k}"))
         elif isinstance(v, list):
             stack.extend((c, f"{p}[{i}]") for i, c in enumerate(v) if isinstance(c, (dict, list)))
+
+
+def _trusted_file(value: str) -> bool:
+    """A file a checkpoint may name for CrewAI to read or write: :func:`trusted_path` and not a URL."""
+    return trusted_path(value) and "://" not in value
+
+
+def _strings_in(value: Any, path: str, under: frozenset[str] | None = None) -> Iterator[tuple[str, str]]:
+    """``(path, string)`` of every non-blank string in ``value`` at any depth (only below the keys ``under``,
+    when given)."""
+    stack: list[tuple[Any, str, bool]] = [(value, path, under is None)]
+    while stack:
+        v, p, take = stack.pop()
+        if isinstance(v, dict):
+            stack.extend((c, f"{p}.{k}" if isinstance(k, str) and k.isidentifier() else f"{p}[{k!r}]",
+                          take or (under is not None and k in under)) for k, c in v.items())
+        elif isinstance(v, list):
+            stack.extend((c, f"{p}[{i}]", take) for i, c in enumerate(v))
+        elif take and isinstance(v, str) and v.strip():
+            yield p, v

@@ -330,14 +330,19 @@ def write_target(config: Any, read_path: str) -> tuple[str, dict[str, Any]]:
 def retarget_configs(value: Any, store: str, overrides: dict[str, Any]) -> Any:
     """Replace every checkpoint config stored in a document (crewckpt's or CrewAI's JSON/SQLite ones) by a
     crewckpt config writing to ``store`` with ``overrides`` (see :func:`write_target`), keeping only its
-    ``on_events``. In place, iterative; returns ``value``."""
+    ``on_events``. An entity's (a dict with an ``entity_type``) ``checkpoint`` is replaced whatever it holds
+    but None and False: CrewAI reads a dict without ``provider``, and ``true``, as a JsonProvider config
+    writing where the dict says (or to ``./.checkpoints``). In place, iterative; returns ``value``."""
     stack = [value]
     while stack:
         v = stack.pop()
         if isinstance(v, dict):
+            entity = isinstance(v.get("entity_type"), str)
             for k, child in v.items():
-                if k == "checkpoint" and _is_config_dict(child):
-                    v[k] = _restored_config(child.get("on_events"), store, overrides)
+                if k == "checkpoint" and (_is_config_dict(child) or (
+                        entity and (child is True or isinstance(child, dict)))):
+                    v[k] = _restored_config(child.get("on_events") if isinstance(child, dict) else None, store,
+                                            overrides)
                 elif isinstance(child, (dict, list)):
                     stack.append(child)
         elif isinstance(v, list):
