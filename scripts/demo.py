@@ -260,6 +260,11 @@ def beyond_demo(recorded: dict[str, Any], now: dict[str, Any]) -> str | None:
     return "(" + "; ".join(([f"{_join(added)} added"] if added else []) + changed) + ")"
 
 
+def _store_file(name: str) -> bool:
+    """Whether a file named ``name`` in a store folder is one a SQLite store (or this demo) writes."""
+    return name in (MARKER, "gc.lock") or name.startswith("store.db") or name.endswith(".lock")
+
+
 def prepare_store(store_path: Path, reset: bool) -> str | None:
     """Make room for a fresh demo store at ``store_path``; returns what was done (a line to print), or
     None when there was nothing there. A store an earlier demo run wrote is replaced only while it holds
@@ -301,9 +306,15 @@ def prepare_store(store_path: Path, reset: bool) -> str | None:
             raise NotOurs(f"demo: left {store_path} as it is: it changed since the demo wrote it {differs}, "
                           f"so a rerun would lose that; {_FIX}")
     if store_path.is_dir():
+        others = sorted(p.name for p in store_path.iterdir() if not _store_file(p.name))
+        if others:  # --reset replaces a store, never a folder that holds anything else
+            shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+            raise NotOurs(f"demo: left {store_path} as it is: it holds files that are not a crewckpt store's "
+                          f"({shown}); pass --store NEW_DIR for the demo store")
         shutil.rmtree(store_path)
     else:
-        store_path.unlink()
+        raise NotOurs(f"demo: left {store_path} as it is: it is a file, not a store folder; pass --store NEW_DIR "
+                      "for the demo store")
     what = "the store (--reset)" if reset else "an earlier demo run's store"
     return f"demo: replaced {what} at {store_path} ({count}); --store DIR keeps runs apart"
 

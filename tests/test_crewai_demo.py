@@ -180,6 +180,26 @@ def test_demo_rerun_replaces_only_exactly_its_own_store(tmp_path: Path, change: 
     assert demo.prepare_store(path, reset=True) is not None and not path.exists()  # --reset still deletes it
 
 
+@pytest.mark.parametrize("reset", [True, False])
+def test_demo_never_deletes_a_folder_holding_files_that_are_not_the_stores(tmp_path: Path, reset: bool) -> None:
+    # before: `demo.py --store . --reset` in a project folder deleted the whole folder, the user's files too
+    demo, path = load_demo(), tmp_path / ".ckpt"
+    fake_demo_store(demo, path).close()
+    (path / "notes.txt").write_text("important\n")
+    (path / "sub").mkdir()
+    before = files(path)
+    with pytest.raises(demo.NotOurs) as e:
+        demo.prepare_store(path, reset=reset)
+    assert str(e.value) == (f"demo: left {path} as it is: it holds files that are not a crewckpt store's (notes.txt, "
+                            f"sub); pass --store NEW_DIR for the demo store")
+    assert files(path) == before and (path / "notes.txt").read_text() == "important\n"
+    lone = tmp_path / "report.md"
+    lone.write_text("mine\n")
+    with pytest.raises(demo.NotOurs, match="it is a file, not a store folder"):
+        demo.prepare_store(lone, reset=True)
+    assert lone.read_text() == "mine\n"
+
+
 def test_demo_rerun_keeps_a_store_whose_demo_run_did_not_record(tmp_path: Path) -> None:
     demo, path = load_demo(), tmp_path / ".ckpt"
     fake_demo_store(demo, path).close()
