@@ -543,8 +543,8 @@ class SqliteBackend(_SqlReader, TransactionalBackend):
             raise ValueError(f"lock name {name!r}: letters, digits and '-' only")
         if self.read_only:
             raise StoreWriteError(self._read_only_why or f"{self.folder}: the store is read-only; gc cannot run")
-        try:  # the lock file is as private as the database
-            mode = os.stat(self.folder / DB_NAME).st_mode & 0o666
+        try:  # the lock file is as private as the database, and always the owner's to read and write
+            mode = (os.stat(self.folder / DB_NAME).st_mode & 0o666) | 0o600
         except OSError:
             mode = 0o600
         lock = filelock.FileLock(str(self.folder / f"{name}.lock"), timeout=wait_s, mode=mode)
