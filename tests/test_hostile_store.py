@@ -398,7 +398,14 @@ def test_fsck_full_reports_links_refs_and_chunk_lists_of_the_wrong_kind(tmp_path
     }
     with s.backend.transaction() as txn:
         txn.set_ref_if_equals("refs/heads/tree-ref", None, inner)
-    assert s.fsck().ok or True  # quick fsck may not look this deep
+    quick = s.fsck()  # compares each object's stored kind with its link; forms and blob bytes are for full
+    assert not quick.ok
+    why = "\n".join(quick.broken.values())
+    for wrong in (f"links {blob.hex()} as a tree, but it is a blob", f"links {inner.hex()} as a blob, but it is a tree",
+                  f"links {commit_as_tree.hex()} as a tree, but it is a commit"):
+        assert wrong in why, quick.broken
+    named = {cids[k] for k in ("tree link to a blob", "tree link to a commit", "string link to a tree")}
+    assert named <= set(quick.affected_commits) and first not in quick.affected_commits
     rep = s.fsck(full=True)
     text = "\n".join(rep.problems)
     assert "ref refs/heads/tree-ref names" in text and "a tree, not a commit" in text

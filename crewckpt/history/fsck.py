@@ -133,6 +133,8 @@ def _fsck(parts: StoreParts, full: bool, progress: Progress | None,
             over(cid, e)
             children[cid] = []
     level = [x for cid in commits for x in children.get(cid, [])]
+    # object -> (the kind its first link says it is, the tree or commit linking it)
+    linked_as = {t: (ob.TREE, cid) for cid in commits for t in children.get(cid, [])}
     while level:
         todo = [o for o in dict.fromkeys(level) if o not in children and o not in broken]
         level = []
@@ -141,6 +143,11 @@ def _fsck(parts: StoreParts, full: bool, progress: Progress | None,
             s = found.get(o)
             if s is None:
                 broken[o] = "missing"
+                continue
+            want, parent = linked_as.get(o, (ob.TREE, o))
+            if s.kind != want and not full:  # a reader decodes it as its link says (full: _shape_problems)
+                broken[parent] = f"links {o.hex()} as a {_kind(want)}, but it is a {_kind(s.kind)}"
+                children[o] = []
                 continue
             if s.kind != ob.TREE and not full:
                 children[o] = []
@@ -152,7 +159,12 @@ def _fsck(parts: StoreParts, full: bool, progress: Progress | None,
                     broken[o] = "missing"
                     continue
                 checked += 1
-                kids = [ln.oid for ln in links_in(ob.decode_tree(body)[1])] if s.kind == ob.TREE else []
+                links = list(links_in(ob.decode_tree(body)[1])) if s.kind == ob.TREE else []
+                for ln in links:
+                    linked_as.setdefault(ln.oid, (ln.kind, o))
+                    if ln.oid in commits and not full:
+                        broken[o] = f"links {ln.oid.hex()} as a {_kind(ln.kind)}, but it is a commit"
+                kids = [ln.oid for ln in links]
             except (IntegrityError, MissingObject) as e:
                 broken[o] = _why(e) if isinstance(e, IntegrityError) else f"its pack {e.oid} is missing"
                 kids = []
