@@ -143,3 +143,20 @@ def test_resume_leaves_the_terminal_to_crewai() -> None:
     assert _verb(["--store", "resume", "log"]) == "log"
     assert _verb(["--debug", "resume", "main"]) == "resume"
     assert _verb(["--store=x", "show", "resume"]) == "show"
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_remote_location_is_shown_escaped_not_stripped(tmp_path: Path, mode: str) -> None:
+    # before: `remote -v` and `remote trust` printed it raw; off a terminal click stripped the ANSI sequences,
+    # so the text the user was asked to trust differed from the stored one
+    Store.init(tmp_path / "other").close()
+    s = Store.init(tmp_path / "s")
+    s.close()
+    with sqlite3.connect(tmp_path / "s" / "store.db") as c:
+        c.execute("INSERT INTO meta(key, value) VALUES ('remotes', ?)",
+                  (orjson.dumps({"origin": f"{tmp_path / 'other'}{CLEAR}/../other"}).decode(),))
+    for verb in (["remote", "-v"], ["remote", "trust", "origin"]):
+        r = CliRunner().invoke(cli, ["--no-pager", "--store", str(tmp_path / "s"), *verb], env=MODES[mode])
+        assert r.exit_code == 0, r.output
+        _assert_inert(r.stdout, mode == "color")
+        assert "\\x1b[2J\\x1b[H/../other" in r.stdout, r.stdout

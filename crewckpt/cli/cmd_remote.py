@@ -9,6 +9,7 @@ import click
 
 from crewckpt.backends.registry import redact
 from crewckpt.cli.context import UsageProblem, emit_json, json_option, obj
+from crewckpt.cli.fmt import safe_text
 from crewckpt.history.remotes import trust_remote
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def remote(action: str | None, name: str | None, location: str | None, verbose: 
         if as_json:
             emit_json({"added": name, "location": redact(loc)})
         else:
-            click.echo(f"Added remote {name} ({redact(loc)}); `{obj().command('fetch', name)}` brings its branches")
+            click.echo(f"Added remote {safe_text(name)} ({safe_text(redact(loc))}); `{obj().command('fetch', name)}` brings its branches")
         return
     if action == "trust":
         if not name or location:
@@ -74,7 +75,7 @@ def remote(action: str | None, name: str | None, location: str | None, verbose: 
         if as_json:
             emit_json({"trusted": name, "location": redact(loc)})
         else:
-            click.echo(f"Trusted remote {name} ({redact(loc)}) for this store on this machine")
+            click.echo(f"Trusted remote {safe_text(name)} ({safe_text(redact(loc))}) for this store on this machine")
         return
     if action in ("remove", "rm"):
         if not name or location:
@@ -93,7 +94,8 @@ def remote(action: str | None, name: str | None, location: str | None, verbose: 
         emit_json([{"name": n, "location": redact(loc)} for n, loc in conf.items()])
         return
     for n, loc in conf.items():  # redact: a remote recorded by an older crewckpt may hold a password
-        click.echo(f"{n}\t{redact(loc)}" if verbose else n)
+        # escaped, not stripped (click drops ANSI sequences off a terminal): the user trusts what is stored
+        click.echo(f"{safe_text(n)}\t{safe_text(redact(loc))}" if verbose else safe_text(n))
 
 
 def _report(rep: SyncReport, as_json: bool) -> None:
