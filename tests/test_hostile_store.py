@@ -766,3 +766,26 @@ def test_ancestry_between_stores_follows_the_commit_objects_not_forged_rows(tmp_
         g = side(s, "t")
         assert not is_ancestor(g, bytes.fromhex(other), bytes.fromhex(ids[2]))
         assert is_ancestor(g, bytes.fromhex(ids[0]), bytes.fromhex(ids[2]))
+
+
+@pytest.mark.parametrize(("meta", "error", "words"), [
+    ({"x": float("nan")}, ValueError, "meta holds nan"),
+    ({"x": [1, {"y": float("inf")}]}, ValueError, "meta holds inf"),
+    ({"x": 10**30}, TypeError, "meta is not JSON"),
+    ({"x": "\ud800"}, TypeError, "meta is not JSON"),
+    ({1: "a"}, TypeError, "meta is not JSON"),
+    ("s", TypeError, "meta must be a dict"),
+    ([("a", 1)], TypeError, "meta must be a dict"),
+])
+def test_commit_metadata_that_is_not_json_is_refused_in_one_line_naming_meta(
+        tmp_path: Path, meta: Any, error: type[Exception], words: str) -> None:
+    # before: NaN was stored as null, 10**30 raised orjson's bare "Integer exceeds 64-bit range", "s" became
+    # {"value": "s"}
+    s = Store.init(tmp_path / "s")
+    first = s.commit({"a": 1})
+    with pytest.raises(error) as info:
+        s.commit({"a": 2}, meta=meta)
+    assert words in str(info.value) and "\n" not in str(info.value), str(info.value)
+    assert [c.id for c in s.log()] == [first]  # nothing written
+    ok = s.commit({"a": 3}, meta={"x": None, "y": [1.5, "nullable"], "z": {}})
+    assert s.info(ok).meta == {"x": None, "y": [1.5, "nullable"], "z": {}}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
+import math
 from typing import Any
 
 import msgpack
@@ -56,6 +57,38 @@ class CommitInfo:
             "trigger": self.trigger, "alias": self.alias, "live": self.live, "meta": self.meta,
             "summary": dict(self.summary),
         }
+
+
+def meta_json(meta: Any) -> str | None:
+    """A commit's ``meta`` as the compact JSON text the commit keeps (None for None or an empty dict).
+
+    Raises:
+        TypeError: ``meta`` is not a dict with string keys, or a value is not JSON (an int beyond 64 bits,
+            a lone surrogate, bytes, a set).
+        ValueError: a float is NaN or infinite (JSON has neither; orjson would write null).
+    """
+    if meta is None:
+        return None
+    if not isinstance(meta, dict):
+        raise TypeError(f"meta must be a dict of JSON values, got {type(meta).__name__}; pass meta={{'key': value}}")
+    if not meta:
+        return None
+    try:
+        text = orjson.dumps(meta).decode()
+    except (TypeError, orjson.JSONEncodeError) as e:
+        raise TypeError(f"meta is not JSON ({e}); give it strings, 64-bit ints, floats, bools, None, lists and "
+                        "dicts") from None
+    if "null" in text:  # orjson writes NaN and Infinity as null: look for them only then
+        stack: list[Any] = [meta]
+        while stack:
+            v = stack.pop()
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ValueError(f"meta holds {v!r}, which is not JSON; give a finite number, a string or None")
+            if isinstance(v, dict):
+                stack.extend(v.values())
+            elif isinstance(v, (list, tuple)):
+                stack.extend(v)
+    return text
 
 
 def _meta(text: str | None) -> dict[str, Any]:

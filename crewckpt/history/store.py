@@ -20,8 +20,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from crewckpt.backends import registry
 from crewckpt.backends.base import Backend, IndexRow, Parts, ReflogEntry, StoredObject, writing
 from crewckpt.backends.registry import ENV_VAR
@@ -53,6 +51,7 @@ from crewckpt.history.commits import (
     distinct_parents,
     from_commit,
     from_row,
+    meta_json,
     raise_version,
     row_differences,
     row_matches,
@@ -274,7 +273,8 @@ class Store:
             profile: summarizer and split hints for this document (default: the store's :attr:`profile`).
         Raises:
             BadRefName: bad branch or run id. UnknownRevision: a parent does not resolve. TypeError: not JSON.
-            ValueError: NaN or Infinity (JSON has neither).
+            ValueError: NaN or Infinity (JSON has neither), in ``doc`` or ``meta``.
+            TypeError: also ``meta`` not a dict, or not JSON (:func:`crewckpt.history.commits.meta_json`).
             StoreBusy: the store stayed locked. CkptError subclasses for damaged stores.
         """
         ref = None if branch is None else refnames.branch_ref(branch)  # None: HEAD's, read in _land
@@ -285,7 +285,7 @@ class Store:
             parent_ids, repeats = distinct_parents([bytes.fromhex(self.resolve(p)) for p in parents])
             for p in repeats:  # git's commit-tree: "duplicate parent X ignored"
                 _log.warning("crewckpt: duplicate parent %s ignored", p.hex())
-        meta_json = orjson.dumps(meta).decode() if meta else None
+        meta_text = meta_json(meta)
         prof = self.profile if profile is None else profile
         summary = prof.summary(doc)
         version = max(ob.COMMIT_FORMAT, prof.store_version(doc))
@@ -308,7 +308,7 @@ class Store:
                 frames = self._frames(pending)
                 try:
                     cid = self._land(frames, root, ref, rref, run, parent_ids, trigger, summary,
-                                     meta_json, alias, time_ns, full=attempt == 1, version=version)
+                                     meta_text, alias, time_ns, full=attempt == 1, version=version)
                 except _EpochChanged:
                     for s in self._splitters.values():  # every cache may name objects that gc removed
                         s.reset()
