@@ -538,3 +538,15 @@ def test_paint_styles_and_defuses_control_characters():
         and paint("", "red") == ""
     )
     assert paint("x\x1b[2Jy", "bold") == "\x1b[1mx\\x1b[2Jy\x1b[0m"  # data cannot clear the screen
+
+
+@pytest.mark.parametrize(("option", "value"), [("--branch-prefix", "../"), ("--branch", "a b"), ("--branch", "")])
+def test_import_with_a_bad_branch_option_names_it_and_creates_no_store(tmp_path, option, value):
+    # before: `--branch-prefix ../` created the store, then failed with "bad branch name '..'"
+    from crewai_fixtures import FIXTURES
+
+    r = ckpt(str(tmp_path / "new"), "import", str(FIXTURES / "crew_json_star_n6"), option, value)
+    ok(r, 2)
+    line = r.stderr.strip()
+    assert "\n" not in line and line.startswith(f"ckpt: error: {option} {value!r} makes a bad branch name"), line
+    assert not (tmp_path / "new").exists()

@@ -399,6 +399,22 @@ def _ts(created_at: str) -> str:
 # -- import / export ----------------------------------------------------------------------------------------
 
 
+def _check_branch_options(branch_prefix: str | None, branch: str | None) -> None:
+    """Raise UsageProblem naming the option when ``--branch`` or ``--branch-prefix`` (with CrewAI's ``main``
+    after it) is not a valid branch name."""
+    from crewckpt.errors import BadRefName
+    from crewckpt.history.refnames import check_branch
+
+    for option, value, name in (("--branch", branch, branch), ("--branch-prefix", branch_prefix,
+                                                                  f"{branch_prefix}main")):
+        if value is None:
+            continue
+        try:
+            check_branch(name)
+        except BadRefName as e:
+            raise UsageProblem(f"{option} {value!r} makes a bad branch name ({e})") from None
+
+
 @click.command("import")
 @click.argument("path", type=click.Path(exists=True))
 @click.option(
@@ -428,6 +444,7 @@ def import_(path: str, branch_prefix: str | None, branch: str | None, as_json: b
     """
     from crewckpt.views import transfer
 
+    _check_branch_options(branch_prefix, branch)  # before the store exists: a bad name creates nothing
     app = obj()
     store = app.store(create=True)
     with app.progress(f"import {path}") as update:
