@@ -343,3 +343,23 @@ def test_export_never_writes_through_a_link_planted_at_its_temp_name(tmp_path: P
     assert not out.is_symlink() and json.loads(out.read_text()) == {"entities": [], "v": 1}
     assert report.outcome.written == [str(out)]
     assert sorted(p.name for p in (dest / "main").iterdir() if p.name.endswith(".tmp")) == [planted.name]
+
+
+@pytest.mark.parametrize(("cid", "parent", "named"), [
+    ("20261129T234523_\x1b]0;T\x07", None, "checkpoint id"),
+    ("20261129T234523_a/b", None, "checkpoint id"),
+    ("20261129T234523_ok", "20261129T234522_\x9b31m", "parent id"),
+    ("20261129T234523_ok", "..\\x", "parent id"),
+])
+def test_an_id_holding_a_separator_or_a_control_character_never_becomes_a_file_name(
+        tmp_path: Path, cid: str, parent: str | None, named: str) -> None:
+    # before: an id from an imported SQLite row wrote a file whose name held ESC/BEL, and a bad parent id
+    # was blamed on the child
+    from crewckpt.errors import ViewWriteError
+    from crewckpt.views.writer import JsonFolderWriter, ViewEntry
+
+    w = JsonFolderWriter(tmp_path / "out")
+    with pytest.raises(ViewWriteError) as info:
+        w.path_for(ViewEntry(cid, parent, "main", "{}", "20261129T234523"))
+    assert str(info.value).startswith(f"{named} {(cid if named == 'checkpoint id' else parent)!r}")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*"))

@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import secrets
 import sqlite3
 from pathlib import Path
@@ -53,6 +54,8 @@ class WriteOutcome:
         self.present += other.present
         self.conflicts += other.conflicts
 
+_UNSAFE_NAME = re.compile("[/\\\\\x00-\x1f\x7f-\x9f]")  # separators and control characters
+
 
 class JsonFolderWriter:
     """Writes checkpoints under ``location`` in CrewAI's JSON folder layout."""
@@ -84,9 +87,11 @@ class JsonFolderWriter:
         escape the location."""
         if not layout.branch_is_safe(entry.branch):
             raise ViewWriteError(f"branch {entry.branch!r} would escape {self.location}; rename the branch")
+        for what, value in (("checkpoint id", entry.checkpoint_id), ("parent id", entry.parent_id)):
+            if value is not None and _UNSAFE_NAME.search(value):  # a separator, or bytes a terminal acts on
+                of = f" of checkpoint {entry.checkpoint_id!r}" if what == "parent id" else ""
+                raise ViewWriteError(f"{what} {value!r}{of} cannot be part of a file name")
         name = layout.checkpoint_filename(entry.checkpoint_id, entry.parent_id)
-        if "/" in name or "\\" in name or "\x00" in name:
-            raise ViewWriteError(f"checkpoint id {entry.checkpoint_id!r} cannot be a file name")
         folder = self.location
         for part in entry.branch.split("/"):
             folder = folder / part
