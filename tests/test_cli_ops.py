@@ -222,6 +222,21 @@ def test_stats_human_and_json(demo):
     assert any(line.split()[:2] == ["main", "4"] for line in out.splitlines())
 
 
+def test_stats_counts_objects_as_fsck_full_does_and_names_the_packs_apart(demo, tmp_path):
+    # before: stats counted packs as objects (705) where fsck --full checked 702 (+ 3 outside them)
+    import shutil
+
+    shutil.copytree(demo.path, tmp_path / "s")
+    path = str(tmp_path / "s")
+    ok(ckpt(path, "gc"))  # one pack holds the live objects
+    record = orjson.loads(ok(ckpt(path, "stats", "--json")).stdout)
+    assert record["packs"] >= 1
+    full = orjson.loads(ok(ckpt(path, "fsck", "--full", "--json")).stdout)
+    assert record["objects"] - record["packs"] == full["checked"]
+    line = next(x for x in ok(ckpt(path, "stats")).stdout.splitlines() if x.startswith("objects"))
+    assert line.split()[1] == str(full["checked"]) and f"+ {record['packs']} pack(s) holding them" in line
+
+
 # -- CrewAI locations: list/info PATH, import, export ---------------------------------------------------------
 
 

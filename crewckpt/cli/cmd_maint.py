@@ -252,9 +252,10 @@ def stats(as_json: bool) -> None:
         return
     per_branch = record.get("branches") or {}
     rows = [
-        ("objects", str(record["objects"]), ""),
+        ("objects", str(record["objects"] - record.get("packs", 0)),
+         f"+ {record['packs']} pack(s) holding them" if record.get("packs") else ""),
         ("commits", f"{record['commits']} on {len(per_branch)} branch(es)", ""),
-        ("logical", human_bytes(record["logical_bytes"]), "checkpoints as CrewAI writes them, each in full"),
+        ("logical", human_bytes(record["logical_bytes"]), "every checkpoint in full as compact JSON (as CrewAI writes each)"),
         ("stored", human_bytes(record["stored_bytes"]), "objects as stored (deduplicated, compressed)"),
         ("on disk", human_bytes(record["file_bytes"]), "the store folder"),
         ("dedup", f"{record['dedup_ratio']:.2f}x", "logical / unique object bytes"),

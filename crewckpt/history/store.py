@@ -1255,12 +1255,17 @@ class Store:
         return rebuild_index(self.parts, dry_run=dry_run, progress=progress)
 
     def stats(self) -> dict[str, Any]:
-        """Store figures: ``objects`` (count), ``body_bytes`` (uncompressed bodies, packs not counted twice),
+        """Store figures: ``objects`` (count, packs included), ``packs`` (how many of them are packs), ``body_bytes`` (uncompressed bodies, packs not counted twice),
         ``stored_bytes`` (frames at rest), ``logical_bytes`` (live commits' documents as JSON), ``file_bytes``
         (database + WAL on disk), the ratios between them, and per-branch commit counts and logical bytes."""
         n, _, stored = self.backend.object_stats()
         # packs hold copies of their members' bodies: count each object's body once
-        body = sum(m.size for m in self.backend.iter_objects() if m.kind != ob.PACK)
+        body = packs = 0
+        for m in self.backend.iter_objects():
+            if m.kind == ob.PACK:
+                packs += 1
+            else:
+                body += m.size
         rows = self.backend.index_rows()
         per: dict[str, dict[str, int]] = {}
         for r in rows:
@@ -1272,7 +1277,7 @@ class Store:
         for name in self.branches():  # branches made from existing commits own none of their own yet
             per.setdefault(name, {"commits": 0, "logical_bytes": 0})
         logical = sum(d["logical_bytes"] for d in per.values())
-        return {"objects": n, "body_bytes": body, "stored_bytes": stored, "commits": len(rows),
+        return {"objects": n, "packs": packs, "body_bytes": body, "stored_bytes": stored, "commits": len(rows),
                 "logical_bytes": logical, "dedup_ratio": logical / body if body else 0.0,
                 "compression_ratio": body / stored if stored else 0.0,
                 "total_ratio": logical / stored if stored else 0.0, "branches": per,
