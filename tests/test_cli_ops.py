@@ -353,7 +353,7 @@ GC_KEYS = {
     "deleted_pack_bytes",
 }
 FSCK_KEYS = {"ok", "full", "checked", "other_checked", "broken", "affected", "problems", "stale_rows", "seconds"}
-STATS_KEYS = {"objects", "commits", "logical_bytes", "body_bytes", "stored_bytes", "file_bytes", "dedup_ratio",
+STATS_KEYS = {"objects", "packs", "commits", "logical_bytes", "body_bytes", "stored_bytes", "file_bytes", "dedup_ratio",
               "compression_ratio", "total_ratio", "branches"}  # fmt: skip
 CREWAI_RECORD_KEYS = {"checkpoint_id", "parent_id", "branch", "created_at", "trigger", "source", "kind", "size",
                       "summary", "error"}  # fmt: skip
