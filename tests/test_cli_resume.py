@@ -117,6 +117,12 @@ def test_resume_of_a_finished_run_says_so_and_makes_its_branch_current(crewai_of
         assert store.reflog("HEAD")[-1].message == "resume: moving from main to sea2"
     again = ok(ckpt(None, "resume", "sea2")).stdout
     assert again.splitlines()[0].endswith("; sea2 is the current branch")
+    # inputs given to a run that has nothing left are said to be unused, not dropped silently
+    told = ok(ckpt(None, "resume", "sea2", "--inputs", '{"topic": "x"}')).stdout.splitlines()[0]
+    assert told.endswith("; sea2 is the current branch; --inputs not used: nothing ran (resume an earlier "
+                         "checkpoint, e.g. sea2~1, to rerun with them)"), told
+    with Store.open(".ckpt") as store:
+        assert len(store.list()) == count
 
 
 def test_resume_of_a_finished_star_run_writes_nothing(crewai_offline):  # noqa: F811

@@ -114,8 +114,10 @@ def resume(rev: str, inputs_text: str | None, branch: str | None, flow_class: st
         emit_json(record, file=stdout)
         return
     if finished:
+        unused = (f"; --inputs not used: nothing ran (resume an earlier checkpoint, e.g. {rev}~1, to rerun "
+                  f"with them)" if inputs_text is not None else "")
         click.echo(_nothing_left(entity, full, branch_now, switched=switched,
-                                 current=store.current_branch() == branch_now))
+                                 current=store.current_branch() == branch_now) + unused)
     else:
         click.echo(f"Resumed {type(entity).__name__} from {full[:8]}; latest checkpoint now {record['head'][:8]} "
                    f"on branch {record['branch']}" + (" (now the current branch)" if switched else ""))
