@@ -550,3 +550,9 @@ def test_import_with_a_bad_branch_option_names_it_and_creates_no_store(tmp_path,
     line = r.stderr.strip()
     assert "\n" not in line and line.startswith(f"ckpt: error: {option} {value!r} makes a bad branch name"), line
     assert not (tmp_path / "new").exists()
+
+
+def test_a_mistyped_command_gets_its_suggestion_and_the_help_hint_in_one_readable_line(tmp_path):
+    r = ckpt(None, "status")
+    ok(r, 2)
+    assert r.stderr.strip() == "ckpt: error: No such command 'status'. Did you mean 'stats'? See `ckpt --help`"

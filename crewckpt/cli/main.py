@@ -197,7 +197,8 @@ def _report_click_error(exc: click.ClickException, json_asked: bool, argv: Seque
     if moved is not None:
         message = moved
     elif isinstance(exc, click.UsageError):
-        message = f"{message.rstrip('.')}; see `{ctx.command_path if ctx is not None else 'ckpt'} --help`"
+        joint = " See" if message.endswith("?") else "; see"  # "Did you mean 'stats'? See ..." (no "?;")
+        message = f"{message.rstrip('.')}{joint} `{ctx.command_path if ctx is not None else 'ckpt'} --help`"
     app = ctx.find_object(AppContext) if ctx is not None else None
     if (app is not None and app.json) or json_asked:
         from crewckpt.history import jsontext
