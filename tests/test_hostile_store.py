@@ -789,3 +789,17 @@ def test_commit_metadata_that_is_not_json_is_refused_in_one_line_naming_meta(
     assert [c.id for c in s.log()] == [first]  # nothing written
     ok = s.commit({"a": 3}, meta={"x": None, "y": [1.5, "nullable"], "z": {}})
     assert s.info(ok).meta == {"x": None, "y": [1.5, "nullable"], "z": {}}
+
+
+def test_a_short_id_names_a_pruned_commit_as_its_full_id_does_until_gc(tmp_path: Path) -> None:
+    # before: `ckpt show <full id>` read a pruned commit, `ckpt show <short id>` said "unknown revision"
+    s = Store.init(tmp_path / "s")
+    ids = [s.commit({"step": i}, branch="main") for i in range(3)]
+    s.prune("main", keep=1)
+    old = ids[0]
+    assert s.resolve(old) == old
+    assert s.resolve(old[:10]) == old and s.resolve(old[:7].upper()) == old
+    assert s.read(old[:10]) == {"step": 0}
+    s.gc()
+    with pytest.raises(UnknownRevision, match="unknown revision"):
+        s.resolve(old[:10])

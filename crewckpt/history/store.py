@@ -703,7 +703,7 @@ class Store:
             self._check_alias(b, a)
             return a
         if revisions.is_hex(b):
-            cands = self.backend.index_prefix(b.lower(), 20)
+            cands = self.backend.index_prefix(b.lower(), 20) or self._stored_commits(b.lower())
             if len(cands) == 1:
                 return cands[0]
             if len(cands) > 1:
@@ -715,6 +715,13 @@ class Store:
         shown = r.text if len(r.text) <= 80 else r.text[:77] + "..."
         raise UnknownRevision(revisions.unsupported(r.text)
                               or f"unknown revision {shown!r}: not a commit id, branch or checkpoint id{hint}")
+
+    def _stored_commits(self, hex_prefix: str, limit: int = 20) -> builtins.list[bytes]:
+        """Commit objects whose id starts with ``hex_prefix`` that have no index row (pruned, not yet collected
+        by gc): a short id names them as their full id does, as in git until gc. Sorted, at most ``limit``."""
+        whole = bytes.fromhex(hex_prefix[:len(hex_prefix) // 2 * 2])
+        return sorted(m.oid for m in self.backend.iter_objects(whole)
+                      if m.kind == ob.COMMIT and m.oid.hex().startswith(hex_prefix))[:limit]
 
     def _not_a_shadow(self, name: str, target: bytes, what: str, other: str) -> None:
         """Refuse a branch or alias name that is also the short id of another commit: an imported name must
