@@ -367,7 +367,8 @@ def run_demo(store_path: Path, store_arg: str, show_all: bool) -> int:
               f".kickoff(inputs={{'topic': 'sea otters'}}) -> {result['fork_calls']} LLM calls")
         print(f"  result: {result['fork_out']}")
 
-        banner("history (ckpt log --graph)")
+        banner("history: every checkpoint" if show_all else
+               "history: milestone checkpoints (`ckpt log --graph --all --oneline` shows every one)")
         print_graph(store, show_all)
         banner("what differs between main and sea-otters (ckpt diff main sea-otters --stat)")
         print_results_diff(store)
