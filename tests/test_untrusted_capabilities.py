@@ -40,6 +40,13 @@ CASES = {
     "trained-agents": ("crew", "trained_agents_file", lambda marker: "../../secrets.pkl"),
     "json-files": ("crew", "task_execution_output_json_files", lambda marker: ["/tmp/victim.json"]),
     "knowledge": ("agents", "knowledge_sources", lambda marker: [{"file_paths": ["/home/u/.ssh/id_rsa"]}]),
+    # found by a second review on 12-04
+    "crew-skills": ("crew", "skills", lambda marker: ["/tmp/skills"]),
+    "memory-storage": ("crew", "memory", lambda marker: {"memory_kind": "memory", "storage": "/tmp/mem"}),
+    "knowledge-sources-of-knowledge": ("crew", "knowledge",
+                                       lambda marker: {"sources": [{"file_paths": ["../../etc/passwd"]}]}),
+    "executor-persistence": ("executor", "persistence",
+                             lambda marker: {"persistence_type": "SQLiteFlowPersistence", "db_path": str(marker)}),
 }
 
 
@@ -48,6 +55,9 @@ def _set(doc: dict[str, Any], where: str, name: str, value: Any) -> str:
     if where == "agents":
         _agent(doc)[name] = value
         return f"entities[0].agents[0].{name}"
+    if where == "executor":
+        _agent(doc)["agent_executor"][name] = value
+        return f"entities[0].agents[0].agent_executor.{name}"
     if where == "tasks":
         crew["tasks"][0][name] = value
         return f"entities[0].tasks[0].{name}"
@@ -106,3 +116,51 @@ def test_a_checkpoint_config_stored_on_an_entity_never_decides_where_the_resumed
         assert crew.checkpoint.on_events == ["*"]  # the events it checkpoints on are kept
     crew.kickoff()
     assert not (tmp_path / "ESCAPED").exists() and not (tmp_path / ".checkpoints").exists()
+
+
+@pytest.mark.parametrize("stored", ["true", 1, "yes", {"location": "ESCAPED"}], ids=["str-true", "one", "yes", "dict"])
+def test_a_lax_true_or_an_agent_without_entity_type_cannot_keep_its_own_checkpoint_config(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stored: Any) -> None:
+    # found by a second review: "true" / 1 (pydantic reads them as True: CrewAI's JSON provider) and a nested
+    # agent whose entity_type was deleted kept the checkpoint's own config, and wrote JSON files outside the store
+    monkeypatch.chdir(tmp_path)
+    store, doc = crew_doc(tmp_path)
+    doc["entities"][0]["checkpoint"] = stored
+    agent = _agent(doc)
+    agent.pop("entity_type", None)
+    agent["checkpoint"] = {"location": str(tmp_path / "ESCAPED_AGENT"), "on_events": ["*"]}
+    crew = restore(plant(store, doc), store=store.path)
+    for cfg in (crew.checkpoint, crew.agents[0].checkpoint):
+        assert isinstance(cfg, CheckpointConfig), cfg
+        assert Path(cfg.store_location()).resolve() == Path(store.path).resolve()
+    crew.kickoff()
+    assert not any((tmp_path / n).exists() for n in ("ESCAPED", "ESCAPED_AGENT", ".checkpoints"))
+
+
+@pytest.mark.parametrize("off", [None, False, "false", 0, "no"])
+def test_checkpointing_turned_off_in_a_checkpoint_stays_off(tmp_path: Path, off: Any) -> None:
+    store, doc = crew_doc(tmp_path)
+    _agent(doc)["checkpoint"] = off
+    crew = restore(plant(store, doc), store=store.path)
+    assert not isinstance(crew.agents[0].checkpoint, CheckpointConfig)
+
+
+def test_an_llm_endpoint_in_its_client_params_is_checked_like_base_url(tmp_path: Path) -> None:
+    # found by a second review: client_params={"base_url": ...} sent the user's OPENAI_API_KEY there
+    from crewckpt.errors import UntrustedEndpoint
+
+    _, doc = crew_doc(tmp_path)
+    _agent(doc)["llm"] = {"llm_type": "openai", "model": "gpt-4o-mini",
+                          "client_params": {"base_url": "http://192.0.2.2:8765/v1"}}
+    with pytest.raises(UntrustedEndpoint) as info:
+        check(doc)
+    assert "entities[0].agents[0].llm.client_params.base_url" in str(info.value)
+
+
+def test_crewais_default_flow_database_is_the_users_and_passes(tmp_path: Path) -> None:
+    from crewai.utilities.paths import db_storage_path
+
+    _, doc = crew_doc(tmp_path)
+    _agent(doc)["agent_executor"]["persistence"] = {"persistence_type": "SQLiteFlowPersistence",
+                                                    "db_path": str(Path(db_storage_path()) / "flow_states.db")}
+    check(doc)

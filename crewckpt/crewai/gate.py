@@ -37,11 +37,14 @@ Some fields are neither code nor output files but make the resumed run act on wh
 (:class:`~crewckpt.errors.UntrustedCapability`): an agent's ``mcps`` (a stdio entry is a command CrewAI
 runs; a URL a server it connects to), ``a2a`` (remote agents), ``apps`` (platform integrations),
 ``from_repository`` (an agent definition fetched at validation), ``skills`` (folders loaded),
-``allow_code_execution`` (the agent may run code); and the files CrewAI reads and hands to the LLM: a
-task's ``input_files``, a crew's ``prompt_file`` and ``trained_agents_file``, a knowledge source's
-``file_path`` / ``file_paths``, which pass only as :func:`trusted_path` relative paths (no URL), and a crew's
-``task_execution_output_json_files``, written like output files. Set and not empty, each is refused
-unless the user opted in.
+``allow_code_execution`` (the agent may run code), a crew's ``skills``; and the files CrewAI reads and
+hands to the LLM or writes: a task's ``input_files``, a crew's ``prompt_file``, ``trained_agents_file`` and
+``task_execution_output_json_files``, a knowledge source's ``file_path`` / ``file_paths`` (under
+``knowledge_sources`` or ``knowledge``), a memory's ``storage`` folder, a flow persistence's ``db_path``
+(CrewAI's own default, in the user's data folder, passes), which pass only as :func:`trusted_path`
+relative paths (no URL). Set and not empty, each is refused unless the user opted in. An LLM's
+``client_params`` / ``additional_params`` / ``default_query`` are searched for endpoint keys as an
+embedder's config is.
 
 Resolved through fixed registries, so not a door: ``llm_type`` (``_LLM_TYPE_REGISTRY``), ``executor_type``,
 ``executor_class``, knowledge ``source_type``, memory ``memory_kind``, flow ``persistence_type``, event
@@ -61,6 +64,7 @@ import sys
 import types
 import typing
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -69,16 +73,24 @@ from crewckpt.errors import UntrustedCapability, UntrustedCode, UntrustedEndpoin
 
 ENDPOINT_VAR = "CREWCKPT_LLM_ENDPOINTS"
 ENDPOINT_FIELDS = ("base_url", "api_base")
-EMBEDDER_ENDPOINT_KEYS = frozenset({"api_base", "base_url", "url", "api_url", "endpoint", "host", "azure_endpoint"})
+EMBEDDER_ENDPOINT_KEYS = frozenset({"api_base", "base_url", "url", "api_url", "endpoint", "host", "azure_endpoint",
+                                    "platform_url", "bedrock_url"})
+# an LLM's free-form option maps that its client reads an endpoint from (the same keys as an embedder's)
+LLM_OPTION_FIELDS = ("client_params", "additional_params", "default_query")
 PATH_FIELDS = frozenset({"output_file", "output_log_file"})  # Task.output_file, Crew.output_log_file
 # BaseAgent fields whose value (when set and not empty) the resumed run acts on: what it would do
 AGENT_CAPABILITIES = {"mcps": "start or connect to MCP servers", "a2a": "talk to remote agents",
                       "apps": "use platform apps", "from_repository": "fetch an agent definition",
                       "skills": "load skill folders", "allow_code_execution": "let the agent execute code"}
+CREW_CAPABILITIES = {"skills": "load skill folders into every agent"}
 # fields naming files CrewAI reads (and hands to the LLM) or writes: every string in them must be trusted_path
 FILE_FIELDS = {"input_files": "read a file", "prompt_file": "read a file", "trained_agents_file": "read a file",
                "task_execution_output_json_files": "write a file"}
 KNOWLEDGE_FILE_KEYS = frozenset({"file_path", "file_paths"})
+# fields whose value holds paths CrewAI opens, below these keys: what it would do with them
+PATH_KEYS = {"knowledge_sources": (KNOWLEDGE_FILE_KEYS, "read a file"), "knowledge": (KNOWLEDGE_FILE_KEYS, "read a file"),
+             "persistence": (frozenset({"db_path", "path"}), "write a database file"),
+             "memory": (frozenset({"storage", "path", "db_path"}), "keep its memory in a folder")}
 # variables CrewAI's providers and LiteLLM read an endpoint from: a URL the user configured is trusted
 ENDPOINT_ENV = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_BASE_URL", "AZURE_API_BASE",
                 "AZURE_OPENAI_ENDPOINT", "OLLAMA_API_BASE", "OLLAMA_HOST", "GEMINI_API_BASE",
@@ -195,6 +207,16 @@ def check_crewai_location(location: Any) -> None:
     check(doc)
 
 
+def checkpoint_holders(doc: Any) -> list[dict[str, Any]]:
+    """The dicts of ``doc``'s entities, at any depth (a crew's agents, a task's agent, a manager agent), whose
+    CrewAI model has a ``checkpoint`` field that the dict sets, found along the model annotations as
+    :func:`check` walks (an agent without ``entity_type`` is found too; user data such as a flow's state is
+    not). Walks whatever the user opted into: where a resumed run writes is never the checkpoint's."""
+    walker = _Walker()
+    walker.run(doc)
+    return walker.holders
+
+
 def findings(doc: Any) -> list[tuple[str, str, str]]:
     """Every ``(field path, stored string, what restoring would do)`` in a checkpoint document."""
     return _Walker().run(doc)
@@ -249,11 +271,12 @@ class _Walker:
         self.entities: dict[str, type[BaseModel]] = {"crew": Crew, "flow": Flow, "agent": Agent}
         self.tools, self.llms = _TOOL_TYPE_REGISTRY, _LLM_TYPE_REGISTRY
         self.BaseTool, self.BaseAgent, self.Agent = BaseTool, BaseAgent, Agent
-        self.BaseLLM, self.BaseEvent, self.Flow = BaseLLM, BaseEvent, Flow
+        self.BaseLLM, self.BaseEvent, self.Flow, self.Crew = BaseLLM, BaseEvent, Flow, Crew
         self.found: list[tuple[str, str, str]] = []
         self.endpoints: list[tuple[str, Any]] = []  # (path, value) of every LLM / embedder endpoint field set
         self.paths: list[tuple[str, Any]] = []  # (path, value) of every output file not trusted_path
         self.acts: list[tuple[str, Any, str]] = []  # (path, value, what) of every capability field set
+        self.holders: list[dict[str, Any]] = []  # entity models (crew, flow, agent, at any depth) with a checkpoint
         self.seen: set[tuple[int, type]] = set()
         self._plans: dict[type, list[tuple[str, str, list[tuple[str, Any]]]]] = {}
 
@@ -348,10 +371,15 @@ class _Walker:
         concrete = self._concrete(d, cls, path)
         if concrete is None:
             return
+        if "checkpoint" in d and "checkpoint" in concrete.model_fields and path.startswith("entities"):
+            self.holders.append(d)
         is_tool = issubclass(concrete, self.BaseTool)
         self._capabilities(d, concrete, path)
         if issubclass(concrete, self.BaseLLM):
             self.endpoints.extend((f"{path}.{n}", d[n]) for n in ENDPOINT_FIELDS if d.get(n) is not None)
+            for n in LLM_OPTION_FIELDS:  # e.g. client_params={"base_url": ...}: the OpenAI client uses it
+                if isinstance(d.get(n), dict):
+                    self.endpoints.extend(_embedder_endpoints(d[n], f"{path}.{n}"))
         for name, check, alternatives in self._plan(concrete):
             if name not in d:
                 continue
@@ -387,11 +415,13 @@ class _Walker:
             if name in d and name in cls.model_fields:
                 self.acts.extend((p, v, what) for p, v in _strings_in(d[name], f"{path}.{name}")
                                  if not _trusted_file(v))
-        if "knowledge_sources" in d and "knowledge_sources" in cls.model_fields:
-            self.acts.extend((p, v, "read a file") for p, v in _strings_in(d["knowledge_sources"],
-                                                                            f"{path}.knowledge_sources",
-                                                                            KNOWLEDGE_FILE_KEYS)
-                             if not _trusted_file(v))
+        if issubclass(cls, self.Crew):
+            self.acts.extend((f"{path}.{n}", d[n], what) for n, what in CREW_CAPABILITIES.items()
+                             if d.get(n) not in (None, False, "", [], {}))
+        for name, (keys, what) in PATH_KEYS.items():
+            if name in d and name in cls.model_fields:
+                self.acts.extend((p, v, what) for p, v in _strings_in(d[name], f"{path}.{name}", keys)
+                                 if not _trusted_file(v) and not (name == "persistence" and v == _default_flow_db()))
 
     def _strings(self, value: Any, path: str, what: str) -> None:
         if isinstance(value, str):
@@ -431,6 +461,17 @@ def _external_refs(value: Any, path: str) -> Iterator[tuple[str, str]]:
                     stack.append((child, f"{p}.{k}"))
         elif isinstance(v, list):
             stack.extend((c, f"{p}[{i}]") for i, c in enumerate(v) if isinstance(c, (dict, list)))
+
+
+def _default_flow_db() -> str:
+    """The db_path CrewAI's SQLiteFlowPersistence defaults to (in the user's own CrewAI data folder): a flow
+    checkpointed with ``@persist`` stores it, so it is the user's, not a place the checkpoint chose."""
+    try:
+        from crewai.utilities.paths import db_storage_path
+
+        return str(Path(db_storage_path()) / "flow_states.db")
+    except Exception:  # noqa: BLE001  (another crewai layout: nothing is trusted by default)
+        return "\x00"
 
 
 def _trusted_file(value: str) -> bool:

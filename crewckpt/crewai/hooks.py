@@ -330,9 +330,10 @@ def write_target(config: Any, read_path: str) -> tuple[str, dict[str, Any]]:
 def retarget_configs(value: Any, store: str, overrides: dict[str, Any]) -> Any:
     """Replace every checkpoint config stored in a document (crewckpt's or CrewAI's JSON/SQLite ones) by a
     crewckpt config writing to ``store`` with ``overrides`` (see :func:`write_target`), keeping only its
-    ``on_events``. An entity's (a dict with an ``entity_type``) ``checkpoint`` is replaced whatever it holds
-    but None and False: CrewAI reads a dict without ``provider``, and ``true``, as a JsonProvider config
-    writing where the dict says (or to ``./.checkpoints``). In place, iterative; returns ``value``."""
+    ``on_events``. The ``checkpoint`` field of every entity model (:func:`crewckpt.crewai.gate.checkpoint_holders`:
+    by model annotation, so an agent without ``entity_type`` counts) is replaced whatever it holds unless it
+    turns checkpointing off: CrewAI reads a dict without ``provider``, and ``true`` / ``"true"`` / ``1``, as a
+    JsonProvider config writing where the dict says (or to ``./.checkpoints``). In place; returns ``value``."""
     stack = [value]
     while stack:
         v = stack.pop()
@@ -347,7 +348,25 @@ def retarget_configs(value: Any, store: str, overrides: dict[str, Any]) -> Any:
                     stack.append(child)
         elif isinstance(v, list):
             stack.extend(c for c in v if isinstance(c, (dict, list)))
+    for holder in gate.checkpoint_holders(value):  # any entity model's checkpoint field, found by annotation
+        child = holder["checkpoint"]
+        if not isinstance(child, CheckpointConfig) and not _checkpointing_off(child):
+            holder["checkpoint"] = _restored_config(child.get("on_events") if isinstance(child, dict) else None,
+                                                    store, overrides)
     return value
+
+
+_OFF = frozenset({"0", "false", "f", "n", "no", "off"})  # pydantic's lax false strings
+
+
+def _checkpointing_off(value: Any) -> bool:
+    """Whether a stored ``checkpoint`` value turns checkpointing off as pydantic reads it (None, False, 0,
+    "false", "no", ...); anything else (True, "true", 1, a dict) would make a config."""
+    if value is None or value is False:
+        return True
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value == 0
+    return isinstance(value, str) and value.strip().lower() in _OFF
 
 
 def _is_config_dict(value: Any) -> bool:
