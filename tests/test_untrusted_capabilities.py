@@ -158,7 +158,7 @@ def test_an_llm_endpoint_in_its_client_params_is_checked_like_base_url(tmp_path:
 
 
 def test_crewais_default_flow_database_is_the_users_and_passes(tmp_path: Path) -> None:
-    from crewai.utilities.paths import db_storage_path
+    from crewai_core.paths import db_storage_path
 
     _, doc = crew_doc(tmp_path)
     _agent(doc)["agent_executor"]["persistence"] = {"persistence_type": "SQLiteFlowPersistence",

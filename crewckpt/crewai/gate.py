@@ -467,7 +467,10 @@ def _default_flow_db() -> str:
     """The db_path CrewAI's SQLiteFlowPersistence defaults to (in the user's own CrewAI data folder): a flow
     checkpointed with ``@persist`` stores it, so it is the user's, not a place the checkpoint chose."""
     try:
-        from crewai.utilities.paths import db_storage_path
+        try:  # crewai_core: where crewai 1.15 moved it (crewai.utilities.paths warns that it is deprecated)
+            from crewai_core.paths import db_storage_path
+        except ImportError:
+            from crewai.utilities.paths import db_storage_path
 
         return str(Path(db_storage_path()) / "flow_states.db")
     except Exception:  # noqa: BLE001  (another crewai layout: nothing is trusted by default)
