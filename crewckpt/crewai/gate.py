@@ -83,14 +83,15 @@ AGENT_CAPABILITIES = {"mcps": "start or connect to MCP servers", "a2a": "talk to
                       "apps": "use platform apps", "from_repository": "fetch an agent definition",
                       "skills": "load skill folders", "allow_code_execution": "let the agent execute code"}
 CREW_CAPABILITIES = {"skills": "load skill folders into every agent"}
-# fields naming files CrewAI reads (and hands to the LLM) or writes: every string in them must be trusted_path
-FILE_FIELDS = {"input_files": "read a file", "prompt_file": "read a file", "trained_agents_file": "read a file",
-               "task_execution_output_json_files": "write a file"}
 KNOWLEDGE_FILE_KEYS = frozenset({"file_path", "file_paths"})
-# fields whose value holds paths CrewAI opens, below these keys: what it would do with them
-PATH_KEYS = {"knowledge_sources": (KNOWLEDGE_FILE_KEYS, "read a file"), "knowledge": (KNOWLEDGE_FILE_KEYS, "read a file"),
-             "persistence": (frozenset({"db_path", "path"}), "write a database file"),
-             "memory": (frozenset({"storage", "path", "db_path"}), "keep its memory in a folder")}
+# fields naming paths CrewAI opens (reads and hands to the LLM, or writes): (the keys below which the strings
+# are paths, None for the whole value; what it would do). Every such string must be a trusted_path, no URL
+FILE_FIELDS: dict[str, tuple[frozenset[str] | None, str]] = {
+    "input_files": (None, "read a file"), "prompt_file": (None, "read a file"),
+    "trained_agents_file": (None, "read a file"), "task_execution_output_json_files": (None, "write a file"),
+    "knowledge_sources": (KNOWLEDGE_FILE_KEYS, "read a file"), "knowledge": (KNOWLEDGE_FILE_KEYS, "read a file"),
+    "persistence": (frozenset({"db_path", "path"}), "write a database file"),
+    "memory": (frozenset({"storage", "path", "db_path"}), "keep its memory in a folder")}
 # variables CrewAI's providers and LiteLLM read an endpoint from: a URL the user configured is trusted
 ENDPOINT_ENV = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_BASE_URL", "AZURE_API_BASE",
                 "AZURE_OPENAI_ENDPOINT", "OLLAMA_API_BASE", "OLLAMA_HOST", "GEMINI_API_BASE",
@@ -408,17 +409,11 @@ class _Walker:
                 stack.append((value, alternatives, field_path))
 
     def _capabilities(self, d: dict[str, Any], cls: type[BaseModel], path: str) -> None:
-        if issubclass(cls, self.BaseAgent):
-            self.acts.extend((f"{path}.{n}", d[n], what) for n, what in AGENT_CAPABILITIES.items()
-                             if n in cls.model_fields and d.get(n) not in (None, False, "", [], {}))
-        for name, what in FILE_FIELDS.items():
-            if name in d and name in cls.model_fields:
-                self.acts.extend((p, v, what) for p, v in _strings_in(d[name], f"{path}.{name}")
-                                 if not _trusted_file(v))
-        if issubclass(cls, self.Crew):
-            self.acts.extend((f"{path}.{n}", d[n], what) for n, what in CREW_CAPABILITIES.items()
-                             if d.get(n) not in (None, False, "", [], {}))
-        for name, (keys, what) in PATH_KEYS.items():
+        for base, fields in ((self.BaseAgent, AGENT_CAPABILITIES), (self.Crew, CREW_CAPABILITIES)):
+            if issubclass(cls, base):
+                self.acts.extend((f"{path}.{n}", d[n], what) for n, what in fields.items()
+                                 if n in cls.model_fields and d.get(n) not in (None, False, "", [], {}))
+        for name, (keys, what) in FILE_FIELDS.items():
             if name in d and name in cls.model_fields:
                 self.acts.extend((p, v, what) for p, v in _strings_in(d[name], f"{path}.{name}", keys)
                                  if not _trusted_file(v) and not (name == "persistence" and v == _default_flow_db()))
@@ -465,7 +460,8 @@ def _external_refs(value: Any, path: str) -> Iterator[tuple[str, str]]:
 
 def _default_flow_db() -> str:
     """The db_path CrewAI's SQLiteFlowPersistence defaults to (in the user's own CrewAI data folder): a flow
-    checkpointed with ``@persist`` stores it, so it is the user's, not a place the checkpoint chose."""
+    checkpointed with ``@persist`` stores it, so it is the user's, not a place the checkpoint chose. Not cached:
+    it follows the environment (CrewAI's data folder variables)."""
     try:
         try:  # crewai_core: where crewai 1.15 moved it (crewai.utilities.paths warns that it is deprecated)
             from crewai_core.paths import db_storage_path

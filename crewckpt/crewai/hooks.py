@@ -338,12 +338,9 @@ def retarget_configs(value: Any, store: str, overrides: dict[str, Any]) -> Any:
     while stack:
         v = stack.pop()
         if isinstance(v, dict):
-            entity = isinstance(v.get("entity_type"), str)
             for k, child in v.items():
-                if k == "checkpoint" and (_is_config_dict(child) or (
-                        entity and (child is True or isinstance(child, dict)))):
-                    v[k] = _restored_config(child.get("on_events") if isinstance(child, dict) else None, store,
-                                            overrides)
+                if k == "checkpoint" and _is_config_dict(child):  # anywhere, events included
+                    v[k] = _restored_config(child, store, overrides)
                 elif isinstance(child, (dict, list)):
                     stack.append(child)
         elif isinstance(v, list):
@@ -351,8 +348,7 @@ def retarget_configs(value: Any, store: str, overrides: dict[str, Any]) -> Any:
     for holder in gate.checkpoint_holders(value):  # any entity model's checkpoint field, found by annotation
         child = holder["checkpoint"]
         if not isinstance(child, CheckpointConfig) and not _checkpointing_off(child):
-            holder["checkpoint"] = _restored_config(child.get("on_events") if isinstance(child, dict) else None,
-                                                    store, overrides)
+            holder["checkpoint"] = _restored_config(child, store, overrides)
     return value
 
 
@@ -374,7 +370,10 @@ def _is_config_dict(value: Any) -> bool:
     return isinstance(provider, dict) and provider.get("provider_type") in ("crewckpt", "json", "sqlite")
 
 
-def _restored_config(on_events: Any, store: str, overrides: dict[str, Any]) -> CheckpointConfig:
+def _restored_config(stored: Any, store: str, overrides: dict[str, Any]) -> CheckpointConfig:
+    """A crewckpt config writing to ``store`` with ``overrides``, keeping only the ``on_events`` of the
+    ``stored`` checkpoint value (a dict; anything else keeps none)."""
+    on_events = stored.get("on_events") if isinstance(stored, dict) else None
     fields: dict[str, Any] = {"location": store, **{k: v for k, v in overrides.items() if v is not None}}
     if isinstance(on_events, list) and all(isinstance(e, str) for e in on_events):
         fields["on_events"] = on_events
