@@ -5,6 +5,7 @@ the same sub-values before, under other keys or as pieces) must give the same tr
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 import orjson
@@ -44,6 +45,7 @@ def uncached(doc: Any, hints: frozenset[str] = HINTS) -> bytes:
     """The root id of ``doc`` split with every cache off, the per-split memo too: the writer policy alone."""
     s = Splitter(0, separate_keys=hints)
     s._local = _Forgetful()
+    s.inline_ok = False  # the walk alone, value by value: the reference the shortcut must match
     return s.split(doc, _oid).oid
 
 
@@ -176,3 +178,92 @@ def test_the_same_document_has_the_same_commit_id_in_a_fresh_and_a_warm_store() 
     busy.commit({"seen": MID, "piece": Parts([MID]), "x": TEXT}, branch="other", run_id="r0")
     assert commit(busy) == cold
     assert busy.info(cold).tree == fresh(doc).hex()
+
+
+# -- the inline shortcut (Splitter._inline): a container's msgpack bytes taken as its representation without
+# walking it must be exactly what the walk makes, and must never let through what the walk refuses
+
+
+class _Str(str):
+    pass
+
+
+_SCALAR = st.one_of(
+    st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=8), st.text(min_size=60, max_size=80), st.sampled_from(["é" * 70, "x" * 257, "y" * 256,
+                                                                            "z" * 3000, "w" * 8200, "\ud800"]),
+)
+_KEY = st.sampled_from(["agent", "text", "a", "b", "c", "event", "é"])
+
+
+def _json_values() -> Any:
+    return st.recursive(
+        _SCALAR,
+        lambda kids: st.one_of(st.lists(kids, max_size=6), st.dictionaries(_KEY, kids, max_size=5),
+                               st.lists(kids, max_size=6).map(tuple)),
+        max_leaves=40)
+
+
+def _shortcut_and_walk(doc: Any, hints: frozenset[str] = HINTS) -> tuple[Any, Any]:
+    """(root id or the error's type, with the shortcut) and the same for the walk alone (uncached)."""
+    out = []
+    for inline in (True, False):
+        s = Splitter(separate_keys=hints) if inline else Splitter(0, separate_keys=hints)
+        s.inline_ok = inline
+        if not inline:
+            s._local = _Forgetful()
+        try:
+            out.append(s.split(doc, _oid).oid)
+        except (TypeError, ValueError) as e:
+            out.append(type(e))
+    return out[0], out[1]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_json_values(), st.sampled_from([HINTS, frozenset()]))
+def test_the_inline_shortcut_makes_the_ids_and_errors_of_the_walk(value: Any, hints: frozenset[str]) -> None:
+    doc = {"k": value, "l": [value, {"agent": value}], "f": Frozen(value) if isinstance(value, (dict, list)) else 1,
+           "p": Parts([value, Frozen(value)], array=True) if isinstance(value, list) else 2}
+    with_shortcut, walk = _shortcut_and_walk(doc, hints)
+    assert with_shortcut == walk
+
+
+def _chain(depth: int) -> Any:
+    v: Any = 1
+    for _ in range(depth):
+        v = {"a": v}
+    return v
+
+
+def test_the_inline_shortcut_keeps_the_walks_depth_size_and_width_limits() -> None:
+    from crewckpt.history.snapshot import CHUNK_ENTRIES, INLINE_MAX, MAX_INLINE_DEPTH, SEPARATE_MIN
+    cases = [
+        _chain(MAX_INLINE_DEPTH - 1), _chain(MAX_INLINE_DEPTH), _chain(MAX_INLINE_DEPTH + 1),  # height limit
+        list(range(CHUNK_ENTRIES)), list(range(CHUNK_ENTRIES + 1)), {"x": list(range(CHUNK_ENTRIES + 1))},  # width
+        ["s" * (INLINE_MAX - 8)], ["s" * (INLINE_MAX - 4)], ["s" * (INLINE_MAX - 2)],  # body size at the limit
+        {"agent": "a" * SEPARATE_MIN}, {"agent": "a" * (SEPARATE_MIN + 1)}, {"agent": "é" * 129},  # hint key
+        {"agent": ["a" * (SEPARATE_MIN - 4)]}, {"agent": ["a" * (SEPARATE_MIN - 2)]}, {"agent": {"b": "c" * 250}},
+        {"b": {"agent": "a" * 300}}, [{"text": "t" * 300}], {"b": "agent" * 60},  # a hint key's bytes as a value
+        {"n": float("nan")}, {"n": [float("inf")]}, {"n": -0.0}, {1: 2}, {"b": {2: 3}}, {"b": 2**64}, {"s": "\udc80"},
+        {"s": _Str("x")}, collections.OrderedDict([("b", 1), ("a", 2)]), [True, 1, 1.0], ((1, 2), [3]),
+    ]
+    for value in cases:
+        for doc in ({"k": value}, {"agent": value}, {"k": Frozen(value)}, {"agent": Frozen(value)},
+                    {"k": [Frozen(value), value]}):
+            with_shortcut, walk = _shortcut_and_walk(doc)
+            assert with_shortcut == walk, (doc, with_shortcut, walk)
+
+
+def test_the_inline_shortcut_is_taken_for_plain_small_containers() -> None:
+    """It is not a check that never fires: a plain small container is not walked value by value."""
+    calls = []
+    s = Splitter(separate_keys=HINTS)
+    real = s._inline
+
+    def spy(v: Any, packed: bytes, own: bool) -> Any:
+        got = real(v, packed, own)
+        calls.append(got is not None)
+        return got
+    s._inline = spy  # type: ignore[method-assign]
+    s.split({"k": {"a": 1, "b": [1, 2, {"c": "d"}]}, "agent": {"x": "short"}}, _oid)
+    assert calls and all(calls)

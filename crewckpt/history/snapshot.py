@@ -432,6 +432,64 @@ class Refreezer:
         return b, Parts(pieces, array=not is_dict, join=True), nodes
 
 
+_PLAIN_LEAVES = frozenset({str, int, bool, type(None)})
+
+
+def _plain_height(v: Any, hinted: frozenset[str] | None = None, pack: Callable[[Any], bytes] | None = None
+                  ) -> int | None:
+    """The inline nesting height of ``v`` (1: a container of scalars), or None when the walk could build anything
+    but plain msgpack of it: a type that is not exactly dict, list, tuple, str, int, bool, None or a finite float
+    (subclasses, NaN and Infinity are the walk's to refuse or encode), a non-string key, a container of more than
+    CHUNK_ENTRIES entries, more than MAX_INLINE_DEPTH levels, or (``hinted``: the split-hint keys) a value under
+    a hint key that is a string of over SEPARATE_MIN UTF-8 bytes or a container packing (``pack``) to more. Visits
+    each value once, no call per value."""
+    if type(v) not in _CONTAINERS:
+        return None
+    top = 0
+    stack: list[tuple[Any, int]] = [(v, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        c, h = pop()
+        if h > top:
+            if h > MAX_INLINE_DEPTH:
+                return None
+            top = h
+        if len(c) > CHUNK_ENTRIES:
+            return None
+        if type(c) is dict:
+            for k in c:
+                if type(k) is not str:
+                    return None
+            if hinted is not None and not hinted.isdisjoint(c) and not _small_hinted(c, hinted, pack):
+                return None
+            c = c.values()
+        for x in c:
+            t = type(x)
+            if t in _PLAIN_LEAVES:
+                continue
+            if t in _CONTAINERS:
+                push((x, h + 1))
+            elif t is not float or not math.isfinite(x):
+                return None
+    return top
+
+
+def _small_hinted(d: dict[str, Any], hinted: frozenset[str], pack: Callable[[Any], bytes] | None) -> bool:
+    """Whether every value of ``d`` under a hint key stays inline there (a string of at most SEPARATE_MIN UTF-8
+    bytes, a container packing to at most SEPARATE_MIN bytes, or a scalar)."""
+    for k in hinted.intersection(d):
+        x = d[k]
+        if type(x) is str:
+            if len(x) > SEPARATE_MIN // 4 and len(x.encode("utf-8")) > SEPARATE_MIN:
+                return False
+        elif type(x) in _CONTAINERS and (pack is None or len(pack(x)) > SEPARATE_MIN):
+            return False
+    return True
+
+
+_CONTAINERS = frozenset({dict, list, tuple})
+
+
 def _is_group(inner: Any, is_obj: bool) -> bool:
     """Whether ``inner`` (a Frozen piece's value) is a group of pieces: a Parts value of the same kind, not
     joined (its pieces are then one more level of the chunk list: objects_format.md 4, forms 2 and 3)."""
@@ -493,6 +551,8 @@ class Splitter:
         self._put: Callable[[int, bytes], bytes] = lambda k, b: ob.object_id(k, b)
         self._tokens = (object(), object(), object())  # generation tags of Frozen representations, one per place
         self._pack = msgpack.Packer(use_bin_type=True).pack  # reused: msgpack.packb allocates a buffer per call
+        self._sep_packed = tuple(ob.packb(k) for k in self._separate)
+        self.inline_ok = True  # the shortcut of _inline (False: always walk; the tests' reference)
 
     def reset(self) -> None:
         """Forget every cached representation (after a gc epoch change: objects may be gone)."""
@@ -608,6 +668,16 @@ class Splitter:
                     rep = enter(inner, True, own)
                     self._staged.append((tok, v, rep))  # kept for this place only (a hinted string is a blob)
                     return rep
+                if place != _LEAF and self.inline_ok and len(inner) <= CHUNK_ENTRIES and (
+                        v.size is None or v.size <= 2 * INLINE_MAX):  # (JSON size: only a guess of msgpack's)
+                    try:
+                        rep = self._inline(inner, self._pack(inner), own)
+                    except (ValueError, TypeError, OverflowError, UnicodeEncodeError):
+                        rep = None  # the walk refuses or encodes it
+                    if rep is not None:
+                        self._staged.append((tok, v, rep))
+                        local[v if place == _PLAIN else (place, v)] = rep
+                        return rep
                 frame = _Frame(inner, None, v)
                 frame.leaf = piece is not None
                 frame.own = own
@@ -628,22 +698,29 @@ class Splitter:
                 # the root and big (chunked) containers change on nearly every checkpoint: packing them for a
                 # cache key would re-encode the whole run; their entries are keyed one by one instead
                 skip = max(stack[-1].skip - 1, 0) if stack else 0
+                packed = None
                 if keyed and not skip and len(v) <= CHUNK_ENTRIES and above < _KEY_DEPTH:
                     try:
-                        key = self._pack(v)
+                        packed = self._pack(v)
                     except ValueError:  # nested deeper than msgpack's limit: so are the next levels
                         skip = _DEEP_SKIP
                     except (TypeError, OverflowError, UnicodeEncodeError):
-                        key = None  # big ints, surrogates or not JSON: walk without the cache
-                    if key is not None:  # the digest, not the bytes: a cache entry then costs its representation
-                        # only (the packed keys held ~10 MB at 100 tasks); as trustworthy as an object id
-                        key = blake3.blake3(key).digest()
+                        pass  # big ints, surrogates or not JSON: walk without the cache
+                    if packed is not None:  # the digest, not the bytes: a cache entry then costs its
+                        # representation only (the packed keys held ~10 MB at 100 tasks); as trustworthy as an id
+                        key = blake3.blake3(packed).digest()
                 if key is not None:
                     if place:
                         key = _PLACE_TAG[place] + key
                     hit = local.get(key) or self._cache.get(key)
                     if hit is not None:
                         return hit
+                    if packed is not None and place != _LEAF and self.inline_ok:
+                        rep = self._inline(v, packed, own)
+                        if rep is not None:  # its msgpack bytes are the representation the walk would make
+                            self._staged.append((self._cache, key, rep))
+                            local[key] = rep
+                            return rep
                 frame = _Frame(v, key)
                 frame.skip = skip
                 frame.keyed = above + (key is not None)
@@ -705,6 +782,26 @@ class Splitter:
             else:
                 result.append(done)
         return result[0]
+
+    def _inline(self, v: Any, packed: bytes, own: bool) -> tuple[bytes, int] | None:
+        """The representation of container ``v`` without walking it, when its msgpack bytes ``packed`` are exactly
+        what the walk would build: an inline payload (at most INLINE_MAX - 2 bytes, so every string and container
+        in it is inline too), not under a split-hint key when over SEPARATE_MIN, every value under a split-hint
+        key in it at most SEPARATE_MIN bytes (checked only when a hint key's packed form occurs in the bytes),
+        and plain JSON all the way down (:func:`_plain_height`: exact types, string keys, finite floats, at most
+        CHUNK_ENTRIES entries a container, MAX_INLINE_DEPTH levels). None: walk it. Checked against the walk in
+        tests/test_splitter_determinism.py (issue 13: a new CrewAI event's nested fields were walked value by
+        value, ~490 calls per checkpoint at 100 tasks)."""
+        n = len(packed)
+        if n + 2 > INLINE_MAX or (own and n > SEPARATE_MIN):
+            return None
+        hinted = None
+        for k in self._sep_packed:
+            if k in packed:
+                hinted = self._separate
+                break
+        height = _plain_height(v, hinted, self._pack)
+        return None if height is None else (packed, height)
 
     def _str(self, s: str, own: bool = False) -> bytes:
         """A string's representation: inline up to INLINE_MAX bytes, else a blob (over STR_CDC_MIN: cut into
