@@ -206,7 +206,7 @@ def _json_values() -> Any:
 
 def _shortcut_and_walk(doc: Any, hints: frozenset[str] = HINTS) -> tuple[Any, Any]:
     """(root id or the error's type, with the shortcut) and the same for the walk alone (uncached)."""
-    out = []
+    out: list[Any] = []
     for inline in (True, False):
         s = Splitter(separate_keys=hints) if inline else Splitter(0, separate_keys=hints)
         s.inline_ok = inline
