@@ -325,6 +325,26 @@ def test_fsck_names_a_truncated_object_and_the_commit_that_needs_it(tmp_path: Pa
     assert s.read(keep) == {"keep": "k" * 3000}
 
 
+def test_fsck_is_clean_on_a_document_that_is_one_long_string(tmp_path: Path) -> None:
+    # a string of 8,193-16,383 bytes is one blob and the commit links it directly (objects_format.md 5.1: the
+    # root is ext 0 or ext 3); quick fsck read every root as a tree and called it damaged (hostile-input review)
+    s = Store.init(tmp_path / "s")
+    ids = [s.commit("a" * 9000), s.commit("é" * 6000), s.commit("b" * 20000), s.commit({"k": "c" * 9000})]
+    assert s.fsck().ok and s.fsck(full=True).ok
+    assert [s.read(c) for c in ids] == ["a" * 9000, "é" * 6000, "b" * 20000, {"k": "c" * 9000}]
+    # and a root blob whose stored object is a tree is still reported, on the commit that links it
+    blob = s.info(ids[0]).tree
+    tree = s.info(ids[3]).tree
+    s.close()
+    db = sqlite3.connect(tmp_path / "s" / "store.db")
+    kind = db.execute("SELECT kind FROM objects WHERE oid=?", (bytes.fromhex(tree),)).fetchone()[0]
+    db.execute("UPDATE objects SET kind=? WHERE oid=?", (kind, bytes.fromhex(blob)))
+    db.commit()
+    db.close()
+    report = Store.open(tmp_path / "s").fsck()
+    assert not report.ok and ids[0] in report.broken and "as a blob, but it is a tree" in report.broken[ids[0]]
+
+
 def test_opening_bad_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(StoreNotFound, match="no such folder"):
         Store.open(tmp_path / "missing")

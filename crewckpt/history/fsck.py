@@ -84,6 +84,7 @@ def _fsck(parts: StoreParts, full: bool, progress: Progress | None,
             problems.append(f"{e} (fsck did not decompress it)")
 
     children: dict[bytes, list[bytes]] = {}
+    root_kind: dict[bytes, int] = {}
     checked = 0
     commits = {r.id: r for r in index.index_rows()}
     ref_targets = refs.refs()
@@ -116,6 +117,7 @@ def _fsck(parts: StoreParts, full: bool, progress: Progress | None,
             c = objects.commit(cid, budget=bound)
             checked += 1
             children[cid] = [c.tree.oid]
+            root_kind[c.tree.oid] = c.tree.kind  # a tree, or a blob: a document that is one long string
             for p, n in repeated_parents(c.parents).items():  # objects_format.md 5.3: a writer lists a parent once
                 problems.append(f"commit {cid.hex()} lists parent {p.hex()} {_times(n)} (written by another store; "
                                 f"readers follow it once, and its id keeps both: nothing to repair)")
@@ -134,7 +136,7 @@ def _fsck(parts: StoreParts, full: bool, progress: Progress | None,
             children[cid] = []
     level = [x for cid in commits for x in children.get(cid, [])]
     # object -> (the kind its first link says it is, the tree or commit linking it)
-    linked_as = {t: (ob.TREE, cid) for cid in commits for t in children.get(cid, [])}
+    linked_as = {t: (root_kind.get(t, ob.TREE), cid) for cid in commits for t in children.get(cid, [])}
     while level:
         todo = [o for o in dict.fromkeys(level) if o not in children and o not in broken]
         level = []
