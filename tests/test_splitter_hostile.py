@@ -33,7 +33,7 @@ def test_deep_nesting_over_a_big_value_is_not_packed_once_per_level() -> None:
     # before: every level of a chain of one-key objects packed its whole subtree for a cache key and held it
     # until the split ended, 300 levels over 100 KB -> 30 MB (a 10 MB document nested 400 deep: 4 GB)
     bottom = [{f"k{j}": "v" * 1000 for j in range(50)} for _ in range(2)]
-    doc = _chain(300, bottom)
+    doc = _chain(250, bottom)  # 255 levels at most (MAX_DEPTH: the splitter refuses deeper)
     size = len(msgpack.packb(doc))
     s = Splitter(separate_keys=frozenset())
     root = s.split(doc, _oid)

@@ -464,3 +464,78 @@ def test_a_name_that_is_another_commits_short_id_is_ambiguous(tmp_path: Path, vi
     named = s.commit({"named": 1}, branch="n", parents=[])
     s.create_branch(named[:8], named)  # a branch named after its own commit's short id is not a shadow
     assert s.resolve(named[:8]) == named
+
+
+def _lists(n: int) -> Any:
+    v: Any = 1
+    for _ in range(n):
+        v = [v]
+    return v
+
+
+def test_hinted_values_cannot_nest_past_what_a_read_accepts_or_contain_themselves() -> None:
+    # a Parts piece and a sized Frozen value were not measured for depth (the summary takes a Frozen's size and
+    # a piece on its own): the commit landed and every read refused it; a cycle inside one ran until memory ran
+    # out (hostile-input review). Now refused in one line before anything is stored, as for a plain document.
+    from crewckpt.errors import DocumentTooLarge
+    from crewckpt.history.snapshot import Parts
+    s = Store.memory()
+    ok = [s.commit(doc) for doc in ({"w": Parts([{"k": _lists(253)}])}, Parts([{"a": _lists(254)}]), _lists(255),
+                                    Frozen(_lists(255), size=511))]
+    assert [s.read(c) for c in ok][2] == _lists(255)
+    loop: list[Any] = []
+    loop.append(loop)
+    self_map: dict[str, Any] = {}
+    self_map["me"] = Frozen(self_map)
+    bad = [({"w": Parts([{"k": _lists(254)}])}, DocumentTooLarge, "deeper than (the )?255"),
+           (Frozen(_lists(300), size=601), DocumentTooLarge, "deeper than (the )?255"),
+           ({"f": Frozen(loop, size=5)}, ValueError, r"contains itself \(circular reference at \$\.f\[0\]\)"),
+           ({"f": Parts([Frozen({"a": loop}, size=9)])}, ValueError, r"circular reference at \$\.f\.a\[0\]"),
+           (self_map, ValueError, r"circular reference at \$\.me\)")]
+    for doc, error, message in bad:
+        with pytest.raises(error, match=message):
+            s.commit(doc)
+    assert [c.id for c in s.log("main")] == ok[::-1] and s.fsck(full=True).ok
+
+
+def test_int_and_dict_subclasses_are_stored_as_the_values_they_hold() -> None:
+    # hostile-input review: a big int subclass with its own __str__ (IntEnum's on Python 3.10) stored its name
+    # as the decimal (every read: "bad big integer"); a dict subclass whose __iter__ differs from its values'
+    # order stored keys against the wrong values
+    import enum
+
+    class Huge(enum.IntEnum):
+        BIG = 2**70
+        __str__ = enum.Enum.__str__
+
+    class Reversed(dict):  # type: ignore[type-arg]
+        def __iter__(self) -> Any:
+            return reversed(list(super().__iter__()))
+
+    s = Store.memory()
+    assert s.read(s.commit({"n": Huge.BIG, "m": [Huge.BIG]})) == {"n": 2**70, "m": [2**70]}
+    back = s.read(s.commit({"x": Reversed(a=1, b=2)}))
+    assert back["x"]["a"] == 1 and back["x"]["b"] == 2
+    assert s.fsck(full=True).ok
+
+
+def test_a_refreezer_does_not_reuse_an_earlier_version_for_a_datetime_or_dataclass() -> None:
+    # hostile-input review: Refreezer compared orjson text, which writes a datetime as its ISO string and a
+    # dataclass as a dict, so after an equal-looking version the commit was accepted and read back that version
+    import dataclasses
+    import datetime
+
+    from crewckpt.history.snapshot import Refreezer
+
+    @dataclasses.dataclass
+    class Point:
+        x: int
+
+    when = datetime.datetime(2026, 12, 7, tzinfo=datetime.timezone.utc)
+    pad = "p" * 600
+    for earlier, later in ((when.isoformat(), when), ({"x": 1}, Point(1))):
+        s, r = Store.memory(), Refreezer()
+        s.commit(r({"a": earlier, "pad": pad}))
+        with pytest.raises(TypeError, match="is not JSON"):
+            s.commit(r({"a": later, "pad": pad}))
+        assert len(s.list()) == 1

@@ -79,10 +79,11 @@ _INT_MIN, _INT_MAX = -(1 << 63), (1 << 64) - 1
 
 
 def pack_int(v: int) -> int | msgpack.ExtType:
-    """Ints outside msgpack's range become EXT_BIGINT (signed ASCII decimal)."""
+    """Ints outside msgpack's range become EXT_BIGINT (signed ASCII decimal). The decimal is ``int.__repr__``'s,
+    as json's: an int subclass's own ``__str__`` (an IntEnum's on Python 3.10) would store its name instead."""
     if _INT_MIN <= v <= _INT_MAX:
         return v
-    return msgpack.ExtType(EXT_BIGINT, str(v).encode("ascii"))
+    return msgpack.ExtType(EXT_BIGINT, int.__repr__(v).encode("ascii"))
 
 
 def pack_str(s: str) -> str | msgpack.ExtType:

@@ -2,7 +2,8 @@
 
 ``assemble(split(doc)) == doc`` for every JSON value Python's json module produces: dict key order, every
 string (lone surrogates included), ints of any size, floats (-0.0, 1e308, 5e-324), empty containers, and
-nesting deeper than Python's recursion limit (both directions are iterative).
+nesting up to MAX_DEPTH (255) levels, what a read accepts (both directions are iterative). A split refuses a
+deeper value (DocumentTooLarge) and a value that contains itself (ValueError), hints included.
 
 Writer policy (v1; not canonical: a reader accepts any valid tree graph):
 
@@ -35,9 +36,9 @@ import blake3
 import msgpack
 import orjson
 
-from crewckpt.errors import DecodeError, IntegrityError
+from crewckpt.errors import DecodeError, DocumentTooLarge, IntegrityError
 from crewckpt.format import objects as ob
-from crewckpt.history.limits import ReadBudget
+from crewckpt.history.limits import MAX_DEPTH, ReadBudget
 
 INLINE_MAX = 8192
 MAX_INLINE_DEPTH = 64
@@ -105,7 +106,7 @@ def _as_link(rep: bytes) -> ob.Link | None:
 
 
 class _Cache:
-    """Bounded LRU: key -> representation (bytes, or (bytes, height)), at most ``limit`` bytes counting every
+    """Bounded LRU: key -> representation (bytes, or (bytes, height, depth)), at most ``limit`` bytes counting every
     entry's key length (bytes, or a string's memory), representation length and ENTRY_BYTES."""
 
     def __init__(self, limit: int) -> None:
@@ -121,7 +122,7 @@ class _Cache:
 
     @staticmethod
     def _bytes(k: Any, v: Any) -> int:
-        # a str key counts its memory (1, 2 or 4 bytes a character), not its length; v: rep, or (rep, height)
+        # a str key counts its memory (1, 2 or 4 bytes a character), not its length; v: rep, or (rep, height, depth)
         size = len(k) if k.__class__ is bytes or (k.__class__ is str and k.isascii()) else sys.getsizeof(k)
         return size + len(v[0] if isinstance(v, tuple) else v) + ENTRY_BYTES
 
@@ -158,7 +159,7 @@ class Frozen:
         self.value = value
         self.json_bytes = json_bytes
         self.size = len(json_bytes) if json_bytes is not None else size
-        self._rep: tuple[bytes, int] | None = None
+        self._rep: tuple[bytes, int, int] | None = None
         self._token: object = None
 
     def __repr__(self) -> str:
@@ -354,6 +355,9 @@ def concat_size(sizes: list[int | None]) -> int | None:
     return 2 + sum(n - 2 for n in full) + max(len(full) - 1, 0)
 
 
+_STRICT = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS  # -> TypeError: not compared
+
+
 class Refreezer:
     """Turns successive versions of one JSON value (an entity dumped at every checkpoint) into values whose
     unchanged parts are the :class:`Frozen` objects of the previous call, so the store reuses them in O(1).
@@ -363,6 +367,12 @@ class Refreezer:
     are grouped ``group`` at a time by position into a joined :class:`Parts` value (one body, as the plain
     container), unchanged groups reused, changed groups rebuilt from their (recursively reused) entries.
     Containers under ``small`` bytes are frozen whole.
+
+    Values are JSON as a parser gives it (the CrewAI writer feeds it ``orjson.loads`` of pydantic's dumps). A
+    datetime, date, time or dataclass is not compared (orjson is told to refuse them): the value goes to the
+    store unfrozen, which refuses it as any commit does. NaN, Infinity, a UUID and an Enum are the caller's to
+    keep out (orjson writes them as ``null``, a string and the member's value: reused after an equal-looking
+    version, they would read back as that version; found by a hostile-input review, 12-07).
 
     Memory: a 32-byte digest per part of the previous version (its JSON bytes are not kept: at 100 CrewAI
     tasks they were ~6.5 MB, ``depth`` copies of each entity; issue 13), plus the reused values themselves.
@@ -391,7 +401,7 @@ class Refreezer:
         if not isinstance(v, (dict, list)):
             return None, v, None
         try:
-            b = orjson.dumps(v)
+            b = orjson.dumps(v, option=_STRICT)
         except (TypeError, orjson.JSONEncodeError):  # surrogates, big ints, deep nesting: the store walks it
             return None, v, None
         size = len(b)
@@ -415,7 +425,7 @@ class Refreezer:
         for gi in range(0, len(items), g):
             chunk = items[gi:gi + g]
             plain_piece: Any = dict(chunk) if is_dict else [x for _, x in chunk]
-            gj = orjson.dumps(plain_piece)
+            gj = orjson.dumps(plain_piece, option=_STRICT)
             gb = blake3.blake3(gj).digest()
             pg = old[gi // g] if gi // g < len(old) else None
             if pg is not None and pg[0] == gb:
@@ -430,6 +440,32 @@ class Refreezer:
             pieces.append(piece)
             nodes.append((gb, piece, kids))
         return b, Parts(pieces, array=not is_dict, join=True), nodes
+
+
+def _depth_checked(rep: tuple[bytes, int, int]) -> tuple[bytes, int, int]:
+    """``rep`` (a whole document's) when it nests at most MAX_DEPTH levels, else DocumentTooLarge. A walk stops
+    at that depth by itself; this catches subtrees taken whole from a cache or a Frozen value that sit deeper
+    here than where they were first split."""
+    if rep[2] > MAX_DEPTH:
+        raise DocumentTooLarge(f"the document nests containers {rep[2]} levels deep, deeper than the {MAX_DEPTH} "
+                               f"crewckpt stores (JSON tools stop there); flatten it")
+    return rep
+
+
+def _too_deep(stack: list[_Frame], obj: Any) -> Exception:
+    """The error for a container nested past MAX_DEPTH: a ValueError naming the path when ``obj`` is one of its
+    own ancestors (a value that contains itself: Frozen and Parts values are not checked for that before the
+    split), else DocumentTooLarge. The messages are the summary's for a plain document."""
+    seen = [n for n, f in enumerate(stack) if f.obj is obj]
+    if seen:
+        path = "$"
+        for f in stack[:seen[1] if len(seen) > 1 else len(stack)]:  # up to where it first meets itself
+            if f.parts is None and f.i < len(f.vals):
+                path += f".{f.keys[f.i]}" if f.is_dict else f"[{f.i}]"
+        return ValueError(f"the document contains itself (circular reference at {path[:200]}); JSON cannot hold a "
+                          f"value that contains itself: store a copy or an id instead")
+    return DocumentTooLarge(f"the document nests containers deeper than {MAX_DEPTH} levels, the most crewckpt "
+                            f"stores (JSON tools stop there); flatten it")
 
 
 _PLAIN_LEAVES = frozenset({str, int, bool, type(None)})
@@ -497,8 +533,8 @@ def _is_group(inner: Any, is_obj: bool) -> bool:
 
 
 class _Frame:
-    __slots__ = ("frozen", "height", "i", "is_dict", "join", "key", "keyed", "keys", "leaf", "out", "own", "parts",
-                 "skip", "vals")
+    __slots__ = ("below", "depth", "frozen", "height", "i", "is_dict", "join", "key", "keyed", "keys", "leaf", "obj", "out",
+                 "own", "parts", "skip", "vals")
 
     def __init__(self, v: dict[str, Any] | list[Any] | tuple[Any, ...], key: bytes | None,
                  frozen: Frozen | None = None) -> None:
@@ -511,6 +547,8 @@ class _Frame:
         self.join = False  # a Parts value joined into one body
         self.is_dict = isinstance(v, dict)
         if self.is_dict:
+            if type(v) is not dict:  # a subclass may iterate its keys in another order than its values
+                v = dict(v.items())  # type: ignore[union-attr]
             for k in v:  # type: ignore[union-attr]
                 if not isinstance(k, str):
                     raise TypeError(f"JSON object keys must be strings, got {type(k).__name__} key {k!r}")
@@ -523,6 +561,9 @@ class _Frame:
         self.out: list[bytes] = []
         self.key = key
         self.height = 0
+        self.below = 0  # the deepest JSON nesting of the entries finished so far (a scalar: 0)
+        self.depth = 0  # JSON nesting level (the root container: 1; a Parts value's pieces share its level)
+        self.obj: Any = None  # the container (for naming a cycle)
 
 
 class Splitter:
@@ -588,7 +629,7 @@ class Splitter:
         self._put = put
         self._staged.clear()
         self._local.clear()
-        rep, _ = self._value(doc)
+        rep, _, _ = self._value(doc)
         link = _as_link(rep)
         if link is not None:
             return link
@@ -615,15 +656,24 @@ class Splitter:
                 self._keys[k] = b
         return b
 
-    def _value(self, root: Any) -> tuple[bytes, int]:
+    def _value(self, root: Any) -> tuple[bytes, int, int]:
         stack: list[_Frame] = []
-        result: list[tuple[bytes, int]] = []
+        result: list[tuple[bytes, int, int]] = []
         separate = self._separate
         tokens = self._tokens
         local = self._local
 
+        def push(frame: _Frame, obj: Any, in_parts: bool) -> None:
+            depth = (stack[-1].depth if stack else 0) + (not in_parts)
+            if depth > MAX_DEPTH:  # what a read refuses (limits.MAX_DEPTH): refused before anything is stored
+                raise _too_deep(stack, obj)
+            frame.depth = depth
+            frame.obj = obj
+            stack.append(frame)
+
         def enter(v: Any, keyed: bool = True, own: bool = False, piece: int | None = None
-                  ) -> tuple[bytes, int] | object:
+                  ) -> tuple[bytes, int, int] | object:
+            in_parts = piece is not None
             if piece is not None:  # a piece of a Parts value: a dict (list) or a Frozen one, its own tree
                 inner = v.value if isinstance(v, Frozen) else v
                 is_obj = piece % _JOINED == ob.OBJECT
@@ -635,9 +685,9 @@ class Splitter:
                 if piece >= _JOINED:  # joined: the piece's own encoding, inline or not, is spliced in
                     piece = None
             if isinstance(v, (*_SCALARS, int)):
-                return self._scalar(v), 0
+                return self._scalar(v), 0, 0
             if isinstance(v, str):
-                return self._str(v, own), 0
+                return self._str(v, own), 0, 0
             place = _LEAF if piece is not None else _OWN if own else _PLAIN
             above = stack[-1].keyed if stack else 0
             if isinstance(v, Frozen):
@@ -662,7 +712,7 @@ class Splitter:
                     frame.leaf = piece is not None
                     frame.own = own
                     frame.keyed = above
-                    stack.append(frame)
+                    push(frame, inner, in_parts)
                     return _PENDING
                 if not isinstance(inner, (dict, list, tuple)):
                     rep = enter(inner, True, own)
@@ -682,7 +732,7 @@ class Splitter:
                 frame.leaf = piece is not None
                 frame.own = own
                 frame.keyed = above
-                stack.append(frame)
+                push(frame, inner, in_parts)
                 return _PENDING
             if isinstance(v, Parts):
                 frame = _Frame(list(v.pieces), None)
@@ -691,7 +741,7 @@ class Splitter:
                 frame.leaf = piece is not None
                 frame.own = own
                 frame.keyed = above
-                stack.append(frame)
+                push(frame, v, in_parts)
                 return _PENDING
             if isinstance(v, (dict, list, tuple)):
                 key = None
@@ -726,13 +776,13 @@ class Splitter:
                 frame.keyed = above + (key is not None)
                 frame.own = own
                 frame.leaf = piece is not None
-                stack.append(frame)
+                push(frame, v, in_parts)
                 return _PENDING
             raise TypeError(f"value of type {type(v).__name__} is not JSON")
 
         r = enter(root, keyed=False)
         if r is not _PENDING:
-            return r  # type: ignore[return-value]
+            return _depth_checked(r)  # type: ignore[arg-type]
         own_token = tokens[_OWN]
         while stack:
             f = stack[-1]
@@ -754,6 +804,8 @@ class Splitter:
                 f.out.append(rep[0])
                 if rep[1] > f.height:
                     f.height = rep[1]
+                if rep[2] > f.below:
+                    f.below = rep[2]
                 i += 1
             f.i = i
             if i < n:
@@ -763,6 +815,7 @@ class Splitter:
                     continue
                 f.out.append(r[0])  # type: ignore[index]
                 f.height = max(f.height, r[1])  # type: ignore[index]
+                f.below = max(f.below, r[2])  # type: ignore[index]
                 f.i += 1
                 continue
             stack.pop()
@@ -778,12 +831,13 @@ class Splitter:
                 p = stack[-1]
                 p.out.append(done[0])
                 p.height = max(p.height, done[1])
+                p.below = max(p.below, done[2])
                 p.i += 1
             else:
                 result.append(done)
-        return result[0]
+        return _depth_checked(result[0])
 
-    def _inline(self, v: Any, packed: bytes, own: bool) -> tuple[bytes, int] | None:
+    def _inline(self, v: Any, packed: bytes, own: bool) -> tuple[bytes, int, int] | None:
         """The representation of container ``v`` without walking it, when its msgpack bytes ``packed`` are exactly
         what the walk would build: an inline payload (at most INLINE_MAX - 2 bytes, so every string and container
         in it is inline too), not under a split-hint key when over SEPARATE_MIN, every value under a split-hint
@@ -801,7 +855,7 @@ class Splitter:
                 hinted = self._separate
                 break
         height = _plain_height(v, hinted, self._pack)
-        return None if height is None else (packed, height)
+        return None if height is None else (packed, height, height)  # all inline: its depth is its height
 
     def _str(self, s: str, own: bool = False) -> bytes:
         """A string's representation: inline up to INLINE_MAX bytes, else a blob (over STR_CDC_MIN: cut into
@@ -830,7 +884,7 @@ class Splitter:
         self._staged.append((self._strs, s, rep))
         return rep
 
-    def _finish(self, f: _Frame) -> tuple[bytes, int]:
+    def _finish(self, f: _Frame) -> tuple[bytes, int, int]:
         n = len(f.out)
         if f.parts is not None and f.join:
             joined = self._joined(f)
@@ -838,29 +892,29 @@ class Splitter:
                 return joined
         if f.parts is not None:  # a Parts value: its pieces' links make the chunk list
             if not n:
-                return (_map_hdr(0) if f.parts == ob.OBJECT else _arr_hdr(0)), 1
+                return (_map_hdr(0) if f.parts == ob.OBJECT else _arr_hdr(0)), 1, 1
             # a piece seen elsewhere first (a cache hit) may come back inline: store it as a leaf now
             links = [r if _is_link(r) else _ext(ob.EXT_TREE, self._put(ob.TREE, _tree_body(f.parts, r)))
                      for r in f.out]
-            return self._link_tree(ob.OBJECT_CHUNKS if f.parts == ob.OBJECT else ob.ARRAY_CHUNKS, links), 0
+            return self._link_tree(ob.OBJECT_CHUNKS if f.parts == ob.OBJECT else ob.ARRAY_CHUNKS, links), 0, f.below
         if f.is_dict:
             keys = [self._key(k) for k in f.keys]
             if n > CHUNK_ENTRIES:
-                return self._chunked(ob.OBJECT, keys, f.out), 0
+                return self._chunked(ob.OBJECT, keys, f.out), 0, f.below + 1
             payload = _map_hdr(n) + b"".join(x for kv in zip(keys, f.out) for x in kv)
             form = ob.OBJECT
         else:
             if n > CHUNK_ENTRIES:
-                return self._chunked(ob.ARRAY, None, f.out), 0
+                return self._chunked(ob.ARRAY, None, f.out), 0, f.below + 1
             payload = _arr_hdr(n) + b"".join(f.out)
             form = ob.ARRAY
         height = f.height + 1
         if (len(payload) + 2 > INLINE_MAX or height > MAX_INLINE_DEPTH or f.leaf
                 or (f.own and len(payload) > SEPARATE_MIN)):
-            return _ext(ob.EXT_TREE, self._put(ob.TREE, _tree_body(form, payload))), 0
-        return payload, height
+            return _ext(ob.EXT_TREE, self._put(ob.TREE, _tree_body(form, payload))), 0, f.below + 1
+        return payload, height, f.below + 1
 
-    def _joined(self, f: _Frame) -> tuple[bytes, int] | None:
+    def _joined(self, f: _Frame) -> tuple[bytes, int, int] | None:
         """One body from the inline encodings of a joined Parts value's pieces (None: a piece is a link, or the
         value is too big for one body: the chunk-list form is used)."""
         total = 0
@@ -883,8 +937,8 @@ class Splitter:
         payload = (_map_hdr(total) if form == ob.OBJECT else _arr_hdr(total)) + b"".join(bodies)
         height = max(f.height, 1)
         if len(payload) + 2 > INLINE_MAX or height > MAX_INLINE_DEPTH or (f.own and len(payload) > SEPARATE_MIN):
-            return _ext(ob.EXT_TREE, self._put(ob.TREE, _tree_body(form, payload))), 0  # type: ignore[arg-type]
-        return payload, height
+            return _ext(ob.EXT_TREE, self._put(ob.TREE, _tree_body(form, payload))), 0, f.below  # type: ignore[arg-type]
+        return payload, height, f.below  # its pieces share its level: its depth is theirs
 
     def _chunked(self, form: int, keys: list[bytes] | None, vals: list[bytes]) -> bytes:
         """Cut entries at content-defined boundaries into leaf trees, then the link list likewise.
