@@ -3,8 +3,10 @@ read bounded and every failure one line (docs/invariants.md, 'Untrusted stores')
 
 from __future__ import annotations
 
+import datetime
 import sqlite3
 import unicodedata
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -774,6 +776,8 @@ def test_ancestry_between_stores_follows_the_commit_objects_not_forged_rows(tmp_
     ({"x": 10**30}, TypeError, "meta is not JSON"),
     ({"x": "\ud800"}, TypeError, "meta is not JSON"),
     ({1: "a"}, TypeError, "meta is not JSON"),
+    ({"u": uuid.UUID(int=7)}, TypeError, "meta holds a value of type UUID"),  # orjson wrote a string
+    ({"d": [datetime.date(2026, 12, 7)]}, TypeError, "meta holds a value of type date"),
     ("s", TypeError, "meta must be a dict"),
     ([("a", 1)], TypeError, "meta must be a dict"),
 ])

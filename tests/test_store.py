@@ -539,3 +539,23 @@ def test_a_refreezer_does_not_reuse_an_earlier_version_for_a_datetime_or_datacla
         with pytest.raises(TypeError, match="is not JSON"):
             s.commit(r({"a": later, "pad": pad}))
         assert len(s.list()) == 1
+
+
+@pytest.mark.parametrize("value", [b"x", {1, 2}, frozenset(), bytearray(b"x"), complex(1, 2)])
+def test_a_value_json_cannot_hold_is_refused_naming_its_type_and_the_fix(value: Any) -> None:
+    # before: "Object of type bytes is not JSON serializable" (json's message, from the document's size)
+    s = Store.memory()
+    with pytest.raises(TypeError, match=rf"value of type {type(value).__name__} is not JSON; give strings") as info:
+        s.commit({"a": [value]})
+    assert "\n" not in str(info.value) and s.list() == []
+
+
+def test_an_append_map_entry_that_is_not_frozen_is_refused_at_once() -> None:
+    # before: set("a", 1) was taken and parts() failed later with "'int' object has no attribute 'size'"
+    from crewckpt.history.snapshot import AppendMap
+    log = AppendMap()
+    with pytest.raises(TypeError, match=r"a string key and a Frozen value, got str and int; wrap the value"):
+        log.set("a", 1)  # type: ignore[arg-type]
+    log.set("b", Frozen({"x": 1}))
+    s = Store.memory()
+    assert s.read(s.commit({"log": log.parts()})) == {"log": {"b": {"x": 1}}}

@@ -78,16 +78,20 @@ def meta_json(meta: Any) -> str | None:
     except (TypeError, orjson.JSONEncodeError) as e:
         raise TypeError(f"meta is not JSON ({e}); give it strings, 64-bit ints, floats, bools, None, lists and "
                         "dicts") from None
-    if "null" in text:  # orjson writes NaN and Infinity as null: look for them only then
-        stack: list[Any] = [meta]
-        while stack:
-            v = stack.pop()
-            if isinstance(v, float) and not math.isfinite(v):
-                raise ValueError(f"meta holds {v!r}, which is not JSON; give a finite number, a string or None")
-            if isinstance(v, dict):
-                stack.extend(v.values())
-            elif isinstance(v, (list, tuple)):
-                stack.extend(v)
+    # orjson also writes NaN and Infinity as null, a UUID, datetime or Enum as a string or value, a dataclass as
+    # a dict: meta is small, so every value is checked (a document's values are, by the splitter)
+    stack: list[Any] = [meta]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"meta holds {v!r}, which is not JSON; give a finite number, a string or None")
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif not isinstance(v, (str, int, float, type(None))):
+            raise TypeError(f"meta holds a value of type {type(v).__name__}, which is not JSON; give strings, 64-bit "
+                            f"ints, floats, bools, None, lists and dicts (e.g. str(value))")
     return text
 
 

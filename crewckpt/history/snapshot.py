@@ -287,7 +287,13 @@ class AppendMap:
         return next(reversed(self._pieces[-1]), None) if self._pieces else None
 
     def set(self, key: str, value: Frozen) -> None:
-        """Add ``key`` at the end, or replace its value where it stands."""
+        """Add ``key`` at the end, or replace its value where it stands.
+
+        Raises:
+            TypeError: ``value`` is not a Frozen value (the hint's rule), or ``key`` is not a string."""
+        if not isinstance(value, Frozen) or not isinstance(key, str):
+            raise TypeError(f"AppendMap.set takes a string key and a Frozen value, got {type(key).__name__} and "
+                            f"{type(value).__name__}; wrap the value: Frozen(value)")
         i = self._where.get(key)
         if i is None:
             if not self._pieces or len(self._pieces[-1]) >= self.piece_entries or self._tail_bytes >= self.piece_bytes:

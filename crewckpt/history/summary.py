@@ -42,7 +42,11 @@ def json_size(doc: Any) -> int:
 
 
 def _scalar_size(v: Any) -> int:
-    return len(json.dumps(v, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    try:
+        return len(json.dumps(v, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    except TypeError:  # json's own message names no fix; the splitter's wording, with one
+        raise TypeError(f"value of type {type(v).__name__} is not JSON; give strings, numbers, bools, None, lists "
+                        f"and dicts (e.g. a list for a set, a string for bytes)") from None
 
 
 def _walk_size(doc: Any) -> int:
