@@ -171,7 +171,7 @@ def print_graph(store: Store, show_all: bool) -> None:
         print(f"  {row.row} {c.id[:10]} {c.trigger or 'manual':<24} tasks {c.summary['tasks_done']}/"
               f"{c.summary['tasks_total']}{refs}")
     if not show_all:
-        print(f"  ({len(commits) - len(keep)} intermediate checkpoints not shown; --all shows them)")
+        print(f"  ({len(commits) - len(keep)} intermediate checkpoints not shown; `scripts/demo.py --all` shows them here)")
 
 
 def print_results_diff(store: Store) -> None:
@@ -265,6 +265,18 @@ def _store_file(name: str) -> bool:
     return name in (MARKER, "gc.lock") or name.startswith("store.db") or name.endswith(".lock")
 
 
+def _refuse_non_store(store_path: Path) -> None:
+    """Raise NotOurs when ``store_path`` is a file or a folder holding files a store does not write."""
+    if not store_path.is_dir():
+        raise NotOurs(f"demo: left {store_path} as it is: it is a file, not a store folder; pass --store NEW_DIR "
+                      "for the demo store")
+    others = sorted(p.name for p in store_path.iterdir() if not _store_file(p.name))
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise NotOurs(f"demo: left {store_path} as it is: it holds files that are not a crewckpt store's "
+                      f"({shown}); pass --store NEW_DIR for the demo store")
+
+
 def prepare_store(store_path: Path, reset: bool) -> str | None:
     """Make room for a fresh demo store at ``store_path``; returns what was done (a line to print), or
     None when there was nothing there. A store an earlier demo run wrote is replaced only while it holds
@@ -275,10 +287,11 @@ def prepare_store(store_path: Path, reset: bool) -> str | None:
         NotOurs: ``store_path`` holds something the demo did not write and ``reset`` is false; nothing was
             touched.
     """
-    if not store_path.exists():
-        return None
+    if not store_path.exists() or (store_path.is_dir() and not any(store_path.iterdir())):
+        return None  # nothing there (an empty folder: the demo's store goes in it)
     made_by_demo = (store_path / MARKER).is_file()
     if not (made_by_demo or reset):
+        _refuse_non_store(store_path)  # --reset would not replace these either: do not suggest it
         raise NotOurs(f"demo: {store_path} exists and was not written by this demo; run with --reset to "
                       "replace it or --store DIR to use another folder")
     try:
@@ -305,16 +318,8 @@ def prepare_store(store_path: Path, reset: bool) -> str | None:
         if differs is not None:
             raise NotOurs(f"demo: left {store_path} as it is: it changed since the demo wrote it {differs}, "
                           f"so a rerun would lose that; {_FIX}")
-    if store_path.is_dir():
-        others = sorted(p.name for p in store_path.iterdir() if not _store_file(p.name))
-        if others:  # --reset replaces a store, never a folder that holds anything else
-            shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
-            raise NotOurs(f"demo: left {store_path} as it is: it holds files that are not a crewckpt store's "
-                          f"({shown}); pass --store NEW_DIR for the demo store")
-        shutil.rmtree(store_path)
-    else:
-        raise NotOurs(f"demo: left {store_path} as it is: it is a file, not a store folder; pass --store NEW_DIR "
-                      "for the demo store")
+    _refuse_non_store(store_path)  # --reset replaces a store, never a folder that holds anything else
+    shutil.rmtree(store_path)
     what = "the store (--reset)" if reset else "an earlier demo run's store"
     return f"demo: replaced {what} at {store_path} ({count}); --store DIR keeps runs apart"
 
@@ -385,7 +390,7 @@ def run_demo(store_path: Path, store_arg: str, show_all: bool) -> int:
               "(its JsonProvider, given the same checkpoints)")
         print(f"  -> crewckpt stores {json_bytes / max(ours, 1):.1f}x fewer bytes; the three runs took "
               f"{result['seconds']:.2f} s with a checkpoint at every event")
-        print(f"\nstore: {store_path}   try: ckpt --store {store_arg} log --graph")
+        print(f"\nstore: {store_path}   try: ckpt --store {store_arg} log --graph --all --oneline")
     return 0
 
 

@@ -231,3 +231,19 @@ def test_the_demos_crewai_files_and_diff_use_crewais_json_not_the_stored_shape(t
         written = [json.loads(p.read_text()) for p in (tmp_path / "json").rglob("*.json")]
     assert files == 1 and written == [crewai_json(doc)]
     assert written[0]["entities"][0]["tasks"][0]["agent"] == agent and "$crewckpt" not in written[0]
+
+
+def test_demo_takes_an_empty_folder_and_does_not_offer_reset_where_reset_is_refused(tmp_path: Path) -> None:
+    # fresh-user trial: `mkdir runs && demo.py --store runs` was refused ("not written by this demo"), and a
+    # folder holding the user's files was told to "run with --reset", which then refused it too
+    demo = load_demo()
+    empty = tmp_path / "runs"
+    empty.mkdir()
+    assert demo.prepare_store(empty, reset=False) is None and empty.is_dir()
+    mixed = tmp_path / "project"
+    mixed.mkdir()
+    (mixed / "keep.txt").write_text("mine\n")
+    with pytest.raises(demo.NotOurs) as e:
+        demo.prepare_store(mixed, reset=False)
+    assert "--reset" not in str(e.value) and "holds files that are not a crewckpt store's (keep.txt)" in str(e.value)
+    assert (mixed / "keep.txt").read_text() == "mine\n"
