@@ -255,9 +255,10 @@ def stats(as_json: bool) -> None:
         ("objects", str(record["objects"] - record.get("packs", 0)),
          f"+ {record['packs']} pack(s) holding them" if record.get("packs") else ""),
         ("commits", f"{record['commits']} on {len(per_branch)} branch(es)", ""),
-        ("logical", human_bytes(record["logical_bytes"]), "every checkpoint in full as compact JSON (as CrewAI writes each)"),
+        ("logical", human_bytes(record["logical_bytes"]), "every checkpoint in full as compact JSON (as a whole-document "
+                                                          "writer such as CrewAI's writes each)"),
         ("stored", human_bytes(record["stored_bytes"]), "objects as stored (deduplicated, compressed)"),
-        ("on disk", human_bytes(record["file_bytes"]), "the store folder"),
+        ("on disk", human_bytes(record["file_bytes"]), "the store's database files (other files in its folder not counted)"),
         ("dedup", f"{record['dedup_ratio']:.2f}x", "logical / unique object bytes"),
         ("compression", f"{record['compression_ratio']:.2f}x", "unique object bytes / stored"),
         ("total", f"{record['total_ratio']:.2f}x", "logical / stored"),
@@ -270,6 +271,7 @@ def stats(as_json: bool) -> None:
         app.line(f"{'branch':<{width}}  {'commits':>7}  {'logical':>10}", "bold")
         for name, figures in sorted(per_branch.items()):
             app.line(f"{name:<{width}}  {figures['commits']:>7}  {human_bytes(figures['logical_bytes']):>10}")
+        app.line("(commits written on each branch: history a fork shares counts on the branch that wrote it)", "dim")
 
 
 def _report_dict(report: Any) -> dict[str, Any]:
