@@ -559,3 +559,30 @@ def test_an_append_map_entry_that_is_not_frozen_is_refused_at_once() -> None:
     log.set("b", Frozen({"x": 1}))
     s = Store.memory()
     assert s.read(s.commit({"log": log.parts()})) == {"log": {"b": {"x": 1}}}
+
+
+def test_a_parts_value_among_its_own_pieces_and_deep_or_cyclic_meta_are_refused_in_one_line() -> None:
+    # second hostile-input review: a sized Frozen group holding itself ran until memory ran out (a group adds no
+    # level, so the depth limit never stopped it); an unsized one escaped as RecursionError; meta with tuples
+    # nested 3,000 deep or holding itself crashed the process inside orjson (3.13 does not count tuple levels)
+    from crewckpt.history.snapshot import Parts
+    s = Store.memory()
+    first = s.commit({"a": 1})
+    sized = Frozen(Parts([{"a": 1}]), size=7)
+    sized.value.pieces.append(sized)
+    plain_group = Parts([{"a": 1}])
+    plain_group.pieces.append(plain_group)
+    for doc in ({"r": Parts([sized])}, {"x": plain_group}):
+        with pytest.raises(ValueError, match="contains itself") as info:
+            s.commit(doc)
+        assert "\n" not in str(info.value)
+    deep: Any = 1
+    for _ in range(3000):
+        deep = (deep,)
+    loop: list[Any] = []
+    loop.append((loop,))
+    for meta in ({"t": deep}, {"l": loop}):
+        with pytest.raises(ValueError, match="meta nests deeper than 255 levels or contains itself"):
+            s.commit({"a": 2}, meta=meta)
+    assert [c.id for c in s.log()] == [first] and s.fsck(full=True).ok
+    assert s.info(s.commit({"a": 3}, meta={"ok": (1, [2, (3,)])})).meta == {"ok": [1, [2, [3]]]}

@@ -14,6 +14,7 @@ import orjson
 from crewckpt.backends.base import IndexRow, MetaStore
 from crewckpt.errors import DecodeError
 from crewckpt.format import objects as ob
+from crewckpt.history.limits import MAX_DEPTH
 
 
 @dataclasses.dataclass(slots=True)
@@ -73,25 +74,26 @@ def meta_json(meta: Any) -> str | None:
         raise TypeError(f"meta must be a dict of JSON values, got {type(meta).__name__}; pass meta={{'key': value}}")
     if not meta:
         return None
+    # checked before orjson sees it: orjson 3.13 crashes the process on deeply nested or cyclic tuples, and writes
+    # NaN and Infinity as null, a UUID, datetime or Enum as a string or value, a dataclass as a dict
+    stack: list[tuple[Any, int]] = [(meta, 1)]
+    while stack:
+        v, level = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"meta holds {v!r}, which is not JSON; give a finite number, a string or None")
+        if isinstance(v, (dict, list, tuple)):
+            if level > MAX_DEPTH:
+                raise ValueError(f"meta nests deeper than {MAX_DEPTH} levels or contains itself; give a flat dict of "
+                                 "JSON values")
+            stack.extend((x, level + 1) for x in (v.values() if isinstance(v, dict) else v))
+        elif not isinstance(v, (str, int, float, type(None))):
+            raise TypeError(f"meta holds a value of type {type(v).__name__}, which is not JSON; give strings, 64-bit "
+                            f"ints, floats, bools, None, lists and dicts (e.g. str(value))")
     try:
         text = orjson.dumps(meta).decode()
     except (TypeError, orjson.JSONEncodeError) as e:
         raise TypeError(f"meta is not JSON ({e}); give it strings, 64-bit ints, floats, bools, None, lists and "
                         "dicts") from None
-    # orjson also writes NaN and Infinity as null, a UUID, datetime or Enum as a string or value, a dataclass as
-    # a dict: meta is small, so every value is checked (a document's values are, by the splitter)
-    stack: list[Any] = [meta]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, float) and not math.isfinite(v):
-            raise ValueError(f"meta holds {v!r}, which is not JSON; give a finite number, a string or None")
-        if isinstance(v, dict):
-            stack.extend(v.values())
-        elif isinstance(v, (list, tuple)):
-            stack.extend(v)
-        elif not isinstance(v, (str, int, float, type(None))):
-            raise TypeError(f"meta holds a value of type {type(v).__name__}, which is not JSON; give strings, 64-bit "
-                            f"ints, floats, bools, None, lists and dicts (e.g. str(value))")
     return text
 
 

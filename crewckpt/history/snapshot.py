@@ -673,6 +673,8 @@ class Splitter:
             depth = (stack[-1].depth if stack else 0) + (not in_parts)
             if depth > MAX_DEPTH:  # what a read refuses (limits.MAX_DEPTH): refused before anything is stored
                 raise _too_deep(stack, obj)
+            if in_parts and isinstance(obj, Parts) and any(f.obj is obj for f in stack):
+                raise _too_deep(stack, obj)  # a group among its own pieces: no level is added, so no depth stops it
             frame.depth = depth
             frame.obj = obj
             stack.append(frame)

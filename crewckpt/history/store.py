@@ -287,7 +287,11 @@ class Store:
                 _log.warning("crewckpt: duplicate parent %s ignored", p.hex())
         meta_text = meta_json(meta)
         prof = self.profile if profile is None else profile
-        summary = prof.summary(doc)
+        try:
+            summary = prof.summary(doc)
+        except RecursionError:  # a Parts value among its own pieces (sizes and plain() recurse through groups)
+            raise ValueError("the document contains itself (a Parts value is one of its own pieces); JSON cannot "
+                             "hold a value that contains itself: store a copy or an id instead") from None
         version = max(ob.COMMIT_FORMAT, prof.store_version(doc))
         with self._wlock:
             policy = (prof.separate_keys, prof.cache_bytes)
