@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import random
 import sqlite3
+import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -586,3 +588,29 @@ def test_a_parts_value_among_its_own_pieces_and_deep_or_cyclic_meta_are_refused_
             s.commit({"a": 2}, meta=meta)
     assert [c.id for c in s.log()] == [first] and s.fsck(full=True).ok
     assert s.info(s.commit({"a": 3}, meta={"ok": (1, [2, (3,)])})).meta == {"ok": [1, [2, [3]]]}
+
+
+def test_a_document_of_tuples_nested_thousands_deep_is_refused_in_one_line_not_a_crash() -> None:
+    # orjson 3.13 does not count tuple levels: sizing such a document before the splitter refused it aborted the
+    # process (free(): invalid next size); a child process, so the old code fails this test instead of the run
+    script = textwrap.dedent("""
+        from crewckpt.history.snapshot import Frozen, Parts
+        from crewckpt.history.store import Store
+        deep = "x"
+        for _ in range(3000):
+            deep = (deep,)
+        s = Store.memory()
+        first = s.commit({"a": 1})
+        for doc in ({"a": deep}, {"a": {"b": [deep]}}, {"a": Frozen(deep)}, {"a": Frozen({"b": deep}, size=10)},
+                    {"a": Parts([{"x": 1}, {"y": deep}])}, {"a": Parts([Frozen({"z": deep})])}):
+            try:
+                s.commit(doc)
+            except ValueError as e:
+                assert "deeper than 255 levels" in str(e) and "\\n" not in str(e), e
+            else:
+                raise AssertionError("committed")
+        assert [c.id for c in s.log()] == [first] and s.fsck(full=True).ok
+        print("refused all")
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert (out.returncode, out.stdout.strip()) == (0, "refused all"), out.stderr[-2000:]

@@ -572,6 +572,12 @@ class _Frame:
         self.obj: Any = None  # the container (for naming a cycle)
 
 
+def not_json(v: object) -> TypeError:
+    """The one-line refusal of a value JSON cannot hold, naming its type and the fix."""
+    return TypeError(f"value of type {type(v).__name__} is not JSON; give strings, numbers, bools, None, lists and "
+                     f"dicts (e.g. a list for a set, a string for bytes)")
+
+
 class Splitter:
     """Turns JSON values into objects for one writer; keeps the caches between checkpoints.
 
@@ -786,7 +792,7 @@ class Splitter:
                 frame.leaf = piece is not None
                 push(frame, v, in_parts)
                 return _PENDING
-            raise TypeError(f"value of type {type(v).__name__} is not JSON")
+            raise not_json(v)
 
         r = enter(root, keyed=False)
         if r is not _PENDING:

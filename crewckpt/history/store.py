@@ -287,11 +287,7 @@ class Store:
                 _log.warning("crewckpt: duplicate parent %s ignored", p.hex())
         meta_text = meta_json(meta)
         prof = self.profile if profile is None else profile
-        try:
-            summary = prof.summary(doc)
-        except RecursionError:  # a Parts value among its own pieces (sizes and plain() recurse through groups)
-            raise ValueError("the document contains itself (a Parts value is one of its own pieces); JSON cannot "
-                             "hold a value that contains itself: store a copy or an id instead") from None
+        summary: dict[str, Any] | None = None
         version = max(ob.COMMIT_FORMAT, prof.store_version(doc))
         with self._wlock:
             policy = (prof.separate_keys, prof.cache_bytes)
@@ -311,6 +307,8 @@ class Store:
                 root = splitter.split(doc, put)
                 frames = self._frames(pending)
                 try:
+                    if summary is None:  # after the split, which refused values no JSON tool can hold
+                        summary = _summary(prof, doc)
                     cid = self._land(frames, root, ref, rref, run, parent_ids, trigger, summary,
                                      meta_text, alias, time_ns, full=attempt == 1, version=version)
                 except _EpochChanged:
@@ -1317,6 +1315,16 @@ class Store:
             txn.meta_set("dictionary", d.oid.hex())
         self.objects.codec.use_dictionary(d.oid, data)
         return d.oid.hex()
+
+
+def _summary(prof: Profile, doc: Any) -> dict[str, Any]:
+    """``prof.summary(doc)``, run only after the splitter accepted ``doc`` (orjson, which sizes it, crashes the
+    process on tuples nested thousands deep; the splitter refuses those in one line first)."""
+    try:
+        return prof.summary(doc)
+    except RecursionError:  # a Parts value among its own pieces (sizes and plain() recurse through groups)
+        raise ValueError("the document contains itself (a Parts value is one of its own pieces); JSON cannot "
+                         "hold a value that contains itself: store a copy or an id instead") from None
 
 
 def _cycle(child: bytes, parent: bytes | None = None) -> IntegrityError:

@@ -12,7 +12,7 @@ import orjson
 
 from crewckpt.errors import DocumentTooLarge
 from crewckpt.history.limits import MAX_DEPTH
-from crewckpt.history.snapshot import Frozen, Parts, concat_size
+from crewckpt.history.snapshot import Frozen, Parts, concat_size, not_json
 
 
 def json_size(doc: Any) -> int:
@@ -44,9 +44,8 @@ def json_size(doc: Any) -> int:
 def _scalar_size(v: Any) -> int:
     try:
         return len(json.dumps(v, ensure_ascii=False).encode("utf-8", "surrogatepass"))
-    except TypeError:  # json's own message names no fix; the splitter's wording, with one
-        raise TypeError(f"value of type {type(v).__name__} is not JSON; give strings, numbers, bools, None, lists "
-                        f"and dicts (e.g. a list for a set, a string for bytes)") from None
+    except TypeError:  # json's own message names no fix
+        raise not_json(v) from None
 
 
 def _walk_size(doc: Any) -> int:
