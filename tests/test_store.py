@@ -614,3 +614,18 @@ def test_a_document_of_tuples_nested_thousands_deep_is_refused_in_one_line_not_a
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert (out.returncode, out.stdout.strip()) == (0, "refused all"), out.stderr[-2000:]
+
+
+def test_a_cycle_through_a_parts_piece_is_named_by_its_path() -> None:
+    # before: "nests containers deeper than 255 levels" (the size walk rebuilt each Parts value with plain(), so
+    # it never saw the repeat); the splitter, which now runs first, tracks what is on the path
+    from crewckpt.history.snapshot import Parts
+    s = Store.memory()
+    d: dict[str, Any] = {}
+    p = Parts([d])
+    d["x"] = p
+    for doc, path in (({"a": p}, "$.a.x"), ({"a": Frozen(p)}, "$.a.x"),
+                      ({"a": Parts([{"y": 1}, Frozen(Parts([d]))])}, "$.a.x.x")):
+        with pytest.raises(ValueError, match=rf"contains itself \(circular reference at {path.replace('$', '[$]')}\)"):
+            s.commit(doc)
+    assert s.list() == []
