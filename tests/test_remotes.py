@@ -944,3 +944,51 @@ def test_a_transfer_never_misses_an_object_whose_pack_the_writer_merges_meanwhil
         assert got == w.resolve("main")
         assert shared.read(got) == doc(2)
         assert not shared.fsck(full=True).problems
+
+
+def _packs(s: Store) -> int:
+    return sum(m.kind == ob.PACK for m in s.backend.iter_objects())
+
+
+@pytest.mark.parametrize("verb", ["clone", "fetch", "push"])
+def test_a_transfer_of_many_checkpoints_leaves_one_pack_not_one_per_checkpoint(make: Callable[[str], Store],
+                                                                               tmp_path: Path, verb: str) -> None:
+    # fresh-user trial: a clone of the demo's 50 checkpoints held 50 one-commit packs, each compressed alone
+    # (473 KB on disk, 155 KB after `ckpt gc`); a transfer now merges them as a run's end does
+    src, opened = make("sqlite"), None
+    commit_chain(src, 12)
+    if verb == "clone":
+        dst = opened = Store.clone(src, tmp_path / "b")
+    elif verb == "fetch":
+        dst = make("sqlite")
+        dst.commit({"local": True}, branch="other")  # one object: no pack of its own
+        dst.fetch(src, name="origin")
+    else:
+        dst = make("sqlite")
+        src.push(dst, "main")
+    try:
+        packs = _packs(dst)
+        stored = dst.backend.object_stats()[2]
+        dst.gc()
+        assert packs == 1  # before: 11, one per commit with two or more new objects
+        # within 1.25x of what gc makes (1.13x: commit objects stay loose until gc, as a run's do; before: 2.0x)
+        assert stored <= 1.25 * dst.backend.object_stats()[2]
+        branch = "origin/main" if verb == "fetch" else "main"
+        assert [dst.read(c.id) for c in dst.log(branch)] == [src.read(c.id) for c in src.log("main")]
+        assert_clean(dst)
+    finally:
+        if opened is not None:
+            opened.close()
+
+
+def test_a_transfer_while_a_gc_holds_the_lock_lands_and_leaves_its_packs_to_that_gc(
+        make: Callable[[str], Store]) -> None:
+    a, b = make("sqlite"), make("sqlite")
+    commit_chain(a, 6)
+    with b.backend.lock("gc") as got:  # as a running gc would
+        assert got
+        rep = b.fetch(a, name="origin")
+    assert rep.commits == 6 and _packs(b) > 1  # merging is best effort: the transfer is complete anyway
+    b.gc()
+    assert _packs(b) == 1 and b.read("origin/main") == a.read("main")
+    assert_clean(b)

@@ -57,6 +57,7 @@ from crewckpt.history.commits import (
     row_matches,
     to_row,
 )
+from crewckpt.history.gc import MERGE_LEVEL, RUN_MERGE_BYTES
 from crewckpt.history.limits import ReadBudget
 from crewckpt.history.localorder import index_commit
 from crewckpt.history.objectdb import ObjectDB, decode_commit
@@ -76,11 +77,9 @@ __all__ = ["DEFAULT_DIR", "ENV_VAR", "Store", "find_store"]
 _EPOCH = "gc_epoch"
 AUTO_PACKS = 32  # per-checkpoint packs a writer merges into one (git's gc.autoPackLimit is 50)
 CHECKPOINT_LEVEL = 1  # zstd level of a checkpoint's own pack: as small as level 3 here, ~3x less CPU cold
-MERGE_LEVEL = 3  # zstd level of a writer's merges: 4x faster than gc's level 9, ~5% more bytes (issue 13)
 _COMMIT_CACHE = 4096  # verified commit objects a handle keeps (~200 bytes each)
 MERGE_MEMORY = 16 << 20  # bytes of its unmerged packs' bodies a writer keeps for its next merge
 LOOSE_MIN = 1 << 20  # bytes: bodies larger than this are stored loose, not packed
-RUN_MERGE_BYTES = 4 << 20  # body bytes: a run whose packs hold at most this ends with them all in one pack
 
 
 class Store:

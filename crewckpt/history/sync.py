@@ -35,12 +35,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from crewckpt.backends.base import Backend, IndexRow, Parts, ReflogEntry, StoredObject, writing
-from crewckpt.errors import DecodeError, IntegrityError, MissingObject, RefConflict, SyncError
+from crewckpt.errors import CkptError, DecodeError, IntegrityError, MissingObject, RefConflict, SyncError
 from crewckpt.format import objects as ob
 from crewckpt.history import head, refnames
 from crewckpt.history.commits import from_commit, from_row, raise_version, to_row
@@ -53,6 +54,7 @@ Progress = Callable[[str, int, "int | None"], None]
 """Progress callback: ``(phase, done, total or None)``; phases "negotiate", "read", "write"."""
 
 LOOSE_MIN = 1 << 20  # bytes: bodies larger than this travel (and are stored) loose, as Store.commit does
+_log = logging.getLogger("crewckpt")
 STAGE_BYTES = 64 << 20  # frames kept in memory between reading and writing; beyond this they are re-read
 _NO_SEQ = 1 << 62  # a sender commit with no index row sorts after every seq (see _assign_branches)
 _RETRIES = 3  # plans redone when a gc ran on the receiver meanwhile
@@ -166,9 +168,10 @@ def transfer(sender: Side, receiver: Side, updates: Sequence[RefUpdate], *, dry_
                 head.head_ref_stored(w)
         _mark_revivals(receiver, plans)
         sender_version = _version(sender) if plans else 0
+        packs = _Packs()
         try:
             for i, p in enumerate(plans):
-                n, size = _land(sender, receiver, p, epoch, sender_version)
+                n, size = _land(sender, receiver, p, epoch, sender_version, packs)
                 report.objects += n
                 report.bytes += size
                 if progress:
@@ -178,9 +181,64 @@ def transfer(sender: Side, receiver: Side, updates: Sequence[RefUpdate], *, dry_
             if attempt + 1 == _RETRIES:
                 raise SyncError(f"{receiver.name}: a gc keeps running there during the transfer; retry later") from None
             continue
+        packs.merge(receiver)
         report.seconds = time.perf_counter() - t0
         return report
     raise AssertionError("unreachable")
+
+
+@dataclasses.dataclass
+class _Pack:
+    """A pack a transfer wrote: its id, its members' ids and their body bytes."""
+
+    oid: bytes
+    members: list[bytes]
+    size: int
+
+
+class _Packs:
+    """The packs a transfer wrote, with the members' bodies while they total at most STAGE_BYTES (a merge then
+    reads none back; beyond that it reads them, a group at a time)."""
+
+    def __init__(self) -> None:
+        self.made: list[_Pack] = []
+        self.bodies: dict[bytes, tuple[int, bytes]] = {}
+        self.size = 0
+
+    def add(self, oid: bytes, members: list[tuple[bytes, int, bytes]]) -> None:
+        size = sum(len(b) for _, _, b in members)
+        self.made.append(_Pack(oid, [o for o, _, _ in members], size))
+        self.size += size
+        if self.size <= STAGE_BYTES:
+            self.bodies.update((o, (k, b)) for o, k, b in members)
+
+    def merge(self, receiver: Side) -> None:
+        """Merge the one-commit packs into bigger ones, as a writer merges its per-checkpoint packs at the end
+        of a run (crewckpt.history.gc.merge_packs): a clone of 50 checkpoints otherwise holds 50 small packs,
+        each compressed alone, ~3x the bytes until ``ckpt gc``. Groups of at most PACK_MAX body bytes, at gc's
+        zstd level when all hold at most RUN_MERGE_BYTES, else at MERGE_LEVEL. Best effort: skipped while a gc
+        runs there (it repacks them anyway); a failure only logs (the transfer itself is complete)."""
+        if len(self.made) < 2:
+            return
+        from crewckpt.format.frame import PACK_LEVEL
+        from crewckpt.history.gc import MERGE_LEVEL, PACK_MAX, RUN_MERGE_BYTES, merge_packs
+        from crewckpt.history.parts import StoreParts
+
+        parts = StoreParts.of(receiver.backend, receiver.objects)
+        level = PACK_LEVEL if self.size <= RUN_MERGE_BYTES else MERGE_LEVEL
+        group: list[_Pack] = []
+        for n, p in enumerate(self.made, 1):
+            group.append(p)
+            if n < len(self.made) and sum(g.size for g in group) < PACK_MAX:
+                continue
+            try:
+                if len(group) > 1 and not merge_packs(parts, [(g.oid, g.members) for g in group], level=level,
+                                                      bodies=self.bodies):
+                    return  # a gc holds the lock: it repacks these itself
+            except CkptError as e:
+                _log.warning("crewckpt: merging the packs a transfer wrote skipped: %s", e)
+                return
+            group = []
 
 
 def plan(sender: Side, receiver: Side, updates: Sequence[RefUpdate],
@@ -370,13 +428,16 @@ def _postorder(nodes: Iterable[bytes], kids: Callable[[bytes], Iterable[bytes]])
     return out
 
 
-def _frames(objects: ObjectDB, items: list[tuple[bytes, int, bytes]]) -> list[StoredObject]:
+def _frames(objects: ObjectDB, items: list[tuple[bytes, int, bytes]],
+            packs: list[tuple[bytes, list[tuple[bytes, int, bytes]]]] | None = None) -> list[StoredObject]:
     """Frames for one commit's new objects, children first: small ones in one pack (the pack before its
-    members), big ones loose."""
+    members), big ones loose. ``packs`` gets the pack made, if any."""
     small = [x for x in items if len(x[2]) <= LOOSE_MIN]
     if len(small) < 2:
         return [objects.frame(k, b) for _, k, b in items]
     packed = objects.pack(small)
+    if packs is not None:
+        packs.append((packed[0].oid, small))
     return [objects.frame(k, b) for _, k, b in items if len(b) > LOOSE_MIN] + packed
 
 
@@ -397,13 +458,15 @@ def _frame_cost(objects: ObjectDB, p: _CommitPlan, sender: Side) -> tuple[int, i
     return len(p.order) + (not p.arrived), sum(len(f.frame) for f in frames)
 
 
-def _land(sender: Side, receiver: Side, p: _CommitPlan, epoch: str | None, sender_version: int = 0
-          ) -> tuple[int, int]:
+def _land(sender: Side, receiver: Side, p: _CommitPlan, epoch: str | None, sender_version: int = 0,
+          packs: _Packs | None = None) -> tuple[int, int]:
     """One commit's new objects, then its commit object, in one write scope; not indexed (see
     :func:`_move_and_index`). Returns (objects, bytes) sent. The receiver's format version is raised to the
     commit's format, and to ``sender_version`` (a sender's version above 2 says its documents may need it:
-    the documents are not decoded to find out, objects_format.md section 10)."""
-    frames = _frames(receiver.objects, _items(sender, p))
+    the documents are not decoded to find out, objects_format.md section 10). ``packs`` gets the pack
+    written, if any."""
+    made: list[tuple[bytes, list[tuple[bytes, int, bytes]]]] = []
+    frames = _frames(receiver.objects, _items(sender, p), made)
     cobj = receiver.objects.frame(ob.COMMIT, p.body)
     with writing(receiver.backend) as w:
         if w.meta_get("gc_epoch") != epoch:
@@ -415,6 +478,9 @@ def _land(sender: Side, receiver: Side, p: _CommitPlan, epoch: str | None, sende
         # it also freshens a commit object that arrived before, so gc's grace covers it
         w.put_many([*frames, cobj], now)
         raise_version(w, max(p.commit.version, sender_version))
+    if packs is not None:
+        for oid, members in made:
+            packs.add(oid, members)
     sent = [] if p.arrived else [cobj]
     return len(p.order) + len(sent), sum(len(f.frame) for f in [*frames, *sent])
 
