@@ -629,3 +629,24 @@ def test_a_cycle_through_a_parts_piece_is_named_by_its_path() -> None:
         with pytest.raises(ValueError, match=rf"contains itself \(circular reference at {path.replace('$', '[$]')}\)"):
             s.commit(doc)
     assert s.list() == []
+
+
+def test_revisions_into_pruned_history_name_the_revision_and_where_history_ends(tmp_path: Path) -> None:
+    # fresh-user trial: `ckpt show main~6` after a prune said only "commit eb5a0b4b34b9 was pruned; its parents
+    # are unknown" (no revision, no fix), and an id `ckpt prune` had just printed was "not a commit id"
+    from crewckpt.errors import UnknownRevision
+    s = Store.init(tmp_path / "s")
+    ids = [s.commit({"step": i}) for i in range(10)]
+    s.prune(keep=3, branch="main")
+    s.gc()
+    for rev, want in (("main~5", r"revision 'main~5' goes past pruned history: 3 step\(s\) from main is commit "
+                                 rf"{ids[6][:12]}, which was pruned, so its parents are unknown; `ckpt log main`"),
+                      ("main~3", rf"revision 'main~3': commit {ids[6][:12]} was pruned and collected; `ckpt log main`"),
+                      (ids[2][:8], rf"unknown revision '{ids[2][:8]}': commit {ids[2][:12]} was pruned and collected "
+                                   r"by gc \(a reflog still names it\)"),
+                      ("abcdef12", r"not a commit id, branch or checkpoint id; see `ckpt list`")):
+        with pytest.raises(UnknownRevision, match=want) as info:
+            s.resolve(rev)
+        assert "\n" not in str(info.value)
+    assert s.resolve("main~2") == ids[7]
+    s.close()

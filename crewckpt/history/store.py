@@ -645,7 +645,14 @@ class Store:
             for _ in range(count):
                 if parent_no == 0:
                     break
-                ps = self._parents(cid)
+                try:
+                    ps = self._parents(cid)
+                except UnknownRevision:
+                    if not walked:
+                        raise
+                    raise UnknownRevision(f"revision {rev!r} goes past pruned history: {walked} step(s) from "
+                                          f"{r.base} is commit {cid.hex()[:12]}, which was pruned, so its parents "
+                                          f"are unknown; `ckpt log {r.base}` shows what is left") from None
                 if parent_no <= len(ps):
                     self._check_edge(cid, ps[parent_no - 1])
                 if len(ps) < parent_no:
@@ -658,7 +665,8 @@ class Store:
         if not walked and r.reflog is None and len(r.base) == 64 and revisions.is_hex(r.base):
             return cid.hex()  # _base found this very commit (index row or object): no second round trip
         if self.backend.index_get(cid) is None and not self.backend.has_many([cid]):
-            raise UnknownRevision(f"revision {rev!r}: commit {cid.hex()[:12]} was pruned and collected")
+            raise UnknownRevision(f"revision {rev!r}: commit {cid.hex()[:12]} was pruned and collected; "
+                                  f"`ckpt log {r.base}` shows what is left")
         return cid.hex()
 
     def _base(self, r: revisions.Revision) -> bytes:
@@ -714,8 +722,24 @@ class Store:
         hint = ("; short ids need at least 4 hex digits" if len(b) < revisions.MIN_PREFIX
                 and all(c in "0123456789abcdefABCDEF" for c in b) else "; see `ckpt list`")
         shown = r.text if len(r.text) <= 80 else r.text[:77] + "..."
+        gone = self._collected(b.lower()) if revisions.is_hex(b) and len(b) >= revisions.MIN_PREFIX else None
+        if gone is not None:
+            raise UnknownRevision(f"unknown revision {shown!r}: commit {gone.hex()[:12]} was pruned and collected by "
+                                  f"gc (a reflog still names it), so its checkpoint is gone; pick another with "
+                                  f"`ckpt log`")
         raise UnknownRevision(revisions.unsupported(r.text)
                               or f"unknown revision {shown!r}: not a commit id, branch or checkpoint id{hint}")
+
+    def _collected(self, hex_prefix: str) -> bytes | None:
+        """A commit id starting with ``hex_prefix`` that HEAD's or a local branch's reflog names (as old or new
+        tip) but the store no longer has, else None: only on the error path, to say "pruned" instead of
+        "unknown" for an id `ckpt prune` printed."""
+        for ref in (head.HEAD, *self.backend.refs(refnames.HEADS)):
+            for e in self.backend.reflog(ref):
+                for cid in (e.new, e.old):
+                    if cid and cid.hex().startswith(hex_prefix):
+                        return cid
+        return None
 
     def _stored_commits(self, hex_prefix: str, limit: int = 20) -> builtins.list[bytes]:
         """Commit objects whose id starts with ``hex_prefix`` that have no index row (pruned, not yet collected
