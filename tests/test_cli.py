@@ -275,9 +275,14 @@ def test_unknown_revision_is_one_line(demo):
     assert result.exit_code == 1 and result.stdout == ""
     assert result.stderr == (
         "ckpt: error: unknown revision 'no-such-thing': not a commit id, branch or checkpoint id; "
-        "see `ckpt list`\n"
+        "branches: 'alt', 'main'\n"
     )
     assert ckpt(demo.path, "rev-parse", "main~9").exit_code == 1
+    # a misspelt branch gets git's "did you mean" (fresh-user trial: `--branch sea-otter` said "see ckpt list")
+    assert ckpt(demo.path, "log", "mian").stderr.endswith("; did you mean the branch 'main'?\n")
+    assert ckpt(demo.path, "prune", "--keep", "1", "--branch", "alt2").stderr.endswith(
+        "did you mean the branch 'alt'?\n")
+    assert ckpt(demo.path, "show", "abcdef99").stderr.endswith("; see `ckpt list`\n")  # an id: no branch to suggest
 
 
 RANGES = ("ranges (A..B, A...B, ^A, A^!, A^@, A^-) are not supported; show one branch with `ckpt log B`, or compare tips with "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins  # Store.list shadows the builtin inside the class body
 import collections
 import contextlib
+import difflib
 import logging
 import os
 import threading
@@ -720,7 +721,7 @@ class Store:
                                   f"{self._info(c).branch})" for c in cands[:10])
                 raise AmbiguousRevision(f"short id {b!r} is ambiguous: {lines}; give more characters")
         hint = ("; short ids need at least 4 hex digits" if len(b) < revisions.MIN_PREFIX
-                and all(c in "0123456789abcdefABCDEF" for c in b) else "; see `ckpt list`")
+                and all(c in "0123456789abcdefABCDEF" for c in b) else self._branch_hint(b))
         shown = r.text if len(r.text) <= 80 else r.text[:77] + "..."
         gone = self._collected(b.lower()) if revisions.is_hex(b) and len(b) >= revisions.MIN_PREFIX else None
         if gone is not None:
@@ -729,6 +730,19 @@ class Store:
                                   f"`ckpt log`")
         raise UnknownRevision(revisions.unsupported(r.text)
                               or f"unknown revision {shown!r}: not a commit id, branch or checkpoint id{hint}")
+
+    def _branch_hint(self, name: str) -> str:
+        """The end of an unknown-revision message for ``name``: a close local branch name (git's "did you
+        mean"), else the first branches, else `ckpt list`."""
+        names = sorted(self.backend.refs(refnames.HEADS))
+        names = [n[len(refnames.HEADS):] for n in names]
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.75) if len(names) <= 10_000 else []
+        if close:
+            return f"; did you mean the branch {close[0]!r}?"
+        if names and not revisions.is_hex(name):
+            more = f" and {len(names) - 10} more" if len(names) > 10 else ""
+            return f"; branches: {', '.join(repr(n) for n in names[:10])}{more}"
+        return "; see `ckpt list`"
 
     def _collected(self, hex_prefix: str) -> bytes | None:
         """A commit id starting with ``hex_prefix`` that HEAD's or a local branch's reflog names (as old or new
