@@ -164,6 +164,8 @@ def test_export_selection_and_incremental(fixtures: Path, tmp_path: Path) -> Non
     victim.write_text('{"entities": []}')
     db = export_crewai(store, tmp_path / "v", "json")
     assert db.outcome.conflicts == [str(victim)] and victim.read_text() == '{"entities": []}'
+    # named in the summary (fresh-user trial: "1 left alone" did not say which file no longer matches)
+    assert f"1 left alone (same id, other data: {str(victim)!r}; remove them and export again" in db.summary()
 
 
 def test_branch_prefix_nested_fork_folders_and_single_files(fixtures: Path, tmp_path: Path) -> None:

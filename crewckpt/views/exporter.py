@@ -68,8 +68,10 @@ class ExportReport:
     def summary(self) -> str:
         o = self.outcome
         line = f"{self.dest}: {len(o.written)} written, {len(o.present)} already there"
-        if o.conflicts:
-            line += f", {len(o.conflicts)} left alone (same id, other data)"
+        if o.conflicts:  # named: the folder is no longer a faithful copy of what was exported
+            shown = ", ".join(repr(c) for c in o.conflicts[:3]) + (", ..." if len(o.conflicts) > 3 else "")
+            line += (f", {len(o.conflicts)} left alone (same id, other data: {shown}; remove them and export again "
+                     f"to write this store's)")
         if self.problems:
             line += f", {len(self.problems)} not exported"
         return line
