@@ -251,7 +251,8 @@ def beyond_demo(recorded: dict[str, Any], now: dict[str, Any]) -> str | None:
     gone = [r for r in old_refs if r not in new_refs]
     removed = set(recorded["commits"]) - set(now["commits"])
     changed = [p for p in (f"{_refs_phrase(moved)} moved" if moved else "",
-                           f"{_refs_phrase(gone)} deleted" if gone else "",
+                           f"{_refs_phrase(gone)} {'gone' if all(r.startswith('refs/runs/') for r in gone) else 'deleted'}"
+                           if gone else "",  # a run ref goes when prune removes the run's checkpoints
                            f"{_count(len(removed), 'demo checkpoint', 'demo checkpoints')} removed"
                            if removed else "") if p]
     if not (added or changed):  # refs moved away and back: only their reflogs show it

@@ -133,7 +133,8 @@ FIX = ("pass --store NEW_DIR for a fresh demo store elsewhere, or delete that fo
 def test_demo_rerun_after_a_resume_and_a_prune_says_what_changed_in_one_sentence(tmp_path: Path) -> None:
     """The user resumed in the demo store (a new branch and run) and pruned main: the refusal says what was
     added and what went in one parenthesis, then the fix (it was a garbled "... not written by the demo, and
-    ref refs/runs/... deleted and 4 demo checkpoints removed; nothing was changed: ...")."""
+    ref refs/runs/... deleted and 4 demo checkpoints removed; nothing was changed: ..."); a run's ref goes
+    with its pruned checkpoints, so it is "gone", not "deleted" (the user deleted nothing)."""
     demo, path = load_demo(), tmp_path / ".ckpt"
     store = Store.init(path)
     first = store.commit({"step": 1}, run_id="run-a")
@@ -152,7 +153,7 @@ def test_demo_rerun_after_a_resume_and_a_prune_says_what_changed_in_one_sentence
         demo.prepare_store(path, reset=False)
     assert str(e.value) == (
         f"demo: left {path} as it is: it changed since the demo wrote it (2 checkpoints, 1 branch and 1 run added; "
-        f"run run-b deleted; 3 demo checkpoints removed), so a rerun would lose that; {FIX}")
+        f"run run-b gone; 3 demo checkpoints removed), so a rerun would lose that; {FIX}")
     assert files(path) == before
 
 
