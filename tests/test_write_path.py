@@ -1155,3 +1155,18 @@ def test_held_fields_never_give_a_stale_document_whatever_changes(edits: list[tu
             got = expand_entity(got, 0, [got], "test") if dumper.refs else got
             assert orjson.dumps(got) == orjson.dumps(whole), (step, j, op, arg)
     assert dumper.ok is True and dumper.held_ok is True  # the held path ran (and was checked once)
+
+
+def test_a_writer_forgets_the_ids_it_wrote_past_its_bound_and_stays_exact(monkeypatch: pytest.MonkeyPatch,
+                                                                          tmp_path: Any) -> None:
+    # the set of ids a handle wrote was bounded at 2,000,000 (~200 MB); at KNOWN_IDS it is cleared, and an
+    # object built again afterwards is framed again: its stored row stays as it was, every read exact
+    import crewckpt.history.store as store_mod
+    monkeypatch.setattr(store_mod, "KNOWN_IDS", 5)
+    s = Store.init(tmp_path / "s")
+    docs = [{"step": i % 3, "items": [{"k": j, "v": "x" * 40} for j in range(i % 4 + 2)]} for i in range(30)]
+    ids = [s.commit(d) for d in docs]
+    assert len(s._known) <= 5 + 20  # cleared past the bound (a commit adds its own few after clearing)
+    assert [s.read(c) for c in ids] == docs
+    assert s.fsck(full=True).ok
+    s.close()

@@ -81,6 +81,7 @@ CHECKPOINT_LEVEL = 1  # zstd level of a checkpoint's own pack: as small as level
 _COMMIT_CACHE = 4096  # verified commit objects a handle keeps (~200 bytes each)
 MERGE_MEMORY = 16 << 20  # bytes of its unmerged packs' bodies a writer keeps for its next merge
 LOOSE_MIN = 1 << 20  # bytes: bodies larger than this are stored loose, not packed
+KNOWN_IDS = 200_000  # object ids a writer remembers having written (~100 bytes each: ~20 MB); then it forgets
 
 
 class Store:
@@ -101,7 +102,7 @@ class Store:
         """What the documents mean to this store: summarizer and split hints (:mod:`crewckpt.history.profile`)."""
         self.objects = ObjectDB(backend)
         self._splitters: dict[tuple[frozenset[str], int | None], Splitter] = {}  # one per split policy + bound
-        self._known: set[bytes] = set()
+        self._known: set[bytes] = set()  # ids this handle wrote: not framed again (at most KNOWN_IDS)
         self._epoch = backend.meta_get(_EPOCH) or "0"
         self._wlock = threading.Lock()
         self._my_packs: builtins.list[tuple[bytes, builtins.list[bytes]]] = []  # merged every AUTO_PACKS
@@ -320,7 +321,7 @@ class Store:
                     splitter.discard()
                     raise
                 splitter.keep()
-                if len(self._known) > 2_000_000:
+                if len(self._known) > KNOWN_IDS:
                     self._known.clear()
                 self._known.update(pending)
                 self._wrote = True
