@@ -270,3 +270,18 @@ def test_word_diff_marks_changed_words(restore_docs):
     assert "[Writer] [-deterministic-]{+scripted+} answer for <task2>" in text
     assert ("changed", "{+more+}") in lines  # an added line is all new words
     assert all(tag in {"header", "added", "removed", "changed", "meta", "plain", "hunk"} for tag, _ in lines)
+
+
+def test_values_python_calls_equal_but_json_keeps_apart_are_changes() -> None:
+    # hostile review: {"retries": 1} vs {"retries": true} (and 0.0 vs -0.0, or the same keys in another order)
+    # were "identical" / "no differences", though the stored JSON and the commit ids differ
+    from crewckpt.history.diff import diff_json
+    from crewckpt.views.diff import diff_documents
+    for old, new, paths in (({"retries": 1, "flags": [1, 0]}, {"retries": True, "flags": [True, False]},
+                             ["retries", "flags[0]", "flags[1]"]),
+                            ({"x": 1}, {"x": 1.0}, ["x"]), ({"x": -0.0}, {"x": 0.0}, ["x"]),
+                            ({"a": 1, "b": 2}, {"b": 2, "a": 1}, ["$"])):
+        for d in (diff_json(old, new), diff_documents(old, new)):
+            assert not d["identical"] and [c["path"] for c in d["changes"]] == paths, d
+    assert diff_json({"x": [1, 2**70]}, {"x": [1, 2**70]})["identical"]
+    assert diff_documents({"x": "\ud800"}, {"x": "\ud800"})["identical"]

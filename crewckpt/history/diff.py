@@ -40,7 +40,7 @@ def diff_json(old: Any, new: Any, *, max_changes: int = MAX_CHANGES) -> dict[str
     changes = ChangeList(max_changes)
     walk(old, new, [], changes)
     old_bytes, new_bytes = json_bytes(old), json_bytes(new)
-    return {"schema": JSON_SCHEMA, "identical": old == new and type(old) is type(new),
+    return {"schema": JSON_SCHEMA, "identical": same(old, new),
             "sizes": {"old_bytes": old_bytes, "new_bytes": new_bytes, "delta_bytes": new_bytes - old_bytes},
             "changes": changes.items, "changes_truncated": changes.dropped}
 
@@ -106,9 +106,10 @@ class ChangeList:
 
 def walk(old: Any, new: Any, path: list[PathPart], out: ChangeList) -> None:
     """Append a Change for every leaf-level difference between ``old`` and ``new`` (depth first)."""
-    if old == new and type(old) is type(new):
+    if same(old, new):
         return
     if isinstance(old, dict) and isinstance(new, dict):
+        before = len(out.items) + out.dropped
         for key in old:
             if key not in new:
                 out.add(path + [key], "removed", old=old[key])
@@ -117,6 +118,8 @@ def walk(old: Any, new: Any, path: list[PathPart], out: ChangeList) -> None:
         for key in new:
             if key not in old:
                 out.add(path + [key], "added", new=new[key])
+        if len(out.items) + out.dropped == before:  # the same entries in another order: JSON text differs
+            out.add(path, "changed", old=old, new=new)
         return
     if isinstance(old, list) and isinstance(new, list):
         common = min(len(old), len(new))
@@ -187,14 +190,14 @@ def op(a: Any, b: Any) -> str:
         return "added"
     if b is None:
         return "removed"
-    return "unchanged" if a == b else "changed"
+    return "unchanged" if same(a, b) else "changed"
 
 
 def changed_keys(a: Any, b: Any) -> list[str]:
     """Keys whose values differ between two objects (in ``a``'s then ``b``'s order); [] unless both are dicts."""
     if not isinstance(a, dict) or not isinstance(b, dict):
         return []
-    return [k for k in {**a, **b} if a.get(k, _MISSING) != b.get(k, _MISSING)]
+    return [k for k in {**a, **b} if not same(a.get(k, _MISSING), b.get(k, _MISSING))]
 
 
 _MISSING = object()
@@ -205,18 +208,33 @@ def map_diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return {
         "added": {k: v for k, v in new.items() if k not in old},
         "removed": {k: v for k, v in old.items() if k not in new},
-        "changed": {k: {"old": old[k], "new": new[k]} for k in new if k in old and old[k] != new[k]},
+        "changed": {k: {"old": old[k], "new": new[k]} for k in new if k in old and not same(old[k], new[k])},
     }
 
 
 def json_bytes(value: Any) -> int:
     """Bytes of ``value`` as compact UTF-8 JSON."""
-    try:
-        return len(orjson.dumps(value))
-    except TypeError:  # ints beyond 64 bits, lone surrogates (3 bytes each, as stored) or other values orjson refuses
-        import json
+    return len(_compact(value))
 
-        return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass"))
+
+def _compact(value: Any) -> bytes:
+    """``value`` as compact UTF-8 JSON (lone surrogates as their 3 bytes each, as stored)."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # ints beyond 64 bits, lone surrogates or other values orjson refuses
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+def same(a: Any, b: Any) -> bool:
+    """Whether two JSON values are the same JSON text: Python's ``==`` is not enough (``1 == 1.0 == True``,
+    ``0.0 == -0.0``, dicts equal in any key order), and the store keeps each of those apart (their ids differ)."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (dict, list, float)):
+        return _compact(a) == _compact(b)
+    return bool(a == b)
 
 
 def preview(value: Any) -> Any:

@@ -53,6 +53,7 @@ from crewckpt.history.diff import (
     map_diff,
     match,
     op,
+    same,
     walk,
 )
 from crewckpt.history.linediff import unified_diff
@@ -90,7 +91,7 @@ def diff_documents(
     changes = ChangeList(max_changes)
     result: dict[str, Any] = {
         "schema": SCHEMA,
-        "identical": old == new,
+        "identical": same(old, new),
         "crewai": crewai,
         "sizes": _sizes(old, new),
         "inputs": map_diff(_inputs(old), _inputs(new)),
@@ -383,7 +384,7 @@ def _agents_diff(old: list[Any], new: list[Any]) -> list[dict[str, Any]]:
                 "role": either.get("role"),
                 "op": op(a, b),
                 "matched_by": matched_by,
-                "memory": None if old_memory == new_memory else {"old": old_memory, "new": new_memory},
+                "memory": None if same(old_memory, new_memory) else {"old": old_memory, "new": new_memory},
                 "fields": changed_keys(a, b),
             }
         )
@@ -414,7 +415,7 @@ def _events_diff(old: Any, new: Any) -> dict[str, Any] | None:
     old_nodes, new_nodes = old_nodes or {}, new_nodes or {}
     added = Counter(_event_type(new_nodes[k]) for k in new_nodes.keys() - old_nodes.keys())
     removed = Counter(_event_type(old_nodes[k]) for k in old_nodes.keys() - new_nodes.keys())
-    changed = sum(1 for k in old_nodes.keys() & new_nodes.keys() if old_nodes[k] != new_nodes[k])
+    changed = sum(1 for k in old_nodes.keys() & new_nodes.keys() if not same(old_nodes[k], new_nodes[k]))
     return {
         "old_count": len(old_nodes),
         "new_count": len(new_nodes),
