@@ -650,3 +650,57 @@ def test_revisions_into_pruned_history_name_the_revision_and_where_history_ends(
         assert "\n" not in str(info.value)
     assert s.resolve("main~2") == ids[7]
     s.close()
+
+
+def test_commit_fields_a_reader_would_refuse_are_refused_before_anything_is_written(tmp_path: Path) -> None:
+    # hostile review: time_ns=time.time() * 1e9 (a float), trigger=5 or alias=b"x" were stored; main moved to a
+    # commit whose object every read refused ("commit fields have wrong types"), so the branch was unreadable
+    import time
+    s = Store.init(tmp_path / "s")
+    first = s.commit({"a": 1})
+    c1 = first
+    for kw, err, want in (
+            ({"time_ns": time.time() * 1e9}, TypeError, r"time_ns must be an int .* use time.time_ns\(\)"),
+            ({"time_ns": True}, TypeError, "got bool"), ({"time_ns": "1"}, TypeError, "got str"),
+            ({"time_ns": 2**63}, ValueError, r"outside 0..2\*\*63-1"), ({"time_ns": -1}, ValueError, "outside"),
+            ({"trigger": 5}, TypeError, "trigger must be a string or None, got int"),
+            ({"trigger": ["a"]}, TypeError, "got list"), ({"alias": b"x"}, TypeError, "alias must be a string"),
+            ({"alias": "\ud800"}, ValueError, "alias holds a lone surrogate"),
+            ({"run_id": 5}, TypeError, "run_id must be a string or None"),
+            ({"parents": c1}, TypeError, r"parents must be a list of revisions"),
+            ({"parents": [5]}, TypeError, r"parents must be a list of revisions"),
+            ({"profile": "crewai"}, TypeError, "profile must be a crewckpt Profile")):
+        with pytest.raises(err, match=want) as info:
+            s.commit({"a": 2}, **kw)
+        assert "\n" not in str(info.value)
+    assert [c.id for c in s.log("main")] == [first] and s.read("main") == {"a": 1} and s.fsck(full=True).ok
+    assert s.info(s.commit({"a": 3}, time_ns=5, trigger="t", alias="x", run_id="r")).time_ns == 5
+    s.close()
+
+
+def test_prune_of_a_branch_that_does_not_exist_or_with_a_wrong_typed_rule_is_refused(store: Store) -> None:
+    # hostile review: prune("mian", keep=1) returned [] silently; keep=1.5 said "slice indices must be integers"
+    from crewckpt.errors import UnknownRevision
+    for _ in range(3):
+        store.commit({"a": 1}, branch="main")
+    with pytest.raises(UnknownRevision, match=r"no branch named 'mian'; did you mean the branch 'main'\?"):
+        store.prune("mian", keep=1)
+    for kw, want in (({"keep": 1.5}, "keep must be an int, got float"), ({"keep": True}, "got bool"),
+                     ({"keep": "1"}, "got str"), ({"older_than_ns": 1.0}, "older_than_ns must be an int")):
+        with pytest.raises(TypeError, match=want):
+            store.prune("main", **kw)
+    assert len(store.list("main")) == 3
+    assert len(store.prune("main", keep=1)) == 2
+
+
+def test_gc_and_read_bounds_of_another_type_are_refused_in_one_line(store: Store) -> None:
+    # hostile review: gc(grace_s="5") said "can't multiply sequence by non-int"; read(max_nodes="5") "'>' not
+    # supported"
+    c = store.commit({"a": 1})
+    for call, want in ((lambda: store.gc(grace_s="5"), "grace_s must be a number of seconds"),  # type: ignore[arg-type]
+                       (lambda: store.gc(wait_s=float("nan")), "wait_s must be a number"),
+                       (lambda: store.read(c, max_nodes="5"), "max_nodes must be an int or None, got str"),  # type: ignore[arg-type]
+                       (lambda: store.read(c, max_bytes=1.5), "max_bytes must be an int or None")):  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=want):
+            call()
+    assert store.read(c, max_nodes=5) == {"a": 1}

@@ -272,7 +272,10 @@ class Commit:
     v1_summary: V1Summary | None = None
 
     def encode(self) -> bytes:
-        """The commit body in its ``version``'s layout. Raises DecodeError for a version it cannot write."""
+        """The commit body in its ``version``'s layout. Raises DecodeError for a version it cannot write, or
+        for fields :meth:`decode` would refuse (a writer must never store a commit no reader can read)."""
+        _check_commit(self.tree, list(self.parents), self.time_ns, self.run_id, self.trigger, self.meta_json,
+                      self.alias)
         if self.version == 2:
             return packb([2, self.tree.ext(), list(self.parents), self.time_ns, self.run_id, self.trigger,
                           self.meta_json, self.alias])

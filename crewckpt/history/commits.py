@@ -60,6 +60,35 @@ class CommitInfo:
         }
 
 
+MAX_TIME_NS = 2**63 - 1  # ns since 1970: the commit index stores it as a signed 64-bit integer
+
+
+def check_commit_fields(*, time_ns: Any, run_id: Any, trigger: Any, alias: Any) -> None:
+    """Refuse, before anything is written, commit fields a reader would refuse (objects_format.md, 'Commits':
+    an int time and text fields; a stored commit of other types made its whole branch unreadable). None is
+    allowed for each (the default).
+
+    Raises:
+        TypeError: ``time_ns`` not an int (a float such as ``time.time() * 1e9``, a bool, a string), or a text
+            field not a string. ValueError: ``time_ns`` outside 0..2**63-1, or a text field holding a lone
+            surrogate (not UTF-8)."""
+    if time_ns is not None:
+        if not isinstance(time_ns, int) or isinstance(time_ns, bool):
+            raise TypeError(f"time_ns must be an int of nanoseconds since 1970, got {type(time_ns).__name__}; use "
+                            f"time.time_ns() (time.time() * 1e9 is a float)")
+        if not 0 <= time_ns <= MAX_TIME_NS:
+            raise ValueError(f"time_ns {time_ns} is outside 0..2**63-1 nanoseconds since 1970; use time.time_ns()")
+    for name, v in (("run_id", run_id), ("trigger", trigger), ("alias", alias)):
+        if v is None:
+            continue
+        if not isinstance(v, str):
+            raise TypeError(f"{name} must be a string or None, got {type(v).__name__}")
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{name} holds a lone surrogate (not UTF-8 text); give valid text") from None
+
+
 def meta_json(meta: Any) -> str | None:
     """A commit's ``meta`` as the compact JSON text the commit keeps (None for None or an empty dict).
 

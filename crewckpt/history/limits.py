@@ -51,6 +51,9 @@ class ReadBudget:
 
     def __init__(self, max_bytes: int | None = None, max_nodes: int | None = None,
                  what: str = "the document", *, doing: str = "read", kwargs: bool = True) -> None:
+        for name, v in (("max_bytes", max_bytes), ("max_nodes", max_nodes)):
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+                raise TypeError(f"{name} must be an int or None, got {type(v).__name__}")
         self.max_bytes = _env_int(ENV_BYTES, MAX_READ_BYTES) if max_bytes is None else max_bytes
         self.max_nodes = _env_int(ENV_NODES, MAX_READ_NODES) if max_nodes is None else max_nodes
         self.what = what

@@ -48,6 +48,7 @@ from crewckpt.history.commits import (
     CommitInfo,
     PrunedCommit,
     branch_ok,
+    check_commit_fields,
     damaged_row,
     distinct_parents,
     from_commit,
@@ -275,9 +276,17 @@ class Store:
         Raises:
             BadRefName: bad branch or run id. UnknownRevision: a parent does not resolve. TypeError: not JSON.
             ValueError: NaN or Infinity (JSON has neither), in ``doc`` or ``meta``.
+            TypeError / ValueError: a field of another type or range (:func:`check_commit_fields`; ``parents``
+                not a list of strings, ``profile`` not a Profile), before anything is written.
             TypeError: also ``meta`` not a dict, or not JSON (:func:`crewckpt.history.commits.meta_json`).
             StoreBusy: the store stayed locked. CkptError subclasses for damaged stores.
         """
+        check_commit_fields(time_ns=time_ns, run_id=run_id, trigger=trigger, alias=alias)
+        if profile is not None and not isinstance(profile, Profile):
+            raise TypeError(f"profile must be a crewckpt Profile (e.g. crewckpt.views.document.CREWAI), got "
+                            f"{type(profile).__name__}")
+        if parents is not None and (isinstance(parents, (str, bytes)) or not all(isinstance(p, str) for p in parents)):
+            raise TypeError("parents must be a list of revisions (strings), e.g. parents=[c1] or [] for a root commit")
         ref = None if branch is None else refnames.branch_ref(branch)  # None: HEAD's, read in _land
         run = run_id or self._default_run
         rref = refnames.run_ref(run)
@@ -1222,7 +1231,8 @@ class Store:
         Space returns with :meth:`gc`. :meth:`prune_report` also says what other branches held back.
 
         Raises:
-            ValueError: neither ``keep`` nor ``older_than_ns``, or ``keep < 1``. BadRefName.
+            ValueError: neither ``keep`` nor ``older_than_ns``, or ``keep < 1``. TypeError: either not an int.
+            BadRefName. UnknownRevision: no such branch (and no checkpoint of that name to prune).
         """
         return self._prune(branch, keep, older_than_ns, dry_run, reasons=False).removed
 
@@ -1233,7 +1243,8 @@ class Store:
         (:class:`crewckpt.history.prune.PruneReport`), from the same walk of the other branches' history.
 
         Raises:
-            ValueError: neither ``keep`` nor ``older_than_ns``, or ``keep < 1``. BadRefName.
+            ValueError: neither ``keep`` nor ``older_than_ns``, or ``keep < 1``. TypeError: either not an int.
+            BadRefName. UnknownRevision: no such branch (and no checkpoint of that name to prune).
         """
         return self._prune(branch, keep, older_than_ns, dry_run, reasons=True)
 
@@ -1241,6 +1252,9 @@ class Store:
                reasons: bool) -> PruneReport:
         if keep is None and older_than_ns is None:
             raise ValueError("prune needs keep=N or older_than_ns=NS")
+        for name, v in (("keep", keep), ("older_than_ns", older_than_ns)):
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+                raise TypeError(f"{name} must be an int, got {type(v).__name__}")
         if keep is not None and keep < 1:
             raise ValueError(f"keep must be at least 1, got {keep}")
         b = refnames.check_branch(branch)
@@ -1249,13 +1263,17 @@ class Store:
         with self._writing() as txn:
             cut = time.time_ns() - older_than_ns if older_than_ns is not None else None
             gone, report = prune.plan(txn, b, keep=keep, cut_ns=cut, reasons=reasons)
+            missing = not gone and not report.held and txn.get_ref(refnames.branch_ref(b)) is None
             if dry_run or not gone:
-                return report
+                gone = []
             ids = {r.id for r in gone}
-            txn.index_remove(ids)
-            for name, target in txn.refs(refnames.RUNS).items():
-                if target in ids:
-                    txn.set_ref_if_equals(name, target, None)
+            if ids:
+                txn.index_remove(ids)
+                for name, target in txn.refs(refnames.RUNS).items():
+                    if target in ids:
+                        txn.set_ref_if_equals(name, target, None)
+        if missing:  # a typo pruned nothing: say so, as log and read do (git: "not a valid branch")
+            raise UnknownRevision(f"no branch named {b!r}{self._branch_hint(b)}")
         return report
 
     def prune_held(self, branch: str, *, keep: int | None = None,
@@ -1287,6 +1305,9 @@ class Store:
             GcBusy: the gc lock stayed taken for ``wait_s`` seconds. See :func:`crewckpt.history.gc.gc` for the safety argument.
         """
         from crewckpt.history.gc import gc
+        for name, v in (("grace_s", grace_s), ("wait_s", wait_s)):
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < 1e9:
+                raise TypeError(f"{name} must be a number of seconds (0 or more), got {v!r}"[:200])
         return gc(self.parts, dry_run=dry_run, grace_ns=int(grace_s * 1e9), progress=progress, wait_s=wait_s)
 
     def fsck(self, full: bool = False, progress: Progress | None = None) -> FsckReport:
