@@ -1170,3 +1170,42 @@ def test_a_writer_forgets_the_ids_it_wrote_past_its_bound_and_stays_exact(monkey
     assert [s.read(c) for c in ids] == docs
     assert s.fsck(full=True).ok
     s.close()
+
+
+@pytest.mark.usefixtures("crewai_offline")
+def test_big_int_inputs_and_a_task_field_turning_from_1_to_true_are_stored_exactly() -> None:
+    """Hostile review: orjson reads ints beyond 64 bits as floats (kickoff inputs 2**64 were stored as
+    1.8446744073709552e19 in every checkpoint); and a task whose dump changed only from 1 to true compared equal
+    to its previous parse (Python's ``1 == True``), so its previous pieces (with 1) were stored again."""
+    from crewai.events.event_bus import crewai_event_bus
+    from crewai.events.types.task_events import TaskStartedEvent
+
+    from crewckpt.crewai import CheckpointConfig
+    from crewckpt.testing import research_crew
+
+    crew = research_crew(3, checkpoint=CheckpointConfig(on_events=["*"]))
+    crew.tasks[0].config = {"x": 1}
+    flipped: list[int] = []
+
+    def flip(source: Any, event: Any) -> None:  # once task 0 is done, its config changes type only
+        if not flipped and crew.tasks[0].output is not None:
+            crew.tasks[0].config = {"x": True}
+            flipped.append(1)
+
+    with crewai_event_bus.scoped_handlers():
+        crewai_event_bus.on(TaskStartedEvent)(flip)
+        crew.kickoff(inputs={"topic": "otters", "n": 2**64, "m": -2**63 - 1, "ok": 2**64 - 1})
+    store = Store.open(".ckpt")
+    docs = [store.read(c.id) for c in store.list()]
+    assert flipped and len(docs) > 10
+    given = [d["entities"][0]["checkpoint_inputs"] for d in docs]
+    assert sum(i is not None for i in given) >= len(docs) - 2  # the kickoff's first checkpoints may precede them
+    for inputs in filter(None, given):
+        assert [type(inputs[k]) for k in ("n", "m", "ok")] == [int, int, int], inputs
+        assert (inputs["n"], inputs["m"], inputs["ok"]) == (2**64, -2**63 - 1, 2**64 - 1)
+    configs = [d["entities"][0]["tasks"][0]["config"]["x"] for d in docs]
+    first_true = next((i for i, x in enumerate(configs) if x is True), None)
+    assert first_true is not None, configs  # before: 1 in every checkpoint, the first pieces reused
+    assert configs[0] == 1 and type(configs[0]) is int and all(x is True for x in configs[first_true:])
+    assert type(configs[-1]) is bool
+    store.close()

@@ -25,6 +25,7 @@ from crewckpt.backends import registry
 from crewckpt.crewai.locations import join_location as join_location  # re-exported: the old path
 from crewckpt.crewai.locations import split_location as split_location
 from crewckpt.crewai.signals import SIGNAL_EVENTS as SIGNAL_EVENTS
+from crewckpt.history import jsontext
 
 DEFAULT_LOCATION = "./.ckpt"
 RESTORED_CONTEXT = "crewckpt_restored"
@@ -59,7 +60,7 @@ class CrewckptProvider(BaseProvider):
 
         path, _ = split_location(location)
         store = open_store(path, create=True)
-        doc = Redactor().apply(orjson.loads(data), data)  # CrewAI's own dump holds keys in clear
+        doc = Redactor().apply(jsontext.loads(data), data)  # CrewAI's own dump holds keys in clear
         commit_id, _branch = commit_document(store, doc, parent_id=parent_id, branch=branch,
                                              trigger=doc.get("trigger") if isinstance(doc, dict) else None)
         return join_location(path, commit_id)

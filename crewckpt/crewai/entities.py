@@ -42,6 +42,7 @@ size of the crew.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime
 import decimal
@@ -60,6 +61,7 @@ import zstandard
 from crewai.types.callback import _is_non_roundtrippable, callable_to_string
 from pydantic import BaseModel
 
+from crewckpt.history import jsontext
 from crewckpt.history.snapshot import Frozen, Parts, Refreezer
 from crewckpt.history.summary import json_size
 from crewckpt.views.document import SEPARATE_KEYS, agent_ref, expand_entity, is_ref_shaped
@@ -183,7 +185,7 @@ class Encoded(Frozen):
     @property  # type: ignore[override]
     def value(self) -> Any:
         """The value, parsed from its bytes (a new object each time: callers never share it)."""
-        return orjson.loads(self.encoded())
+        return jsontext.loads(self.encoded())
 
     def __repr__(self) -> str:
         b = self.encoded()
@@ -327,7 +329,7 @@ class CrewDumper:
         mode = bool(names)
         self._held_used = mode
         top_text = crew.model_dump_json(exclude={"tasks"}, warnings=False)
-        top_value = self._clean(crew, orjson.loads(top_text), top_text)
+        top_value = self._clean(crew, jsontext.loads(top_text), top_text)
         top = self._top.values(top_value)
         # the crew's own agents: a task's agent named by reference must dump byte-equal to one of them
         listed = top_value.get("agents") if index is not None and isinstance(top_value, dict) else None
@@ -341,7 +343,7 @@ class CrewDumper:
                                           warnings=False)
         whole_tasks: dict[int, Any] = {}
         if fresh:  # the tasks whose held fields changed: dumped whole (one call for all of them)
-            got = orjson.loads(crew.model_dump_json(include={"tasks": {j: True for j in fresh}},
+            got = jsontext.loads(crew.model_dump_json(include={"tasks": {j: True for j in fresh}},
                                                     exclude={"tasks": {"__all__": {"agent"}}}, warnings=False))
             if not isinstance(got, dict) or len(got.get("tasks") or ()) != len(fresh):
                 raise _HeldMiss("the tasks changed while dumping")
@@ -382,13 +384,13 @@ class CrewDumper:
                 raw, prefix, suffix = prev.raw, prev.prefix, prev.suffix
             else:
                 self.builder._drop_bad_callbacks(task, raw)  # the callback's fate depends on the live object
-                if prev is not None and prev.raw == raw:
+                if prev is not None and jsontext.same_json(prev.raw, raw):  # not ==: 1 == True == 1.0
                     prefix, suffix = prev.prefix, prev.suffix
                 else:
                     after = _after(type(task), "agent")
                     cut = next((i for i, k in enumerate(raw) if k in after), len(raw))
                     keys = list(raw)
-                    redacted = self.builder.redactor.apply(orjson.loads(orjson.dumps(raw)))
+                    redacted = self.builder.redactor.apply(_copy(raw))
                     prefix = _frozen({k: redacted[k] for k in keys[:cut]})
                     suffix = _frozen({k: redacted[k] for k in keys[cut:]})
             if prev is not None and prev.prefix is prefix and prev.piece is piece and prev.suffix is suffix:
@@ -414,7 +416,7 @@ class CrewDumper:
         pos = position.get(id(agent)) if agent is not None and index is not None else None
         if pos is None:
             return None
-        value = self._clean(agent, orjson.loads(text)["tasks"][0]["agent"], text)
+        value = self._clean(agent, jsontext.loads(text)["tasks"][0]["agent"], text)
         if pos not in listed_bytes:
             listed_bytes[pos] = _json(listed[pos])
         if listed_bytes[pos] is None or _json(value) != listed_bytes[pos]:
@@ -433,7 +435,7 @@ class CrewDumper:
             ValueError: the dump is an object with a ``$ref`` key (it would read as a reference)."""
         if agent is None:
             return _frozen({"agent": None})
-        value = self._clean(agent, orjson.loads(text)["tasks"][0]["agent"], text)
+        value = self._clean(agent, jsontext.loads(text)["tasks"][0]["agent"], text)
         if is_ref_shaped(value):  # the crew is then dumped whole and its document holds no references
             raise ValueError("a task's agent dumps as an object with a '$ref' key")
         refreeze = self._agent_refreezers.get(agent)
@@ -475,7 +477,7 @@ class CrewDumper:
                 continue
             found = _changed_run(text, pos, old, j, n)
             if found is None:  # the rest, in one call
-                rest = orjson.loads("[" + text[pos:-1])
+                rest = jsontext.loads("[" + text[pos:-1])
                 if len(out) + len(rest) != n:
                     raise ValueError("task count changed while dumping")
                 _texts_of(rest, text, pos, out, texts)
@@ -504,7 +506,7 @@ def _changed_run(text: str, pos: int, old: list[_Task], j: int, n: int) -> tuple
         if end <= pos:
             continue
         try:
-            run = orjson.loads("[" + text[pos:end] + "]")
+            run = jsontext.loads("[" + text[pos:end] + "]")
         except orjson.JSONDecodeError:
             continue
         if len(run) == k - j and all(isinstance(r, dict) for r in run):
@@ -694,6 +696,15 @@ def _callback_verdict(task: Any) -> tuple[bool, ...] | None:
         return None
     return tuple(bool(callable(v) and _is_non_roundtrippable(v))
                  for v in (getattr(task, n, None) for n in callback_fields(cls)))
+
+
+def _copy(value: Any) -> Any:
+    """An independent copy of a parsed JSON value: through orjson (C speed), else (ints beyond 64 bits, lone
+    surrogates) a deep copy."""
+    try:
+        return jsontext.loads(orjson.dumps(value))
+    except (TypeError, orjson.JSONEncodeError, orjson.JSONDecodeError):
+        return copy.deepcopy(value)
 
 
 def _json(value: Any) -> bytes | None:

@@ -70,6 +70,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from crewckpt.errors import UntrustedCapability, UntrustedCode, UntrustedEndpoint, UntrustedPath
+from crewckpt.history import jsontext
 
 ENDPOINT_VAR = "CREWCKPT_LLM_ENDPOINTS"
 ENDPOINT_FIELDS = ("base_url", "api_base")
@@ -197,12 +198,11 @@ def check_crewai_location(location: Any) -> None:
     """
     if opted_in() or location is None:
         return
-    import orjson
     from crewai.state.provider.utils import detect_provider
 
     try:
         raw = detect_provider(str(location)).from_checkpoint(str(location))
-        doc = orjson.loads(raw)
+        doc = jsontext.loads(raw)
     except Exception:  # noqa: BLE001  (unreadable: CrewAI reports it)
         return
     check(doc)

@@ -45,6 +45,7 @@ from crewckpt.crewai.entities import callback_fields as callback_fields  # re-ex
 from crewckpt.crewai.entities import plain as plain  # re-exported: its old home
 from crewckpt.crewai.prepare import prepare_entities
 from crewckpt.crewai.secrets import Redactor
+from crewckpt.history import jsontext
 from crewckpt.history.snapshot import CHUNK_ENTRIES, AppendMap, Frozen, Parts, Refreezer
 from crewckpt.views.document import SHAPE_KEY
 
@@ -243,7 +244,7 @@ class SnapshotBuilder:
                 self._built.append(event_id)
                 return frozen
             except (TypeError, orjson.JSONEncodeError):
-                self._raw[event_id] = orjson.loads(event)
+                self._raw[event_id] = jsontext.loads(event)
         frozen = Frozen({"event": self._raw[event_id], "edges": edges})  # the store sizes it
         self._nodes[event_id] = (frozen, -1)
         return frozen
@@ -282,7 +283,7 @@ class SnapshotBuilder:
         text: str | None = None
         try:
             text = model.model_dump_json(warnings=False)
-            out = orjson.loads(text)
+            out = jsontext.loads(text)
         except Exception:
             text = None
             try:

@@ -24,6 +24,8 @@ from typing import Any, NamedTuple
 import orjson
 
 from crewckpt.history.jsonpath import PathPart, format_path
+from crewckpt.history.jsontext import compact
+from crewckpt.history.jsontext import same_json as same
 
 JSON_SCHEMA = "crewckpt.jsondiff/1"
 MAX_CHANGES = 500
@@ -214,27 +216,7 @@ def map_diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 def json_bytes(value: Any) -> int:
     """Bytes of ``value`` as compact UTF-8 JSON."""
-    return len(_compact(value))
-
-
-def _compact(value: Any) -> bytes:
-    """``value`` as compact UTF-8 JSON (lone surrogates as their 3 bytes each, as stored)."""
-    try:
-        return orjson.dumps(value)
-    except TypeError:  # ints beyond 64 bits, lone surrogates or other values orjson refuses
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
-
-
-def same(a: Any, b: Any) -> bool:
-    """Whether two JSON values are the same JSON text: Python's ``==`` is not enough (``1 == 1.0 == True``,
-    ``0.0 == -0.0``, dicts equal in any key order), and the store keeps each of those apart (their ids differ)."""
-    if a is b:
-        return True
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, (dict, list, float)):
-        return _compact(a) == _compact(b)
-    return bool(a == b)
+    return len(compact(value))
 
 
 def preview(value: Any) -> Any:

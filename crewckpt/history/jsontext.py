@@ -54,3 +54,42 @@ def _finite(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return value
+
+
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_NUMBER = b"0" * 19  # the shortest integer literal beyond -2**63..2**64-1 (-9223372036854775809)
+
+
+def loads(text: str | bytes) -> Any:
+    """``orjson.loads(text)``, exact for integers beyond 64 bits: orjson reads those as floats (``2**64`` as
+    1.8446744073709552e19, silently), so a text holding a run of 19 or more digits is parsed again by
+    :mod:`json` (exact ints, the same floats and strings). The check is one C pass (~1 GB/s); such runs are
+    rare (none in a 100-task CrewAI run). Raises what ``orjson.loads`` raises (callers' fallbacks for lone
+    surrogates stay as they are)."""
+    value = orjson.loads(text)
+    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    if _LONG_NUMBER in raw.translate(_DIGITS_TO_ZERO):
+        return json.loads(text)
+    return value
+
+
+def compact(value: Any) -> bytes:
+    """``value`` as compact UTF-8 JSON bytes (lone surrogates as their 3 bytes each, as stored). Raises
+    TypeError for a value that is not JSON."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # ints beyond 64 bits, lone surrogates or other values orjson refuses
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Whether two JSON values are the same JSON text: Python's ``==`` is not enough (``1 == 1.0 == True``,
+    ``0.0 == -0.0``, dicts equal in any key order), and the store keeps each of those apart (their ids
+    differ), so a cache keyed on ``==`` would reuse a stale value."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (dict, list, float)):
+        return compact(a) == compact(b)
+    return bool(a == b)
