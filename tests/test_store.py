@@ -547,7 +547,7 @@ def test_a_refreezer_does_not_reuse_an_earlier_version_for_a_datetime_or_datacla
 def test_a_value_json_cannot_hold_is_refused_naming_its_type_and_the_fix(value: Any) -> None:
     # before: "Object of type bytes is not JSON serializable" (json's message, from the document's size)
     s = Store.memory()
-    with pytest.raises(TypeError, match=rf"value of type {type(value).__name__} is not JSON; give strings") as info:
+    with pytest.raises(TypeError, match=rf"value of type {type(value).__name__} at \$\.a\[0\] is not JSON; give strings") as info:
         s.commit({"a": [value]})
     assert "\n" not in str(info.value) and s.list() == []
 

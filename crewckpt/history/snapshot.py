@@ -458,16 +458,22 @@ def _depth_checked(rep: tuple[bytes, int, int]) -> tuple[bytes, int, int]:
     return rep
 
 
+def _path(stack: list[_Frame]) -> str:
+    """The JSON path (``$.a[0]``) of the value the walk is at, from its frames (a Parts piece adds nothing)."""
+    path = "$"
+    for f in stack:
+        if f.parts is None and f.i < len(f.vals):
+            path += f".{f.keys[f.i]}" if f.is_dict else f"[{f.i}]"
+    return path
+
+
 def _too_deep(stack: list[_Frame], obj: Any) -> Exception:
     """The error for a container nested past MAX_DEPTH: a ValueError naming the path when ``obj`` is one of its
     own ancestors (a value that contains itself: Frozen and Parts values are not checked for that before the
     split), else DocumentTooLarge. The messages are the summary's for a plain document."""
     seen = [n for n, f in enumerate(stack) if f.obj is obj]
     if seen:
-        path = "$"
-        for f in stack[:seen[1] if len(seen) > 1 else len(stack)]:  # up to where it first meets itself
-            if f.parts is None and f.i < len(f.vals):
-                path += f".{f.keys[f.i]}" if f.is_dict else f"[{f.i}]"
+        path = _path(stack[:seen[1] if len(seen) > 1 else len(stack)])  # up to where it first meets itself
         return ValueError(f"the document contains itself (circular reference at {path[:200]}); JSON cannot hold a "
                           f"value that contains itself: store a copy or an id instead")
     return DocumentTooLarge(f"the document nests containers deeper than {MAX_DEPTH} levels, the most crewckpt "
@@ -572,10 +578,12 @@ class _Frame:
         self.obj: Any = None  # the container (for naming a cycle)
 
 
-def not_json(v: object) -> TypeError:
-    """The one-line refusal of a value JSON cannot hold, naming its type and the fix."""
-    return TypeError(f"value of type {type(v).__name__} is not JSON; give strings, numbers, bools, None, lists and "
-                     f"dicts (e.g. a list for a set, a string for bytes)")
+def not_json(v: object, path: str = "") -> TypeError:
+    """The one-line refusal of a value JSON cannot hold, naming its type, where it is (``path``, if known) and
+    the fix."""
+    at = f" at {path[:200]}" if path else ""
+    return TypeError(f"value of type {type(v).__name__}{at} is not JSON; give strings, numbers, bools, None, lists "
+                     f"and dicts (e.g. a list for a set, a string for bytes)")
 
 
 class Splitter:
@@ -792,7 +800,7 @@ class Splitter:
                 frame.leaf = piece is not None
                 push(frame, v, in_parts)
                 return _PENDING
-            raise not_json(v)
+            raise not_json(v, _path(stack))
 
         r = enter(root, keyed=False)
         if r is not _PENDING:
