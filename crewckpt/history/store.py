@@ -1263,7 +1263,9 @@ class Store:
         with self._writing() as txn:
             cut = time.time_ns() - older_than_ns if older_than_ns is not None else None
             gone, report = prune.plan(txn, b, keep=keep, cut_ns=cut, reasons=reasons)
-            missing = not gone and not report.held and txn.get_ref(refnames.branch_ref(b)) is None
+            ref = refnames.branch_ref(b)  # missing: no ref, not HEAD's (maybe unborn) branch, no checkpoint on it
+            missing = (not gone and not report.held and txn.get_ref(ref) is None and head.head_ref(txn) != ref
+                       and not txn.index_rows(b))
             if dry_run or not gone:
                 gone = []
             ids = {r.id for r in gone}
