@@ -26,6 +26,14 @@ def test_clone_log_diff_and_remote_config_from_the_command_line(tmp_path: Path) 
     assert demo.alt[-1][:8] in log and "origin/alt" in log  # decorated with the tracking ref
     assert ok(ckpt(dest, "rev-parse", "origin/main~2")).stdout.strip() == demo.main[-3]
     ok(ckpt(dest, "diff", "main", "origin/alt"))
+    # git branch -a / -r (fresh-user trial: the tracking refs were listed only by `log --all`)
+    names = [line[2:].split()[0] for line in ok(ckpt(dest, "branch", "-a")).stdout.splitlines()]
+    assert names == ["alt", "main", "remotes/origin/alt", "remotes/origin/main"]
+    rows = ndjson(ok(ckpt(dest, "branch", "-r", "--json")).stdout)
+    assert [(r["branch"], r["tip"], r["remote"], r["head"]) for r in rows] == [
+        ("origin/alt", demo.alt[-1], True, False), ("origin/main", demo.main[-1], True, False)]
+    assert [r["remote"] for r in ndjson(ok(ckpt(dest, "branch", "--json")).stdout)] == [False, False]
+    assert "use them alone" in ckpt(dest, "branch", "-a", "x").stderr
     r = ok(ckpt(dest, "remote", "remove", "origin", "--json"))
     assert json.loads(r.stdout)["refs"] == ["refs/remotes/origin/alt", "refs/remotes/origin/main"]
     r = ckpt(dest, "fetch")

@@ -28,10 +28,13 @@ if TYPE_CHECKING:
                                                          "(= -d NAME --force).")
 @click.option("-f", "--force", "force", is_flag=True, help="With -d: delete even if nothing else reaches the tip.")
 @click.option("-m", "--move", "move", nargs=2, metavar="OLD NEW", help="Rename branch OLD to NEW.")
+@click.option("-r", "--remotes", "remotes", is_flag=True, help="List the remote-tracking branches (origin/main).")
+@click.option("-a", "--all", "all_refs", is_flag=True,
+              help="List local and remote-tracking branches (remotes/origin/main), as git branch -a.")
 @json_option
 def branch(
     name: str | None, rev: str | None, delete: str | None, force_delete: str | None, force: bool,
-    move: tuple[str, str] | None, as_json: bool
+    move: tuple[str, str] | None, remotes: bool, all_refs: bool, as_json: bool
 ) -> None:
     """List branches, or create branch NAME at REV (default HEAD).
 
@@ -41,6 +44,7 @@ def branch(
     \b
     Examples:
       ckpt branch                        # list, with each tip
+      ckpt branch -a                     # also the remote-tracking ones (remotes/origin/main)
       ckpt branch try-gpt main~2         # new branch at main~2
       ckpt branch -m try-gpt experiment  # rename
       ckpt branch -d experiment          # delete the ref (refused if only it reaches its checkpoints)
@@ -50,6 +54,8 @@ def branch(
     if sum(x is not None for x in (name, delete, force_delete, move)) > 1:
         raise UsageProblem("use one of: ckpt branch NAME [REV], ckpt branch -d NAME, ckpt branch -D NAME, "
                            "ckpt branch -m OLD NEW")
+    if (remotes or all_refs) and any(x is not None for x in (name, delete, force_delete, move)):
+        raise UsageProblem("-r and -a list branches; use them alone (ckpt branch -a)")
     if force and delete is None:
         raise UsageProblem("--force goes with -d NAME (ckpt branch -d NAME --force, or ckpt branch -D NAME)")
     if force_delete is not None:
@@ -82,7 +88,7 @@ def branch(
         else:
             click.echo(f"Created branch {name} at {target[:8]}")
         return
-    _list_branches(store, as_json)
+    _list_branches(store, as_json, local=not remotes, tracking=remotes or all_refs)
 
 
 def current_branch(store: Store) -> str | None:
@@ -91,16 +97,23 @@ def current_branch(store: Store) -> str | None:
     return name if name in store.branches() else None
 
 
-def _list_branches(store: Store, as_json: bool) -> None:
-    """Every branch with its tip; ``*`` marks :func:`current_branch` (at most one)."""
+def _list_branches(store: Store, as_json: bool, *, local: bool = True, tracking: bool = False) -> None:
+    """Every branch with its tip; ``*`` marks :func:`current_branch` (at most one). ``tracking``: also the
+    remote-tracking branches, as ``remotes/<remote>/<branch>`` beside local ones (git branch -a), as
+    ``<remote>/<branch>`` alone (git branch -r)."""
     app = obj()
-    branches = store.branches()
+    rows = {n: (refnames.HEADS + n, t) for n, t in store.branches().items()} if local else {}  # name -> ref, tip
+    if tracking:
+        for ref, target in store.backend.refs(refnames.REMOTES).items():
+            rows[("remotes/" if local else "") + ref[len(refnames.REMOTES):]] = (ref, target.hex())
+    refs = {n: ref for n, (ref, _) in rows.items()}
+    branches = {n: tip for n, (_, tip) in rows.items()}
     current = current_branch(store)
     infos: dict[str, Any] = {}
     damaged: dict[str, str] = {}  # a ref naming no commit (hand-edited store): listed as such, with its fix
     for name in branches:
         try:
-            infos[name] = store.info(refnames.HEADS + name)
+            infos[name] = store.info(refs[name])
         except CkptError as e:
             damaged[name] = str(e)
     if as_json:
@@ -110,23 +123,25 @@ def _list_branches(store: Store, as_json: bool) -> None:
                 "tip": tip,
                 **({"damaged": damaged[name]} if name in damaged else {
                     "time_ns": infos[name].time_ns, "summary": infos[name].to_json()["summary"]}),
-                "head": name == current,
+                "head": name == current and not refs[name].startswith(refnames.REMOTES),
+                "remote": refs[name].startswith(refnames.REMOTES),
             }
             for name, tip in sorted(branches.items())
         )
         _damaged_exit(damaged)
         return
     if not branches:
-        click.echo("no branches yet: commit a checkpoint first", err=True)
+        click.echo("no remote-tracking branches: `ckpt fetch` makes them" if not local else
+                   "no branches yet: commit a checkpoint first", err=True)
         return
     shorts = short_ids(branches.values())
     width = max(len(n) for n in branches)
     for name, tip in sorted(branches.items()):
-        mark = "*" if name == current else " "
+        mark = "*" if name == current and not refs[name].startswith(refnames.REMOTES) else " "
         app.styled(
             [
                 (f"{mark} ", "green"),
-                (name.ljust(width) + "  ", "green" if name == current else "cyan"),
+                (safe_text(name).ljust(width) + "  ", "green" if mark == "*" else "cyan"),
                 (shorts[tip] + "  ", "yellow"),
                 *([("damaged: it names no commit", "red")] if name in damaged else [
                     (local_time(infos[name].time_ns) + "  ", "dim"),
