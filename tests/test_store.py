@@ -669,12 +669,15 @@ def test_commit_fields_a_reader_would_refuse_are_refused_before_anything_is_writ
             ({"run_id": 5}, TypeError, "run_id must be a string or None"),
             ({"parents": c1}, TypeError, r"parents must be a list of revisions"),
             ({"parents": [5]}, TypeError, r"parents must be a list of revisions"),
+            ({"parents": {c1: 1}}, TypeError, r"parents must be a list of revisions"),
             ({"profile": "crewai"}, TypeError, "profile must be a crewckpt Profile")):
         with pytest.raises(err, match=want) as info:
             s.commit({"a": 2}, **kw)
         assert "\n" not in str(info.value)
     assert [c.id for c in s.log("main")] == [first] and s.read("main") == {"a": 1} and s.fsck(full=True).ok
     assert s.info(s.commit({"a": 3}, time_ns=5, trigger="t", alias="x", run_id="r")).time_ns == 5
+    # second review: the check consumed a generator of parents, and the commit became a root
+    assert s.info(s.commit({"a": 4}, parents=(p for p in [first]))).parents == (first,)
     s.close()
 
 

@@ -285,8 +285,12 @@ class Store:
         if profile is not None and not isinstance(profile, Profile):
             raise TypeError(f"profile must be a crewckpt Profile (e.g. crewckpt.views.document.CREWAI), got "
                             f"{type(profile).__name__}")
-        if parents is not None and (isinstance(parents, (str, bytes)) or not all(isinstance(p, str) for p in parents)):
-            raise TypeError("parents must be a list of revisions (strings), e.g. parents=[c1] or [] for a root commit")
+        if parents is not None:  # read once into a list: a generator is not consumed by the check
+            given = None if isinstance(parents, (str, bytes, dict)) else _as_list(parents)
+            if given is None or not all(isinstance(p, str) for p in given):
+                raise TypeError("parents must be a list of revisions (strings), e.g. parents=[c1] or [] for a root "
+                                "commit")
+            parents = given
         ref = None if branch is None else refnames.branch_ref(branch)  # None: HEAD's, read in _land
         run = run_id or self._default_run
         rref = refnames.run_ref(run)
@@ -1376,6 +1380,14 @@ class Store:
             txn.meta_set("dictionary", d.oid.hex())
         self.objects.codec.use_dictionary(d.oid, data)
         return d.oid.hex()
+
+
+def _as_list(values: Any) -> builtins.list[Any] | None:
+    """``list(values)``, or None when ``values`` is not iterable."""
+    try:
+        return builtins.list(values)
+    except TypeError:
+        return None
 
 
 def _summary(prof: Profile, doc: Any) -> dict[str, Any]:
