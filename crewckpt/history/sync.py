@@ -33,7 +33,6 @@ presence; a commit object that arrived is not counted or sent again).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import logging
@@ -56,7 +55,6 @@ Progress = Callable[[str, int, "int | None"], None]
 
 LOOSE_MIN = 1 << 20  # bytes: bodies larger than this travel (and are stored) loose, as Store.commit does
 _log = logging.getLogger("crewckpt")
-GC_WAIT_S = 300.0  # seconds a transfer waits for a gc running on the receiver (gc waits 30 s for it)
 STAGE_BYTES = 64 << 20  # frames kept in memory between reading and writing; beyond this they are re-read
 _NO_SEQ = 1 << 62  # a sender commit with no index row sorts after every seq (see _assign_branches)
 _RETRIES = 3  # plans redone when a gc ran on the receiver meanwhile
@@ -152,23 +150,6 @@ def transfer(sender: Side, receiver: Side, updates: Sequence[RefUpdate], *, dry_
             object (nothing was written). StoreBusy / StoreWriteError from the receiver's backend.
     """
     t0 = time.perf_counter()
-    caps = receiver.backend.capabilities
-    lock = receiver.backend.lock("gc", wait_s=GC_WAIT_S) if caps.locks and not dry_run else contextlib.nullcontext(True)
-    with lock as got:
-        if not got:
-            raise SyncError(f"{receiver.name}: a gc is running there (its lock stayed taken for {GC_WAIT_S:.0f} s); "
-                            f"nothing was written; run the same command again when it is done")
-        report, packs = _transfer(sender, receiver, updates, dry_run, progress)
-    packs.merge(receiver)  # after the lock: the merge takes it itself (and skips while a gc holds it)
-    report.seconds = time.perf_counter() - t0
-    return report
-
-
-def _transfer(sender: Side, receiver: Side, updates: Sequence[RefUpdate], dry_run: bool,
-              progress: Progress | None) -> tuple[TransferReport, _Packs]:
-    """:func:`transfer`'s plan, land and index, with the receiver's gc lock held where it has locks: a plan
-    skips what the receiver has, and an object the receiver has but no live commit reaches (what an
-    interrupted transfer left) is what a running gc sweeps. Returns the report and the packs written."""
     for attempt in range(_RETRIES):
         epoch = receiver.backend.meta_get("gc_epoch")
         plans = plan(sender, receiver, updates, progress)
@@ -180,7 +161,8 @@ def _transfer(sender: Side, receiver: Side, updates: Sequence[RefUpdate], dry_ru
                 report.objects += n
                 report.bytes += size
             report.refs = [RefResult(u.ref, _hex(u.expected), u.new.hex(), u.status) for u in updates]
-            return report, _Packs()
+            report.seconds = time.perf_counter() - t0
+            return report
         if plans:  # pin HEAD first: a store that never stored it reads it from the last commit written
             with writing(receiver.backend) as w:
                 head.head_ref_stored(w)
@@ -199,7 +181,9 @@ def _transfer(sender: Side, receiver: Side, updates: Sequence[RefUpdate], dry_ru
             if attempt + 1 == _RETRIES:
                 raise SyncError(f"{receiver.name}: a gc keeps running there during the transfer; retry later") from None
             continue
-        return report, packs
+        packs.merge(receiver)
+        report.seconds = time.perf_counter() - t0
+        return report
     raise AssertionError("unreachable")
 
 
@@ -243,18 +227,18 @@ class _Packs:
         parts = StoreParts.of(receiver.backend, receiver.objects)
         level = PACK_LEVEL if self.size <= RUN_MERGE_BYTES else MERGE_LEVEL
         group: list[_Pack] = []
-        try:
-            for n, p in enumerate(self.made, 1):
-                group.append(p)
-                if n < len(self.made) and sum(g.size for g in group) < PACK_MAX:
-                    continue
+        for n, p in enumerate(self.made, 1):
+            group.append(p)
+            if n < len(self.made) and sum(g.size for g in group) < PACK_MAX:
+                continue
+            try:
                 if len(group) > 1 and not merge_packs(parts, [(g.oid, g.members) for g in group], level=level,
                                                       bodies=self.bodies):
                     return  # a gc holds the lock: it repacks these itself
-                group = []
-            receiver.backend.maintain()  # the dropped packs' space back (SQLite: incremental vacuum), as a run's end
-        except CkptError as e:
-            _log.warning("crewckpt: merging the packs a transfer wrote skipped: %s", e)
+            except CkptError as e:
+                _log.warning("crewckpt: merging the packs a transfer wrote skipped: %s", e)
+                return
+            group = []
 
 
 def plan(sender: Side, receiver: Side, updates: Sequence[RefUpdate],
