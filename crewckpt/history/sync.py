@@ -239,6 +239,10 @@ class _Packs:
                 _log.warning("crewckpt: merging the packs a transfer wrote skipped: %s", e)
                 return
             group = []
+        try:  # as a run's end: SQLite's last connection drops the WAL and VACUUMs a small store, never waiting
+            receiver.backend.release()
+        except CkptError as e:
+            _log.warning("crewckpt: compacting the store after a transfer skipped: %s", e)
 
 
 def plan(sender: Side, receiver: Side, updates: Sequence[RefUpdate],
