@@ -44,7 +44,8 @@ def doc(i: int, extra: str = "") -> dict[str, object]:
 
 @pytest.fixture
 def make(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[[str], Store]]:
-    """``make(kind)``: a new empty store of that kind (memory, sqlite, postgres: a fresh schema each)."""
+    """``make(kind)``: a new empty store of that kind (memory, sqlite, postgres: a fresh schema each; s3: a
+    fresh prefix)."""
     opened: list[Store] = []
     n = iter(range(1000))
 
@@ -54,6 +55,8 @@ def make(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[[s
             s = Store.memory()
         elif kind == "sqlite":
             s = Store.init(tmp_path / f"s{i}")
+        elif kind == "s3":
+            s = Store.init(request.getfixturevalue("s3_url"))
         else:
             from crewckpt.backends.postgres import PgBackend
             url = request.getfixturevalue("pg_url")
@@ -999,3 +1002,89 @@ def test_a_transfer_while_a_gc_holds_the_lock_lands_and_leaves_its_packs_to_that
     b.gc()
     assert _packs(b) == 1 and b.read("origin/main") == a.read("main")
     assert_clean(b)
+
+
+GC_KINDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres),
+            pytest.param("s3", marks=pytest.mark.s3)]
+
+
+def _plant(src: Store, dst: Store, touched_ns: Callable[[bytes, int], int]) -> ob.Commit:
+    """Put every object under ``src``'s main tip into ``dst`` as loose frames (not the commit object), each
+    stored at ``touched_ns(oid, kind)``: what transfers and gcs leave behind, made exactly."""
+    tip = bytes.fromhex(src.resolve("main"))
+    c = src.objects.commit(tip)
+    order, bodies = sync._missing_objects(remotes.side(src, "src"), sync._nothing, tip, c, set())
+    for oid, kind in order:
+        dst.backend.put_many([dst.objects.frame(kind, bodies[oid])], touched_ns(oid, kind))
+    return c
+
+
+@pytest.mark.parametrize("kind", GC_KINDS)
+def test_a_transfer_never_relies_on_objects_a_running_gc_sweeps(
+        kind: str, monkeypatch: pytest.MonkeyPatch, make: Callable[[str], Store]) -> None:
+    """Hostile review (12-07): an interrupted push left its objects unindexed in the remote; a gc there marked,
+    the same push ran again and skipped those objects (the remote had them), moved main, and the gc's sweep
+    then deleted them: the push said "new" and main read back "object ... is missing". While a gc runs there
+    (it records that it does), a transfer sends every object under its commits: putting one that is present
+    freshens it, so the sweep keeps it."""
+    from crewckpt.history import gc as gcmod
+
+    src, dst = make("memory"), make(kind)
+    commit_chain(src, 3)
+    _plant(src, dst, lambda oid, kind: 1)  # long ago (older than any backend's grace)
+    real_mark = gcmod.mark
+    during: list[str] = []
+
+    def mark(*a: Any, **k: Any) -> Any:  # the push runs between gc's mark and its sweep
+        live = real_mark(*a, **k)
+        during.extend(r.status for r in src.push(dst, "main").refs)
+        return live
+
+    monkeypatch.setattr(gcmod, "mark", mark)
+    dst.gc(grace_s=0)
+    monkeypatch.setattr(gcmod, "mark", real_mark)
+    assert during == ["new"] and ids(dst, "main") == ids(src, "main")
+    assert dst.read("main") == src.read("main") and dst.read("main~2") == src.read("main~2")
+    assert_clean(dst)
+    assert not gcmod.running(dst.backend)  # the gc recorded that it finished
+
+
+@pytest.mark.parametrize("kind", GC_KINDS)
+def test_a_killed_gc_makes_transfers_send_whole_trees_until_a_gc_finishes(
+        kind: str, make: Callable[[str], Store]) -> None:
+    """A gc killed mid-sweep leaves unreachable trees whose children it already deleted, and its record that
+    it runs. A transfer that skipped such a present tree landed a commit with a hole; it now sends whole
+    trees while that record stands, and the next gc to finish clears it."""
+    from crewckpt.history import gc as gcmod
+
+    src, dst = make("memory"), make(kind)
+    commit_chain(src, 2)
+    c = _plant(src, dst, lambda oid, kind: 1)
+    below = next(m.oid for m in dst.backend.iter_objects() if m.oid != c.tree.oid)
+    with writing(dst.backend) as w:  # as the gc did before it was killed
+        w.meta_set("gc_epoch", "41")
+        w.meta_set(gcmod.RUNNING, "41")
+        w.delete_objects([below], 2)
+    assert dst.backend.has_many([c.tree.oid]) and gcmod.running(dst.backend)
+    assert [r.status for r in src.push(dst, "main").refs] == ["new"]
+    assert dst.read("main") == src.read("main")
+    assert_clean(dst)
+    dst.gc()
+    assert not gcmod.running(dst.backend) and dst.read("main") == src.read("main")
+
+
+@pytest.mark.parametrize("kind", GC_KINDS)
+def test_gc_keeps_what_a_young_unreachable_tree_reaches(kind: str, make: Callable[[str], Store]) -> None:
+    """An unreachable tree stored within the grace stays, and so must its old children: a transfer that
+    finds the tree present trusts its subtree (objects are written children first)."""
+    src, dst = make("memory"), make(kind)
+    commit_chain(src, 2)
+    now = time.time_ns()
+    tip = src.objects.commit(bytes.fromhex(src.resolve("main")))
+    _plant(src, dst, lambda oid, kind: now if oid == tip.tree.oid else 1)
+    planted = len(list(dst.backend.iter_objects()))
+    rep = dst.gc(grace_s=3600)
+    assert rep.kept_young == planted >= 2 and rep.deleted_objects == 0
+    assert [r.status for r in src.push(dst, "main").refs] == ["new"]
+    assert dst.read("main") == src.read("main")
+    assert_clean(dst)

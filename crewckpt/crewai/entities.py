@@ -42,7 +42,6 @@ size of the crew.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import datetime
 import decimal
@@ -390,7 +389,7 @@ class CrewDumper:
                     after = _after(type(task), "agent")
                     cut = next((i for i, k in enumerate(raw) if k in after), len(raw))
                     keys = list(raw)
-                    redacted = self.builder.redactor.apply(_copy(raw))
+                    redacted = self.builder.redactor.apply(jsontext.copy_json(raw)[0])
                     prefix = _frozen({k: redacted[k] for k in keys[:cut]})
                     suffix = _frozen({k: redacted[k] for k in keys[cut:]})
             if prev is not None and prev.prefix is prefix and prev.piece is piece and prev.suffix is suffix:
@@ -696,15 +695,6 @@ def _callback_verdict(task: Any) -> tuple[bool, ...] | None:
         return None
     return tuple(bool(callable(v) and _is_non_roundtrippable(v))
                  for v in (getattr(task, n, None) for n in callback_fields(cls)))
-
-
-def _copy(value: Any) -> Any:
-    """An independent copy of a parsed JSON value: through orjson (C speed), else (ints beyond 64 bits, lone
-    surrogates) a deep copy."""
-    try:
-        return jsontext.loads(orjson.dumps(value))
-    except (TypeError, orjson.JSONEncodeError, orjson.JSONDecodeError):
-        return copy.deepcopy(value)
 
 
 def _json(value: Any) -> bytes | None:

@@ -6,7 +6,9 @@ inside its commit transaction and re-puts every object it references (``touched`
 are deleted only while ``touched < cutoff`` still holds *inside the delete transaction*, so an object a
 writer stored or reused after the bump survives. Only one gc runs at a time (a lock that dies with its
 process). Deleting in small transactions makes gc interruptible: a gc killed at any point leaves only
-unreferenced objects, and a rerun finishes the job.
+unreferenced objects, and a rerun finishes the job. A transfer trusts that a present tree has its whole
+subtree, so gc records that it runs (meta ``gc_running``, docs/backends.md W7: transfers then send whole
+trees) and keeps what young unreachable trees reach.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import time
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING
 
-from crewckpt.backends.base import HEAD_BYTES, ObjectMeta, writing
-from crewckpt.errors import DocumentTooLarge, GcAborted, GcBusy, IntegrityError, MissingObject
+from crewckpt.backends.base import HEAD_BYTES, Backend, ObjectMeta, writing
+from crewckpt.errors import CkptError, DocumentTooLarge, GcAborted, GcBusy, IntegrityError, MissingObject
 from crewckpt.format import objects as ob
 from crewckpt.format.frame import PACK_KEY, PACK_LEVEL, PACKED
 from crewckpt.history.limits import ObjectBound
@@ -40,13 +44,16 @@ MERGE_LEVEL = 3  # zstd level of a writer's merges: 4x faster than gc's level 9,
 RUN_MERGE_BYTES = 4 << 20  # body bytes: a run (or transfer) whose packs hold at most this ends with one pack
 GC_WAIT_S = 30.0  # seconds gc waits for the lock (another gc, or a writer's automatic repack)
 COMPACT_BELOW = 256 << 20  # bytes: smaller stores are rewritten densely (VACUUM, well under a second)
+RUNNING = "gc_running"  # meta: the epoch of a gc that bumped it and has not finished ("" or absent: none)
+_log = logging.getLogger("crewckpt")
 
 
 @dataclasses.dataclass(frozen=True)
 class GcReport:
     """What gc did: objects marked live, objects deleted (or that would be, for a dry run), their body
     bytes, and the store folder's size before/after in bytes. ``kept_young``: unreachable objects kept because
-    they were stored or reused less than ``grace_s`` seconds before gc started (``grace_shared``: that grace is
+    they were stored or reused less than ``grace_s`` seconds before gc started, or such a tree reaches them
+    (``grace_shared``: that grace is
     the backend's own, for writers on other machines' clocks); ``kept_until_ns``: the wall-clock time (ns since
     the epoch) after which a new gc can delete all of them (None when none was kept). ``deleted_packs`` and
     ``deleted_pack_bytes`` (member bytes, uncompressed): the part of ``deleted_objects`` / ``deleted_bytes`` that
@@ -108,10 +115,19 @@ def _mark(parts: StoreParts, progress: Progress | None, unread: set[bytes] | Non
             raise
         live.add(cid)
         level.append(c.tree.oid)
+    _descend(parts, level, live, frozenset(), unread, bound, progress)
+    return live
+
+
+def _descend(parts: StoreParts, level: list[bytes], seen: set[bytes], stop: AbstractSet[bytes],
+             unread: set[bytes] | None, bound: ObjectBound, progress: Progress | None = None) -> None:
+    """Add to ``seen`` every object at or below the ids in ``level`` that is in neither ``seen`` nor ``stop``,
+    reading trees a level at a time (one ``get_many`` per level, decoding in :func:`size_batches`)."""
+    objs = parts.objects
     done = 0
     while level:
-        todo = [o for o in dict.fromkeys(level) if o not in live]
-        live.update(todo)
+        todo = [o for o in dict.fromkeys(level) if o not in seen and o not in stop]
+        seen.update(todo)
         level = []
         found = objs.backend.get_many(todo)
         if unread is not None:
@@ -124,7 +140,33 @@ def _mark(parts: StoreParts, progress: Progress | None, unread: set[bytes] | Non
         done += len(todo)
         if progress:
             progress("mark", done, None)
-    return live
+
+
+def _below_young(parts: StoreParts, trees: list[bytes], commits: list[bytes], live: set[bytes],
+                 unread: set[bytes]) -> set[bytes]:
+    """The unmarked objects below unmarked but young ``trees`` and ``commits`` (stored within the grace, so
+    kept). gc keeps them too: a transfer skips a tree it finds present, trusting its subtree is there (objects
+    are written children first), so no sweep may leave a present tree without its children (an interrupted
+    push retried after a gc would otherwise land a commit with a hole). A young object that is corrupt is
+    garbage nothing can use: what only it reaches is not kept."""
+    bound = ObjectBound(doing="check")
+    level = list(trees)
+    for cid in commits:
+        with contextlib.suppress(MissingObject, IntegrityError):
+            level.append(parts.objects.commit(cid, budget=bound).tree.oid)
+    seen: set[bytes] = set()
+    try:
+        try:
+            _descend(parts, level, seen, live, unread, bound)
+        except IntegrityError:  # one corrupt young tree: walk them one by one, skipping those
+            seen.clear()
+            for root in level:
+                with contextlib.suppress(IntegrityError):
+                    _descend(parts, [root], seen, live, unread, bound)
+    except DocumentTooLarge as e:
+        raise GcAborted(f"gc stopped before deleting anything: {e}; or run `ckpt fsck` to see what needs "
+                        f"it") from None
+    return seen.difference(trees)  # those are young themselves
 
 
 def _not_a_commit(parts: StoreParts, cid: bytes) -> None:
@@ -328,52 +370,90 @@ def gc(parts: StoreParts, *, dry_run: bool = False, grace_ns: int = 0, progress:
             holder = b.lock_holder("gc")
             raise GcBusy(f"another gc is running on this store (its lock stayed taken for {wait_s:.0f} s"
                          f"{'; ' + holder if holder else ''}); wait for it to finish")
-        before = parts.size_bytes()
         # the cutoff is read *before* the epoch bump: a writer that puts objects after the bump either saw the
         # old epoch (its transaction committed before the bump, so mark sees its commit) or stamps them with
         # a time read after the bump, hence >= cutoff. Read after the bump, a descheduled gc could get a
         # cutoff later than a racing writer's stamp and sweep that writer's fresh commit.
         cutoff = time.time_ns() - grace_ns
-        if not dry_run:
-            with writing(b) as txn:
-                txn.meta_set("gc_epoch", next_epoch(txn.meta_get("gc_epoch")))
-        unread: set[bytes] = set()
-        live = mark(parts, progress, unread)
-        metas = {m.oid: m for m in parts.objects.backend.iter_objects()}
-        if unread & metas.keys():  # present but unreadable: what lies below it would look unreachable
-            first = min(unread & metas.keys()).hex()
-            raise GcAborted(f"gc could not read object {first} that a live commit needs, though the store lists "
-                            f"it; nothing was deleted; retry, and run `ckpt fsck` if it persists")
-        dead = [o for o, m in metas.items() if m.kind != ob.PACK and o not in live and m.touched_ns < cutoff]
-        young = [m.touched_ns for o, m in metas.items() if m.kind != ob.PACK and o not in live
-                 and m.touched_ns >= cutoff]
-        kept = functools.partial(GcReport, kept_young=len(young), grace_s=grace_ns / 1e9, grace_shared=grace_shared,
-                                 kept_until_ns=max(young) + grace_ns if young else None)
-        if dry_run:  # what the sweep deletes, then the packs nothing names once repack moved their members
-            dead_set = set(dead) | (set(repack_plan(live, metas)) if caps.reframe and caps.locks else set())
-            used = {_pack_of(m.head) for o, m in metas.items() if o not in dead_set}
-            packs = [o for o, m in metas.items()
-                     if m.kind == ob.PACK and o[:PACK_KEY] not in used and m.touched_ns < cutoff]
-            gone = dead + packs
-            return kept(len(live), len(gone), sum(metas[o].size for o in gone), before, before, True,
-                        deleted_packs=len(packs), deleted_pack_bytes=sum(metas[o].size for o in packs))
-        if caps.reframe and caps.locks:  # packing is tuning for backends that can rewrite frames in place
-            repack(parts, live, metas, progress)
-        deleted = 0
-        for i in range(0, len(dead), DELETE_BATCH):
-            batch = dead[i:i + DELETE_BATCH]
-            with writing(b) as txn:
-                deleted += txn.delete_objects(batch, cutoff)
-                # a collected commit's foreign ids must not resolve to nothing (re-import makes them anew)
-                txn.alias_forget([o for o in batch if metas[o].kind == ob.COMMIT and not txn.has_many([o])])
-            if progress:
-                progress("sweep", min(i + DELETE_BATCH, len(dead)), len(dead))
-        packs_before = {o for o, m in metas.items() if m.kind == ob.PACK}
-        deleted += drop_unreferenced_packs(parts, cutoff)
-        gone_packs = packs_before - {m.oid for m in parts.objects.backend.iter_objects() if m.kind == ob.PACK}
-        b.maintain(compact=before < COMPACT_BELOW)  # the backend's own tuning (SQLite: vacuum, WAL)
-        after = parts.size_bytes()
-        pack_bytes = sum(metas[o].size for o in gone_packs)
-        freed = sum(metas[o].size for o in dead) + pack_bytes
-        return kept(len(live), deleted, freed, before, after, False, deleted_packs=len(gone_packs),
-                    deleted_pack_bytes=pack_bytes)
+        if dry_run:
+            return _collect(parts, cutoff, grace_ns, grace_shared, True, progress)
+        with writing(b) as txn:
+            epoch = next_epoch(txn.meta_get("gc_epoch"))
+            txn.meta_set("gc_epoch", epoch)
+            txn.meta_set(RUNNING, epoch)  # transfers send whole trees until it is cleared (sync.plan)
+        try:
+            return _collect(parts, cutoff, grace_ns, grace_shared, False, progress)
+        finally:
+            _finished(b, epoch)
+
+
+def running(backend: Backend) -> bool:
+    """Whether a gc may be sweeping ``backend`` now: one bumped the epoch and has not finished (or was killed;
+    the next gc to finish clears it). A transfer then trusts no object it finds present (sync.plan)."""
+    return bool(backend.meta_get(RUNNING))
+
+
+def _finished(b: Backend, epoch: str) -> None:
+    """Clear :data:`RUNNING` when it still names this gc's ``epoch``; best effort (left set, transfers only
+    send more)."""
+    try:
+        with writing(b) as txn:
+            if txn.meta_get(RUNNING) == epoch:
+                txn.meta_set(RUNNING, "")
+    except CkptError as e:
+        _log.warning("crewckpt: gc could not record that it finished (%s); transfers into this store send whole "
+                     "trees until the next gc finishes", e)
+
+
+def _collect(parts: StoreParts, cutoff: int, grace_ns: int, grace_shared: bool, dry_run: bool,
+             progress: Progress | None) -> GcReport:
+    """Mark, then (unless ``dry_run``) repack, sweep what is unmarked and older than ``cutoff`` (ns), drop
+    packs nothing names and run the backend's maintenance; see :func:`gc`."""
+    b = parts.backend
+    caps = b.capabilities
+    before = parts.size_bytes()
+    unread: set[bytes] = set()
+    live = mark(parts, progress, unread)
+    metas = {m.oid: m for m in parts.objects.backend.iter_objects()}
+    young = [m.touched_ns for o, m in metas.items() if m.kind != ob.PACK and o not in live
+             and m.touched_ns >= cutoff]
+    # a present object stands for its whole subtree (sync.plan skips it): keep what young ones reach too
+    kept_ids = [o for o, m in metas.items() if o not in live and m.touched_ns >= cutoff]
+    below = _below_young(parts, [o for o in kept_ids if metas[o].kind == ob.TREE],
+                         [o for o in kept_ids if metas[o].kind == ob.COMMIT], live, unread)
+    if unread & metas.keys():  # present but unreadable: what lies below it would look unreachable
+        first = min(unread & metas.keys()).hex()
+        raise GcAborted(f"gc could not read object {first} that a live (or young) object needs, though the store lists "
+                        f"it; nothing was deleted; retry, and run `ckpt fsck` if it persists")
+    dead = [o for o, m in metas.items()
+            if m.kind != ob.PACK and o not in live and o not in below and m.touched_ns < cutoff]
+    kept = functools.partial(GcReport, kept_young=len(young) + len(below), grace_s=grace_ns / 1e9, grace_shared=grace_shared,
+                             kept_until_ns=max(young) + grace_ns if young else None)
+    if dry_run:  # what the sweep deletes, then the packs nothing names once repack moved their members
+        dead_set = set(dead) | (set(repack_plan(live, metas)) if caps.reframe and caps.locks else set())
+        used = {_pack_of(m.head) for o, m in metas.items() if o not in dead_set}
+        packs = [o for o, m in metas.items()
+                 if m.kind == ob.PACK and o[:PACK_KEY] not in used and m.touched_ns < cutoff]
+        gone = dead + packs
+        return kept(len(live), len(gone), sum(metas[o].size for o in gone), before, before, True,
+                    deleted_packs=len(packs), deleted_pack_bytes=sum(metas[o].size for o in packs))
+    if caps.reframe and caps.locks:  # packing is tuning for backends that can rewrite frames in place
+        repack(parts, live, metas, progress)
+    deleted = 0
+    for i in range(0, len(dead), DELETE_BATCH):
+        batch = dead[i:i + DELETE_BATCH]
+        with writing(b) as txn:
+            deleted += txn.delete_objects(batch, cutoff)
+            # a collected commit's foreign ids must not resolve to nothing (re-import makes them anew)
+            txn.alias_forget([o for o in batch if metas[o].kind == ob.COMMIT and not txn.has_many([o])])
+        if progress:
+            progress("sweep", min(i + DELETE_BATCH, len(dead)), len(dead))
+    packs_before = {o for o, m in metas.items() if m.kind == ob.PACK}
+    deleted += drop_unreferenced_packs(parts, cutoff)
+    gone_packs = packs_before - {m.oid for m in parts.objects.backend.iter_objects() if m.kind == ob.PACK}
+    b.maintain(compact=before < COMPACT_BELOW)  # the backend's own tuning (SQLite: vacuum, WAL)
+    after = parts.size_bytes()
+    pack_bytes = sum(metas[o].size for o in gone_packs)
+    freed = sum(metas[o].size for o in dead) + pack_bytes
+    return kept(len(live), deleted, freed, before, after, False, deleted_packs=len(gone_packs),
+                deleted_pack_bytes=pack_bytes)

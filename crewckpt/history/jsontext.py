@@ -8,6 +8,7 @@ back to :mod:`json` with orjson's layout and writes each lone surrogate as its `
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import re
@@ -71,6 +72,17 @@ def loads(text: str | bytes) -> Any:
     if _LONG_NUMBER in raw.translate(_DIGITS_TO_ZERO):
         return json.loads(text)
     return value
+
+
+def copy_json(value: Any) -> tuple[Any, int | None]:
+    """An independent copy of a parsed JSON value and its compact JSON size in bytes: through orjson (C speed;
+    what orjson writes it reads back exactly), else (ints beyond 64 bits, lone surrogates: orjson refuses to
+    write them) a deep copy and None for the size."""
+    try:
+        data = orjson.dumps(value)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return copy.deepcopy(value), None
+    return orjson.loads(data), len(data)
 
 
 def compact(value: Any) -> bytes:

@@ -7,7 +7,9 @@ whole Store, so any two backends can talk (memory, SQLite, PostgreSQL...). Steps
    the receiver has live (in its commit index) and at commits the sender itself no longer has live (pruned:
    the transfer boundary, like a shallow clone). Under every commit to send, the tree walk checks each level's
    ids for presence at the receiver in one batch and descends only into what is missing, so only missing
-   objects cross. A present tree stands for its whole subtree: objects are always written children first.
+   objects cross. A present tree stands for its whole subtree: objects are always written children first,
+   and gc keeps that true (docs/backends.md W7); while a gc may be sweeping the receiver (meta
+   ``gc_running``) nothing present is trusted and every object under the commits is sent.
 2. **Read and verify** everything to send *before writing anything*: every object is read through the
    sender's object layer (decoded, re-hashed; the stored id must be the id asked for), commit bodies are
    decoded, and each link's kind must match the object's. A hostile or damaged remote is refused with one
@@ -45,6 +47,7 @@ from crewckpt.errors import CkptError, DecodeError, IntegrityError, MissingObjec
 from crewckpt.format import objects as ob
 from crewckpt.history import head, refnames
 from crewckpt.history.commits import from_commit, from_row, raise_version, to_row
+from crewckpt.history.gc import running as gc_running
 from crewckpt.history.limits import ReadBudget
 from crewckpt.history.localorder import index_commit
 from crewckpt.history.objectdb import ObjectDB, decode_commit
@@ -152,7 +155,10 @@ def transfer(sender: Side, receiver: Side, updates: Sequence[RefUpdate], *, dry_
     t0 = time.perf_counter()
     for attempt in range(_RETRIES):
         epoch = receiver.backend.meta_get("gc_epoch")
-        plans = plan(sender, receiver, updates, progress)
+        # read after the epoch: a gc that bumped it before is either seen running here or finished (its sweep
+        # done before the plan looks); one that bumps it later is seen by the re-check before the index
+        present = _nothing if gc_running(receiver.backend) else receiver.backend.has_many
+        plans = plan(sender, receiver, updates, progress, present)
         report = TransferReport(dry_run=dry_run)
         report.commits = sum(not p.arrived for p in plans)
         if dry_run:
@@ -245,10 +251,12 @@ class _Packs:
             _log.warning("crewckpt: compacting the store after a transfer skipped: %s", e)
 
 
-def plan(sender: Side, receiver: Side, updates: Sequence[RefUpdate],
-         progress: Progress | None = None) -> list[_CommitPlan]:
+def plan(sender: Side, receiver: Side, updates: Sequence[RefUpdate], progress: Progress | None = None,
+         present: Callable[[list[bytes]], set[bytes]] | None = None) -> list[_CommitPlan]:
     """Negotiate and read: the commits to send (parents first), each with its missing objects read and
-    verified. Writes nothing.
+    verified. Writes nothing. ``present(ids)``: which of ``ids`` the receiver holds, whole subtree included
+    (default: its ``has_many``; :func:`_nothing` while a gc may be sweeping there, whose sweep may take what
+    no live commit reaches: every object under the commits is then sent, and putting one freshens it).
 
     Raises:
         SyncError, IntegrityError: see :func:`transfer`.
@@ -261,7 +269,7 @@ def plan(sender: Side, receiver: Side, updates: Sequence[RefUpdate],
     out = []
     arrived = receiver.backend.has_many([cid for cid, _, _ in commits]) if commits else set()
     for i, (cid, body, c) in enumerate(commits):
-        order, bodies = _missing_objects(sender, receiver, cid, c, scheduled)
+        order, bodies = _missing_objects(sender, present or receiver.backend.has_many, cid, c, scheduled)
         size = sum(len(b) for b in bodies.values())
         keep = staged + size <= STAGE_BYTES
         staged += size if keep else 0
@@ -375,10 +383,11 @@ def read_verified(side: Side, oids: Sequence[bytes],
 _decode_commit = decode_commit  # one decoder for every commit read (objectdb)
 
 
-def _missing_objects(sender: Side, receiver: Side, cid: bytes, c: ob.Commit,
+def _missing_objects(sender: Side, present: Callable[[list[bytes]], set[bytes]], cid: bytes, c: ob.Commit,
                      scheduled: set[bytes]) -> tuple[list[tuple[bytes, int]], dict[bytes, bytes]]:
-    """The objects under commit ``c`` the receiver lacks and no earlier commit of this transfer sends:
-    ``[(oid, kind)]`` children first, and their verified bodies. One presence batch per tree level."""
+    """The objects under commit ``c`` the receiver lacks (``present`` says which it holds) and no earlier
+    commit of this transfer sends: ``[(oid, kind)]`` children first, and their verified bodies. One presence
+    batch per tree level."""
     bodies: dict[bytes, bytes] = {}
     kinds: dict[bytes, int] = {}
     kids: dict[bytes, list[bytes]] = {}
@@ -386,8 +395,8 @@ def _missing_objects(sender: Side, receiver: Side, cid: bytes, c: ob.Commit,
     spent = budget(sender, cid)  # one budget for everything this commit brings
     while frontier:
         links = list({ln.oid: ln for ln in frontier if ln.oid not in scheduled}.values())
-        present = receiver.backend.has_many([ln.oid for ln in links]) if links else set()
-        need = [ln for ln in links if ln.oid not in present]
+        held = present([ln.oid for ln in links]) if links else set()
+        need = [ln for ln in links if ln.oid not in held]
         got = read_verified(sender, [ln.oid for ln in need], spent)
         frontier = []
         for ln in need:
@@ -607,12 +616,20 @@ def _move_and_index(sender: Side | None, receiver: Side, updates: Sequence[RefUp
 
 
 def _reput(sender: Side, receiver: Side, plans: Sequence[_CommitPlan]) -> None:
-    """W6 for a transfer without transactions: a gc ran while the objects were unindexed; put them again
-    (put-if-absent restores what it swept, the fresh stored time keeps the rest from its sweep)."""
+    """W6 for a transfer without transactions: a gc ran while the objects were unindexed; put every object
+    under the commits again, also those the plan found present (they may be what an interrupted transfer
+    left, which that gc did not mark): put-if-absent restores what it swept, the fresh stored time keeps the
+    rest from its sweep."""
     for p in plans:
+        order, bodies = _missing_objects(sender, _nothing, p.cid, p.commit, set())
         now = time.time_ns()
-        receiver.backend.put_many(_frames(receiver.objects, _items(sender, p)), now)
+        receiver.backend.put_many(_frames(receiver.objects, [(o, k, bodies[o]) for o, k in order]), now)
         receiver.backend.put_many([receiver.objects.frame(ob.COMMIT, p.body)], now)
+
+
+def _nothing(ids: list[bytes]) -> set[bytes]:
+    """A ``present`` for :func:`plan` that trusts nothing the receiver holds."""
+    return set()
 
 
 def is_ancestor(side: Side, ancestor: bytes, descendant: bytes) -> bool:

@@ -14,7 +14,6 @@ alike.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import re
 from collections.abc import Mapping, Sequence
@@ -23,6 +22,7 @@ from typing import Any
 import orjson
 
 from crewckpt.errors import DamagedCheckpoint
+from crewckpt.history.jsontext import copy_json
 from crewckpt.history.limits import ReadBudget
 from crewckpt.history.profile import Profile
 from crewckpt.history.snapshot import Frozen, Parts
@@ -173,11 +173,8 @@ def logical_size(doc: Any, size: int) -> int:
 def _copy(value: Any) -> tuple[Any, int]:
     """An independent copy of a JSON value (each task gets its own agent object, as CrewAI's JSON has) and
     its compact JSON size in bytes."""
-    try:
-        data = orjson.dumps(value)
-        return orjson.loads(data), len(data)
-    except (TypeError, orjson.JSONEncodeError):  # ints over 64 bits, lone surrogates
-        return copy.deepcopy(value), json_size(value)
+    copied, size = copy_json(value)
+    return copied, json_size(value) if size is None else size
 
 
 def _target(entities: Sequence[Any] | Mapping[int, Any], ref: Any) -> tuple[Any, str | None]:
