@@ -1051,7 +1051,7 @@ def test_a_transfer_never_relies_on_objects_a_running_gc_sweeps(
 
 @pytest.mark.parametrize("kind", GC_KINDS)
 def test_a_killed_gc_makes_transfers_send_whole_trees_until_a_gc_finishes(
-        kind: str, make: Callable[[str], Store]) -> None:
+        kind: str, make: Callable[[str], Store], caplog: pytest.LogCaptureFixture) -> None:
     """A gc killed mid-sweep leaves unreachable trees whose children it already deleted, and its record that
     it runs. A transfer that skipped such a present tree landed a commit with a hole; it now sends whole
     trees while that record stands, and the next gc to finish clears it."""
@@ -1067,6 +1067,7 @@ def test_a_killed_gc_makes_transfers_send_whole_trees_until_a_gc_finishes(
         w.delete_objects([below], 2)
     assert dst.backend.has_many([c.tree.oid]) and gcmod.running(dst.backend)
     assert [r.status for r in src.push(dst, "main").refs] == ["new"]
+    assert "a gc is running there, or one was killed (then run `ckpt gc` there once)" in caplog.text
     assert dst.read("main") == src.read("main")
     assert_clean(dst)
     dst.gc()

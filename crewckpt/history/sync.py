@@ -157,7 +157,11 @@ def transfer(sender: Side, receiver: Side, updates: Sequence[RefUpdate], *, dry_
         epoch = receiver.backend.meta_get("gc_epoch")
         # read after the epoch: a gc that bumped it before is either seen running here or finished (its sweep
         # done before the plan looks); one that bumps it later is seen by the re-check before the index
-        present = _nothing if gc_running(receiver.backend) else receiver.backend.has_many
+        present: Callable[[list[bytes]], set[bytes]] = receiver.backend.has_many
+        if gc_running(receiver.backend):
+            present = _nothing
+            _log.warning("crewckpt: %s: a gc is running there, or one was killed (then run `ckpt gc` there once); "
+                         "sending every object under the new checkpoints, not only what it lacks", receiver.name)
         plans = plan(sender, receiver, updates, progress, present)
         report = TransferReport(dry_run=dry_run)
         report.commits = sum(not p.arrived for p in plans)
