@@ -1089,3 +1089,44 @@ def test_gc_keeps_what_a_young_unreachable_tree_reaches(kind: str, make: Callabl
     assert [r.status for r in src.push(dst, "main").refs] == ["new"]
     assert dst.read("main") == src.read("main")
     assert_clean(dst)
+
+
+_GC_KILLED = textwrap.dedent("""
+    import os, signal, sys
+    from crewckpt.history import gc
+    from crewckpt.history.store import Store
+    path, root = sys.argv[1], bytes.fromhex(sys.argv[2])
+    gc.DELETE_BATCH = 1
+    s = Store.open(path)
+
+    def progress(phase, done, total):  # kill -9 after the first delete, while the planted tree is still there
+        if phase == "sweep" and s.backend.has_many([root]):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    s.gc(progress=progress)
+    print("finished")
+""")
+
+
+def test_a_gc_killed_mid_sweep_leaves_no_hole_in_the_next_push(tmp_path: Path, make: Callable[[str], Store]) -> None:
+    """kill -9 of a gc after it deleted part of an unreachable tree: the tree is still there, one of its
+    children is not, and a push that trusted the tree landed a commit with a hole. The killed gc's
+    ``gc_running`` mark outlives it, so the push sends the whole tree; the next gc clears the mark."""
+    from crewckpt.history import gc as gcmod
+
+    src = make("memory")
+    commit_chain(src, 4)
+    with Store.init(tmp_path / "dst") as dst:
+        c = _plant(src, dst, lambda oid, kind: 1)
+        planted = len(list(dst.backend.iter_objects()))
+    p = subprocess.run([sys.executable, "-c", _GC_KILLED, str(tmp_path / "dst"), c.tree.oid.hex()],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    with Store.open(tmp_path / "dst") as dst:
+        assert dst.backend.has_many([c.tree.oid]) and len(list(dst.backend.iter_objects())) == planted - 1
+        assert gcmod.running(dst.backend)
+        assert [r.status for r in src.push(dst, "main").refs] == ["new"]
+        assert dst.read("main") == src.read("main")
+        assert_clean(dst)
+        dst.gc()
+        assert not gcmod.running(dst.backend) and dst.read("main") == src.read("main")
