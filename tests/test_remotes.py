@@ -1067,7 +1067,7 @@ def test_a_killed_gc_makes_transfers_send_whole_trees_until_a_gc_finishes(
         w.delete_objects([below], 2)
     assert dst.backend.has_many([c.tree.oid]) and gcmod.running(dst.backend)
     assert [r.status for r in src.push(dst, "main").refs] == ["new"]
-    assert "a gc is running there, or one was killed (then run `ckpt gc` there once)" in caplog.text
+    assert "a gc is running there, or one did not complete (then run `ckpt gc` there)" in caplog.text
     assert dst.read("main") == src.read("main")
     assert_clean(dst)
     dst.gc()
@@ -1095,23 +1095,28 @@ _GC_KILLED = textwrap.dedent("""
     import os, signal, sys
     from crewckpt.history import gc
     from crewckpt.history.store import Store
-    path, root = sys.argv[1], bytes.fromhex(sys.argv[2])
+    path, root, how = sys.argv[1], bytes.fromhex(sys.argv[2]), sys.argv[3]
     gc.DELETE_BATCH = 1
     s = Store.open(path)
 
-    def progress(phase, done, total):  # kill -9 after the first delete, while the planted tree is still there
+    def progress(phase, done, total):  # stop after the first delete, while the planted tree is still there
         if phase == "sweep" and s.backend.has_many([root]):
-            os.kill(os.getpid(), signal.SIGKILL)
+            if how == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise KeyboardInterrupt  # Ctrl-C
 
     s.gc(progress=progress)
     print("finished")
 """)
 
 
-def test_a_gc_killed_mid_sweep_leaves_no_hole_in_the_next_push(tmp_path: Path, make: Callable[[str], Store]) -> None:
-    """kill -9 of a gc after it deleted part of an unreachable tree: the tree is still there, one of its
-    children is not, and a push that trusted the tree landed a commit with a hole. The killed gc's
-    ``gc_running`` mark outlives it, so the push sends the whole tree; the next gc clears the mark."""
+@pytest.mark.parametrize("how", ["kill", "interrupt"])
+def test_a_gc_killed_mid_sweep_leaves_no_hole_in_the_next_push(how: str, tmp_path: Path,
+                                                               make: Callable[[str], Store]) -> None:
+    """kill -9 (or Ctrl-C) of a gc after it deleted part of an unreachable tree: the tree is still there, one
+    of its children is not, and a push that trusted the tree landed a commit with a hole. The gc's
+    ``gc_running`` mark outlives it (hostile review: an interrupted gc cleared it), so the push sends the
+    whole tree; the next gc clears the mark."""
     from crewckpt.history import gc as gcmod
 
     src = make("memory")
@@ -1119,9 +1124,10 @@ def test_a_gc_killed_mid_sweep_leaves_no_hole_in_the_next_push(tmp_path: Path, m
     with Store.init(tmp_path / "dst") as dst:
         c = _plant(src, dst, lambda oid, kind: 1)
         planted = len(list(dst.backend.iter_objects()))
-    p = subprocess.run([sys.executable, "-c", _GC_KILLED, str(tmp_path / "dst"), c.tree.oid.hex()],
+    p = subprocess.run([sys.executable, "-c", _GC_KILLED, str(tmp_path / "dst"), c.tree.oid.hex(), how],
                        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert p.returncode == -signal.SIGKILL, p.stderr
+    assert p.returncode != 0 and "finished" not in p.stdout
+    assert p.returncode == -signal.SIGKILL if how == "kill" else "KeyboardInterrupt" in p.stderr
     with Store.open(tmp_path / "dst") as dst:
         assert dst.backend.has_many([c.tree.oid]) and len(list(dst.backend.iter_objects())) == planted - 1
         assert gcmod.running(dst.backend)
@@ -1130,3 +1136,41 @@ def test_a_gc_killed_mid_sweep_leaves_no_hole_in_the_next_push(tmp_path: Path, m
         assert_clean(dst)
         dst.gc()
         assert not gcmod.running(dst.backend) and dst.read("main") == src.read("main")
+
+
+@pytest.mark.parametrize("kind", GC_KINDS)
+def test_a_gc_that_stops_early_or_keeps_holes_leaves_transfers_sending_whole_trees(
+        kind: str, make: Callable[[str], Store], monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Hostile review: after a gc killed mid-sweep (a young tree kept, a child of it gone), (1) a second gc
+    refused before deleting anything, or (2) one that completed but kept that tree for the grace, cleared
+    the mark, and the next push trusted the tree: 'new', then 'object ... is missing'. Only a gc that
+    completes with no hole below what it kept clears it."""
+    from crewckpt.errors import GcAborted
+    from crewckpt.history import gc as gcmod
+
+    src, dst = make("memory"), make(kind)
+    commit_chain(src, 3)
+    tip = src.objects.commit(bytes.fromhex(src.resolve("main")))
+    _plant(src, dst, lambda oid, kind: time.time_ns() if oid == tip.tree.oid else 1)
+    below = next(m.oid for m in dst.backend.iter_objects() if m.oid != tip.tree.oid)
+    with writing(dst.backend) as w:  # as a gc killed after its first delete
+        w.meta_set(gcmod.RUNNING, "7")
+        w.delete_objects([below], 2)
+
+    def refuse(*a: Any, **k: Any) -> Any:
+        raise GcAborted("gc stopped before deleting anything: as a refused gc")
+
+    with monkeypatch.context() as m:
+        m.setattr(gcmod, "mark", refuse)
+        with pytest.raises(GcAborted):
+            dst.gc()
+    assert gcmod.running(dst.backend)
+    rep = dst.gc(grace_s=3600)  # completes, keeping the young tree with its hole
+    assert rep.kept_young >= 1 and gcmod.running(dst.backend)
+    assert "1 object(s) are missing below unreachable trees gc kept for the grace" in caplog.text
+    assert [r.status for r in src.push(dst, "main").refs] == ["new"]
+    assert dst.read("main") == src.read("main")
+    assert_clean(dst)
+    dst.gc()
+    assert not gcmod.running(dst.backend) and dst.read("main") == src.read("main")

@@ -8,7 +8,8 @@ writer stored or reused after the bump survives. Only one gc runs at a time (a l
 process). Deleting in small transactions makes gc interruptible: a gc killed at any point leaves only
 unreferenced objects, and a rerun finishes the job. A transfer trusts that a present tree has its whole
 subtree, so gc records that it runs (meta ``gc_running``, docs/backends.md W7: transfers then send whole
-trees) and keeps what young unreachable trees reach.
+trees; cleared only by a gc that completes with no hole below what it kept) and keeps what young
+unreachable trees reach.
 """
 
 from __future__ import annotations
@@ -143,30 +144,36 @@ def _descend(parts: StoreParts, level: list[bytes], seen: set[bytes], stop: Abst
 
 
 def _below_young(parts: StoreParts, trees: list[bytes], commits: list[bytes], live: set[bytes],
-                 unread: set[bytes]) -> set[bytes]:
+                 listed: AbstractSet[bytes], unread: set[bytes]) -> tuple[set[bytes], int]:
     """The unmarked objects below unmarked but young ``trees`` and ``commits`` (stored within the grace, so
-    kept). gc keeps them too: a transfer skips a tree it finds present, trusting its subtree is there (objects
-    are written children first), so no sweep may leave a present tree without its children (an interrupted
-    push retried after a gc would otherwise land a commit with a hole). A young object that is corrupt is
-    garbage nothing can use: what only it reaches is not kept."""
+    kept), and how many objects below them are missing (not ``listed``: an interrupted gc or transfer left
+    such holes). gc keeps what they reach: a transfer skips a tree it finds present, trusting its
+    subtree is there (objects are written children first), so no sweep may leave a present tree without its
+    children. A young object that is corrupt is garbage nothing can use: what only it reaches is not kept.
+    Objects listed but unread are added to ``unread``."""
     bound = ObjectBound(doing="check")
-    level = list(trees)
+    roots = list(trees)
     for cid in commits:
         with contextlib.suppress(MissingObject, IntegrityError):
-            level.append(parts.objects.commit(cid, budget=bound).tree.oid)
+            roots.append(parts.objects.commit(cid, budget=bound).tree.oid)
     seen: set[bytes] = set()
+    missing: set[bytes] = set()
     try:
         try:
-            _descend(parts, level, seen, live, unread, bound)
-        except IntegrityError:  # one corrupt young tree: walk them one by one, skipping those
+            _descend(parts, roots, seen, live, missing, bound)
+        except IntegrityError:  # a corrupt young tree: walk them one by one, skipping those
             seen.clear()
-            for root in level:
+            missing.clear()
+            for root in roots:
+                absent: set[bytes] = set()
                 with contextlib.suppress(IntegrityError):
-                    _descend(parts, [root], seen, live, unread, bound)
+                    _descend(parts, [root], seen, live, absent, bound)
+                missing |= absent
     except DocumentTooLarge as e:
         raise GcAborted(f"gc stopped before deleting anything: {e}; or run `ckpt fsck` to see what needs "
                         f"it") from None
-    return seen.difference(trees)  # those are young themselves
+    unread |= missing & listed
+    return seen.difference(trees), len(missing - listed)  # ``trees`` are young themselves
 
 
 def _not_a_commit(parts: StoreParts, cid: bytes) -> None:
@@ -376,20 +383,27 @@ def gc(parts: StoreParts, *, dry_run: bool = False, grace_ns: int = 0, progress:
         # cutoff later than a racing writer's stamp and sweep that writer's fresh commit.
         cutoff = time.time_ns() - grace_ns
         if dry_run:
-            return _collect(parts, cutoff, grace_ns, grace_shared, True, progress)
+            return _collect(parts, cutoff, grace_ns, grace_shared, True, progress)[0]
         with writing(b) as txn:
             epoch = next_epoch(txn.meta_get("gc_epoch"))
             txn.meta_set("gc_epoch", epoch)
             txn.meta_set(RUNNING, epoch)  # transfers send whole trees until it is cleared (sync.plan)
-        try:
-            return _collect(parts, cutoff, grace_ns, grace_shared, False, progress)
-        finally:
+        # a gc that stops early (killed, interrupted, refused) leaves the mark: its sweep may have left trees
+        # without their children, which only a gc that completes removes
+        report, holes = _collect(parts, cutoff, grace_ns, grace_shared, False, progress)
+        if not holes:
             _finished(b, epoch)
+        else:
+            _log.warning("crewckpt: %d object(s) are missing below unreachable trees gc kept for the grace (an "
+                         "interrupted gc left them so); transfers into this store send whole trees until a gc "
+                         "after the grace collects those trees", holes)
+        return report
 
 
 def running(backend: Backend) -> bool:
-    """Whether a gc may be sweeping ``backend`` now: one bumped the epoch and has not finished (or was killed;
-    the next gc to finish clears it). A transfer then trusts no object it finds present (sync.plan)."""
+    """Whether a gc may be sweeping ``backend`` now, or one did not complete (killed, interrupted, refused,
+    or it kept young trees missing objects below them): a present tree may then lack its subtree, so a
+    transfer trusts no object it finds present (sync.plan). The next gc that completes clears it."""
     return bool(backend.meta_get(RUNNING))
 
 
@@ -406,9 +420,10 @@ def _finished(b: Backend, epoch: str) -> None:
 
 
 def _collect(parts: StoreParts, cutoff: int, grace_ns: int, grace_shared: bool, dry_run: bool,
-             progress: Progress | None) -> GcReport:
+             progress: Progress | None) -> tuple[GcReport, int]:
     """Mark, then (unless ``dry_run``) repack, sweep what is unmarked and older than ``cutoff`` (ns), drop
-    packs nothing names and run the backend's maintenance; see :func:`gc`."""
+    packs nothing names and run the backend's maintenance; see :func:`gc`. Returns the report and how many
+    objects are missing below the young unreachable trees and commits it kept."""
     b = parts.backend
     caps = b.capabilities
     before = parts.size_bytes()
@@ -419,8 +434,8 @@ def _collect(parts: StoreParts, cutoff: int, grace_ns: int, grace_shared: bool, 
              and m.touched_ns >= cutoff]
     # a present object stands for its whole subtree (sync.plan skips it): keep what young ones reach too
     kept_ids = [o for o, m in metas.items() if o not in live and m.touched_ns >= cutoff]
-    below = _below_young(parts, [o for o in kept_ids if metas[o].kind == ob.TREE],
-                         [o for o in kept_ids if metas[o].kind == ob.COMMIT], live, unread)
+    below, holes = _below_young(parts, [o for o in kept_ids if metas[o].kind == ob.TREE],
+                                [o for o in kept_ids if metas[o].kind == ob.COMMIT], live, metas.keys(), unread)
     if unread & metas.keys():  # present but unreadable: what lies below it would look unreachable
         first = min(unread & metas.keys()).hex()
         raise GcAborted(f"gc could not read object {first} that a live (or young) object needs, though the store lists "
@@ -436,7 +451,7 @@ def _collect(parts: StoreParts, cutoff: int, grace_ns: int, grace_shared: bool, 
                  if m.kind == ob.PACK and o[:PACK_KEY] not in used and m.touched_ns < cutoff]
         gone = dead + packs
         return kept(len(live), len(gone), sum(metas[o].size for o in gone), before, before, True,
-                    deleted_packs=len(packs), deleted_pack_bytes=sum(metas[o].size for o in packs))
+                    deleted_packs=len(packs), deleted_pack_bytes=sum(metas[o].size for o in packs)), holes
     if caps.reframe and caps.locks:  # packing is tuning for backends that can rewrite frames in place
         repack(parts, live, metas, progress)
     deleted = 0
@@ -456,4 +471,4 @@ def _collect(parts: StoreParts, cutoff: int, grace_ns: int, grace_shared: bool, 
     pack_bytes = sum(metas[o].size for o in gone_packs)
     freed = sum(metas[o].size for o in dead) + pack_bytes
     return kept(len(live), deleted, freed, before, after, False, deleted_packs=len(gone_packs),
-                deleted_pack_bytes=pack_bytes)
+                deleted_pack_bytes=pack_bytes), holes

@@ -160,7 +160,7 @@ def transfer(sender: Side, receiver: Side, updates: Sequence[RefUpdate], *, dry_
         present: Callable[[list[bytes]], set[bytes]] = receiver.backend.has_many
         if gc_running(receiver.backend):
             present = _nothing
-            _log.warning("crewckpt: %s: a gc is running there, or one was killed (then run `ckpt gc` there once); "
+            _log.warning("crewckpt: %s: a gc is running there, or one did not complete (then run `ckpt gc` there); "
                          "sending every object under the new checkpoints, not only what it lacks", receiver.name)
         plans = plan(sender, receiver, updates, progress, present)
         report = TransferReport(dry_run=dry_run)
