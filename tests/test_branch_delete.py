@@ -12,7 +12,7 @@ import pytest
 from cli_helpers import ckpt, ok
 
 from crewckpt import Store
-from crewckpt.errors import BranchInUse, BranchNotMerged
+from crewckpt.errors import BranchInUse, BranchNotMerged, UnknownRevision
 
 
 def _store(path: Path) -> tuple[str, str, str]:
@@ -112,3 +112,46 @@ def test_the_python_api_deletes_by_default_and_checks_with_force_false(tmp_path:
         assert set(s.branches()) == {"main"}
         with pytest.raises(BranchInUse):
             s.delete_branch("main", force=False)
+
+
+def test_a_deleted_branchs_checkpoints_are_pruned_by_name_and_gc_frees_them(tmp_path: Path) -> None:
+    """Fresh-user trial: after `ckpt branch -D big` and `ckpt gc`, big's 400 checkpoints stayed listed and
+    their bytes stayed, and `ckpt prune --branch big` said "unknown revision 'big'": nothing could free
+    them. -D says what stays; `prune --branch big` alone prunes what no other branch reaches."""
+    path = tmp_path / "s"
+    m1, _, s1 = _store(path)
+    with Store.open(path) as s:
+        s2 = s.commit({"n": 4, "big": "x" * 5000}, branch="side")
+    r = ok(ckpt(str(path), "branch", "-D", "side"))
+    assert r.stdout == f"Deleted branch side (was {s2[:8]})\n"
+    assert r.stderr == "its 2 checkpoint(s) stay listed until `ckpt prune --branch side`; `ckpt gc` then frees " \
+                       "their space\n"
+    r = ckpt(str(path), "prune", "--branch", "main")  # an existing branch still needs a rule
+    assert r.exit_code == 2 and "say what to prune of main: --keep N and/or --older-than AGE" in r.stderr
+    r = ckpt(str(path), "prune", "--branch", "sied")  # a typo is still one line naming the branches
+    assert r.exit_code == 1 and "unknown revision 'sied'" in r.stderr
+    out = ok(ckpt(str(path), "prune", "--branch", "side")).stdout
+    assert out.endswith("2 checkpoint(s) pruned; run `ckpt gc` to free the space\n")
+    gc = json.loads(ok(ckpt(str(path), "gc", "--json")).stdout)
+    assert gc["deleted_objects"] >= 2
+    with Store.open(path) as s:
+        assert [c.branch for c in s.list()] == ["main", "main"] and s.read(m1) == {"n": 1}
+        assert s.fsck(full=True).ok
+        for gone in (s1, s2):
+            with pytest.raises(UnknownRevision):
+                s.read(gone)
+
+
+def test_the_python_api_prunes_a_deleted_branch_without_a_rule_and_only_that(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    m1, _, s1 = _store(path)
+    with Store.open(path) as s:
+        s.create_branch("keeper", s1)  # another branch reaches side's checkpoint: it stays
+        s.delete_branch("side")
+        assert s.prune("side") == []
+        with pytest.raises(ValueError, match="prune needs keep=N or older_than_ns=NS"):
+            s.prune("main")
+        s.delete_branch("keeper")
+        assert s.prune("side") == [s1]
+        with pytest.raises(UnknownRevision):  # nothing was ever written on it: no such branch now
+            s.prune("keeper")

@@ -8,7 +8,7 @@ import click
 
 from crewckpt.cli.context import UsageProblem, emit_json, emit_ndjson, json_option, obj, paged, try_resolve
 from crewckpt.cli.fmt import entity_summary, local_time, safe_text, short_ids, summary_fields
-from crewckpt.errors import CkptError
+from crewckpt.errors import BadRefName, CkptError
 from crewckpt.history import refnames
 from crewckpt.views.document import crewai_json
 
@@ -69,8 +69,15 @@ def branch(
         store.delete_branch(delete, force=force)
         if as_json:
             emit_json({"deleted": delete, "tip": tip})
-        else:
-            click.echo(f"Deleted branch {safe_text(delete)} (was {tip[:8] if tip else '?'})")
+            return
+        click.echo(f"Deleted branch {safe_text(delete)} (was {tip[:8] if tip else '?'})")
+        try:
+            left = len(store.list(delete))
+        except BadRefName:  # a damaged name a foreign store held: nothing is listed under it
+            left = 0
+        if left:  # as git's unreachable commits: listed and live until pruned, then gc frees them
+            click.echo(f"its {left} checkpoint(s) stay listed until `ckpt prune --branch {safe_text(delete)}`; "
+                       f"`ckpt gc` then frees their space", err=True)
         return
     if move is not None:
         old, new = move

@@ -29,14 +29,16 @@ def prune(keep: int | None, older_than: str | None, branch: str | None, dry_run:
 
     With both --keep and --older-than, a checkpoint goes only when it is beyond the newest N and older than
     AGE. Pruned commits vanish from `list`; `log` marks where history stops. Run `ckpt gc` afterwards to
-    free the space.
+    free the space. A deleted branch's checkpoints stay listed until pruned: `ckpt prune --branch NAME`
+    alone prunes all of them that no other branch reaches.
 
     \b
     Examples:
       ckpt prune --keep 10 --dry-run
       ckpt prune --older-than 7d --branch main
+      ckpt branch -D old-idea && ckpt prune --branch old-idea && ckpt gc
     """
-    if keep is None and older_than is None:
+    if keep is None and older_than is None and not branch:
         raise UsageProblem(
             "say what to prune: --keep N and/or --older-than AGE (e.g. --keep 10, --older-than 7d)"
         )
@@ -53,9 +55,13 @@ def prune(keep: int | None, older_than: str | None, branch: str | None, dry_run:
     app = obj()
     store = app.store()
     branches = [branch] if branch else sorted(store.branches())
-    if branch:
-        store.resolve(branch)
     before = {c.id: c for c in store.list(branch)}
+    if branch and branch not in store.branches():
+        if not before:  # a typo: say so as every revision does
+            store.resolve(branch)
+    elif keep is None and older_than is None:
+        raise UsageProblem(f"say what to prune of {branch}: --keep N and/or --older-than AGE (without them "
+                           f"only a deleted branch's checkpoints go)")
     removed: list[tuple[str, str]] = []
     held: dict[str, tuple[int, list[str]]] = {}
     for name in branches:  # one walk of the other branches' history each: what goes and what they hold back

@@ -1224,7 +1224,9 @@ class Store:
 
     def prune(self, branch: str, *, keep: int | None = None, older_than_ns: int | None = None,
               dry_run: bool = False) -> builtins.list[str]:
-        """Remove old commits of one branch from the live set; returns the removed ids (oldest first).
+        """Remove old commits of one branch from the live set; returns the removed ids (oldest first). For a
+        deleted branch (no ref; its commits stay live and listed until pruned) ``keep`` and ``older_than_ns``
+        may both be None: every one of its commits that no other branch reaches goes.
 
         A commit goes when it is outside the ``keep`` newest by sequence number (a future-dated commit does
         not count as newer) and, if ``older_than_ns`` is given, older than that many ns. Other branches and
@@ -1254,14 +1256,15 @@ class Store:
 
     def _prune(self, branch: str, keep: int | None, older_than_ns: int | None, dry_run: bool, *,
                reasons: bool) -> PruneReport:
-        if keep is None and older_than_ns is None:
-            raise ValueError("prune needs keep=N or older_than_ns=NS")
         for name, v in (("keep", keep), ("older_than_ns", older_than_ns)):
             if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
                 raise TypeError(f"{name} must be an int, got {type(v).__name__}")
         if keep is not None and keep < 1:
             raise ValueError(f"keep must be at least 1, got {keep}")
         b = refnames.check_branch(branch)
+        if keep is None and older_than_ns is None and self.backend.get_ref(refnames.branch_ref(b)) is not None:
+            raise ValueError("prune needs keep=N or older_than_ns=NS (without either, only a deleted branch's "
+                             "checkpoints go: all that no other branch reaches)")
         from crewckpt.history import prune
 
         with self._writing() as txn:
