@@ -40,6 +40,7 @@ BUSY_TIMEOUT_S = 60.0
 # least one page, so 2 KiB pages halve a short run's fixed overhead; no slower to write (docs/write-path.md)
 PAGE_SIZE = 2048
 SMALL_VACUUM_BYTES = 1 << 20  # a store file at most this big is VACUUMed when its last writer releases it
+FREE_PAGES_MIN = 256  # free pages (and a quarter of the file) above which release() gives them back
 
 _SCHEMA = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
@@ -595,6 +596,8 @@ class SqliteBackend(_SqlReader, TransactionalBackend):
             c, self._c = self._c, None
             if c is None:
                 return
+            if not self.read_only:
+                _give_free_pages_back(c)
             c.close()
             if self.read_only or os.path.lexists(f"{self._real}-shm"):
                 return  # another connection has the store open: leave it be
@@ -633,6 +636,22 @@ class SqliteBackend(_SqlReader, TransactionalBackend):
         transient and hold no data)."""
         return sum(f.stat().st_size for f in self.folder.iterdir()
                    if f.is_file() and f.name in (DB_NAME, DB_NAME + "-wal"))
+
+
+def _give_free_pages_back(conn: sqlite3.Connection) -> None:
+    """``PRAGMA incremental_vacuum`` when at least FREE_PAGES_MIN pages and a quarter of the file are free
+    (a transfer's merge dropped its one-commit packs: 10,006 of 13,081 pages of a 1,200-checkpoint push).
+    Never waits (busy timeout 0: skipped while another writer writes) and never waits for readers (it
+    moves pages in the WAL; the file shrinks at the next checkpoint, the last connection's close). Best
+    effort: a failure changes nothing."""
+    try:
+        free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+        pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
+        if free >= FREE_PAGES_MIN and free * 4 >= pages:
+            conn.execute("PRAGMA busy_timeout=0")
+            conn.executescript("PRAGMA incremental_vacuum;")  # run to the end (execute() steps once: one page)
+    except sqlite3.Error:
+        pass
 
 
 def _hard_link_problem(path: Path) -> str | None:
