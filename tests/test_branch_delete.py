@@ -155,3 +155,15 @@ def test_the_python_api_prunes_a_deleted_branch_without_a_rule_and_only_that(tmp
         assert s.prune("side") == [s1]
         with pytest.raises(UnknownRevision):  # nothing was ever written on it: no such branch now
             s.prune("keeper")
+
+
+def test_prune_without_a_rule_is_refused_for_a_remote_tracking_name(tmp_path: Path) -> None:
+    """`ckpt prune --branch origin/main` alone must not read a remote-tracking ref as a deleted branch."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    _store(a)
+    with Store.open(a) as src, Store.init(b) as dst:
+        dst.fetch(src, name="origin")
+        with pytest.raises(ValueError, match="prune needs keep=N"):
+            dst.prune("origin/main")
+    r = ckpt(str(b), "prune", "--branch", "origin/main")
+    assert r.exit_code == 2 and "say what to prune of origin/main" in r.stderr

@@ -56,10 +56,10 @@ def prune(keep: int | None, older_than: str | None, branch: str | None, dry_run:
     store = app.store()
     branches = [branch] if branch else sorted(store.branches())
     before = {c.id: c for c in store.list(branch)}
-    if branch and branch not in store.branches():
-        if not before:  # a typo: say so as every revision does
-            store.resolve(branch)
-    elif keep is None and older_than is None:
+    gone = branch is not None and _no_ref(store, branch)
+    if gone and not before:  # a typo: say so as every revision does
+        store.resolve(str(branch))
+    if not gone and keep is None and older_than is None:
         raise UsageProblem(f"say what to prune of {branch}: --keep N and/or --older-than AGE (without them "
                            f"only a deleted branch's checkpoints go)")
     removed: list[tuple[str, str]] = []
@@ -97,6 +97,13 @@ def prune(keep: int | None, older_than: str | None, branch: str | None, dry_run:
         click.echo(
             f"{len(removed)} checkpoint(s) pruned" + ("; run `ckpt gc` to free the space" if removed else "")
         )
+
+
+def _no_ref(store: Any, branch: str) -> bool:
+    """Whether ``branch`` names neither a branch nor a remote-tracking ref (a deleted branch, or a typo)."""
+    from crewckpt.history import refnames
+
+    return branch not in store.branches() and store.backend.get_ref(refnames.REMOTES + branch) is None
 
 
 @click.command()

@@ -1262,7 +1262,8 @@ class Store:
         if keep is not None and keep < 1:
             raise ValueError(f"keep must be at least 1, got {keep}")
         b = refnames.check_branch(branch)
-        if keep is None and older_than_ns is None and self.backend.get_ref(refnames.branch_ref(b)) is not None:
+        if keep is None and older_than_ns is None and any(
+                self.backend.get_ref(r) is not None for r in (refnames.branch_ref(b), refnames.REMOTES + b)):
             raise ValueError("prune needs keep=N or older_than_ns=NS (without either, only a deleted branch's "
                              "checkpoints go: all that no other branch reaches)")
         from crewckpt.history import prune
