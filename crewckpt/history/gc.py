@@ -45,7 +45,7 @@ MERGE_LEVEL = 3  # zstd level of a writer's merges: 4x faster than gc's level 9,
 RUN_MERGE_BYTES = 4 << 20  # body bytes: a run (or transfer) whose packs hold at most this ends with one pack
 GC_WAIT_S = 30.0  # seconds gc waits for the lock (another gc, or a writer's automatic repack)
 COMPACT_BELOW = 256 << 20  # bytes: smaller stores are rewritten densely (VACUUM, well under a second)
-RUNNING = "gc_running"  # meta: the epoch of a gc that bumped it and has not finished ("" or absent: none)
+RUNNING = "gc_running"  # meta: the epoch of a gc that bumped it and has not completed ("" or absent: none)
 _log = logging.getLogger("crewckpt")
 
 
@@ -54,9 +54,9 @@ class GcReport:
     """What gc did: objects marked live, objects deleted (or that would be, for a dry run), their body
     bytes, and the store folder's size before/after in bytes. ``kept_young``: unreachable objects kept because
     they were stored or reused less than ``grace_s`` seconds before gc started, or such a tree reaches them
-    (``grace_shared``: that grace is
-    the backend's own, for writers on other machines' clocks); ``kept_until_ns``: the wall-clock time (ns since
-    the epoch) after which a new gc can delete all of them (None when none was kept). ``deleted_packs`` and
+    (``grace_shared``: that grace is the backend's own, for writers on other machines' clocks);
+    ``kept_until_ns``: the wall-clock time (ns since the epoch) after which a new gc can delete all of them
+    (None when none was kept). ``deleted_packs`` and
     ``deleted_pack_bytes`` (member bytes, uncompressed): the part of ``deleted_objects`` / ``deleted_bytes`` that
     is packs repacking replaced or emptied, not unreachable data."""
 
