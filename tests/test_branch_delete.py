@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cli_helpers import ckpt, ok
@@ -167,3 +168,43 @@ def test_prune_without_a_rule_is_refused_for_a_remote_tracking_name(tmp_path: Pa
             dst.prune("origin/main")
     r = ckpt(str(b), "prune", "--branch", "origin/main")
     assert r.exit_code == 2 and "say what to prune of origin/main" in r.stderr
+
+
+def test_prune_of_a_deleted_branch_rechecks_inside_its_transaction(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hostile review: a writer re-created the deleted branch and committed to it while `prune` of that name
+    ran (5 of 20 trials lost 11-12 acknowledged new checkpoints): the check ran before the transaction."""
+    path = tmp_path / "s"
+    _store(path)
+    with Store.open(path) as s, Store.open(path) as other:
+        s.delete_branch("side")
+        real = s._writing
+        again: list[str] = []
+
+        def racing() -> Any:  # the other writer lands between the caller's decision and the prune's transaction
+            again.append(other.commit({"again": 1}, branch="side"))
+            return real()
+
+        monkeypatch.setattr(s, "_writing", racing)
+        with pytest.raises(ValueError, match="prune needs keep=N or older_than_ns=NS"):
+            s.prune("side")
+        monkeypatch.undo()
+        assert again[0] in {c.id for c in s.list("side")} and len(s.list("side")) == 2
+
+
+def test_a_deleted_branch_keeps_what_a_remote_tracking_ref_reaches(tmp_path: Path) -> None:
+    """Hostile review: `branch -d topic` is allowed because origin/topic reaches it; `prune --branch topic`
+    then cut origin/topic's history (only its tip stayed: `show origin/topic~1` failed after gc)."""
+    here, there = tmp_path / "here", tmp_path / "there"
+    with Store.init(here) as s, Store.init(there) as r:
+        s.commit({"n": 0}, branch="main")
+        s.create_branch("topic", "main")
+        for i in range(4):
+            s.commit({"t": i}, branch="topic")
+        s.push(r, "topic", name="origin")
+    ok(ckpt(str(here), "branch", "-d", "topic"))
+    out = ok(ckpt(str(here), "prune", "--branch", "topic")).stdout
+    assert out.startswith("0 checkpoint(s) pruned") and "(origin/topic)" in out
+    ok(ckpt(str(here), "gc"))
+    with Store.open(here) as s:
+        assert s.read("origin/topic~3") == {"t": 0} and s.fsck(full=True).ok

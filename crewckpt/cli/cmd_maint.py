@@ -65,7 +65,10 @@ def prune(keep: int | None, older_than: str | None, branch: str | None, dry_run:
     removed: list[tuple[str, str]] = []
     held: dict[str, tuple[int, list[str]]] = {}
     for name in branches:  # one walk of the other branches' history each: what goes and what they hold back
-        report = store.prune_report(name, keep=keep, older_than_ns=older_than_ns, dry_run=dry_run)
+        try:
+            report = store.prune_report(name, keep=keep, older_than_ns=older_than_ns, dry_run=dry_run)
+        except ValueError as e:  # the branch came back meanwhile: it needs a rule again
+            raise UsageProblem(str(e)) from None
         removed.extend((name, cid) for cid in report.removed)
         if report.held:
             held[name] = (report.held, report.held_by)

@@ -3,7 +3,8 @@
 The rule (``Store.prune``): a candidate is a live commit of the branch outside the ``keep`` newest (by
 sequence number) and, with a cut time, older than it; the branch's own tip is never one. A candidate stays
 when a remote-tracking ref points at it or another existing branch's history reaches it: that branch's tip
-or live rows, or any ancestor of those through live rows (a deleted branch's rows do not count). Everything
+or live rows, or any ancestor of those through live rows (a deleted branch's rows do not count). For a
+deleted branch (no ref) the history remote-tracking refs reach stays too, as ``branch -d`` counted it. Everything
 here is one walk over the other branches' history plus, when reasons are asked for, one pass over the
 commits it reached (which branch holds what), so ``ckpt prune`` reads the index once per branch.
 """
@@ -50,6 +51,8 @@ def plan(parts: Parts, branch: str, *, keep: int | None, cut_ns: int | None,
         return [], PruneReport([], *_tracking_only(cands, remotes, reasons))
     live = {r.id: r for r in parts.index_rows()}
     starts: dict[str, list[bytes]] = {name: [tip] for name, tip in heads.items()}
+    if own is None:  # a deleted branch: what remote-tracking refs reach stays too (`branch -d` counted them)
+        starts.update({name: [tip] for name, tip in remotes.items() if name not in starts})
     for r in live.values():
         if r.branch in starts:
             starts[r.branch].append(r.id)

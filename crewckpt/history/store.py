@@ -1262,13 +1262,14 @@ class Store:
         if keep is not None and keep < 1:
             raise ValueError(f"keep must be at least 1, got {keep}")
         b = refnames.check_branch(branch)
-        if keep is None and older_than_ns is None and any(
-                self.backend.get_ref(r) is not None for r in (refnames.branch_ref(b), refnames.REMOTES + b)):
-            raise ValueError("prune needs keep=N or older_than_ns=NS (without either, only a deleted branch's "
-                             "checkpoints go: all that no other branch reaches)")
         from crewckpt.history import prune
 
         with self._writing() as txn:
+            # read in the transaction: a branch re-created meanwhile keeps its new checkpoints
+            if keep is None and older_than_ns is None and any(
+                    txn.get_ref(r) is not None for r in (refnames.branch_ref(b), refnames.REMOTES + b)):
+                raise ValueError("prune needs keep=N or older_than_ns=NS (without either, only a deleted "
+                                 "branch's checkpoints go: all that no other branch reaches)")
             cut = time.time_ns() - older_than_ns if older_than_ns is not None else None
             gone, report = prune.plan(txn, b, keep=keep, cut_ns=cut, reasons=reasons)
             ref = refnames.branch_ref(b)  # missing: no ref, not HEAD's (maybe unborn) branch, no checkpoint on it
