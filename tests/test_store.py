@@ -707,3 +707,33 @@ def test_gc_and_read_bounds_of_another_type_are_refused_in_one_line(store: Store
         with pytest.raises(TypeError, match=want):
             call()
     assert store.read(c, max_nodes=5) == {"a": 1}
+
+
+def test_a_commit_whose_transaction_was_replayed_against_a_moved_branch_is_made_anew(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PostgreSQL replays a transaction after a lost connection (or a deadlock); when what it read changed
+    meanwhile it aborts with RefConflict, "nothing of it was written; retry". Store.commit raised it to the
+    caller (the PostgreSQL contract's 4 processes committing to one branch failed once in a CI run); it now
+    makes the checkpoint anew on the tip it then reads."""
+    from crewckpt.errors import RefConflict
+
+    s = Store.init(tmp_path / "s")
+    first = s.commit({"n": 1})
+    other = Store.open(tmp_path / "s")
+    real = s.backend.transaction
+    calls: list[int] = []
+
+    def replayed() -> Any:
+        calls.append(1)
+        if len(calls) == 1:  # another writer moves the branch, then this transaction is aborted on replay
+            other.commit({"n": 2})
+            raise RefConflict("the store changed while this transaction was replayed after a lost connection; "
+                              "nothing of it was written; retry")
+        return real()
+
+    monkeypatch.setattr(s.backend, "transaction", replayed)
+    third = s.commit({"n": 3})
+    monkeypatch.undo()
+    assert [c.id for c in s.log("main")][:3] == [third, other.resolve("main~1"), first]
+    assert s.read("main~1") == {"n": 2} and len(calls) == 2
+    other.close()
