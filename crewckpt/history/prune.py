@@ -51,8 +51,8 @@ def plan(parts: Parts, branch: str, *, keep: int | None, cut_ns: int | None,
         return [], PruneReport([], *_tracking_only(cands, remotes, reasons))
     live = {r.id: r for r in parts.index_rows()}
     starts: dict[str, list[bytes]] = {name: [tip] for name, tip in heads.items()}
-    if own is None:  # a deleted branch: what remote-tracking refs reach stays too (`branch -d` counted them)
-        starts.update({name: [tip] for name, tip in remotes.items() if name not in starts})
+    if own is None:  # a deleted branch: what other remote-tracking refs reach stays (`branch -d` counted them)
+        starts.update({name: [tip] for name, tip in remotes.items() if name not in starts and name != branch})
     for r in live.values():
         if r.branch in starts:
             starts[r.branch].append(r.id)
