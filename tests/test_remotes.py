@@ -1236,3 +1236,35 @@ def test_a_gc_that_stops_early_or_keeps_holes_leaves_transfers_sending_whole_tre
     assert_clean(dst)
     dst.gc()
     assert not gcmod.running(dst.backend) and dst.read("main") == src.read("main")
+
+
+def test_a_branch_never_starts_at_a_leftover_commit_with_a_hole(make: Callable[[str], Store]) -> None:
+    """Noticed in session 18: a full id is resolved even when no index row lists the commit (an interrupted
+    transfer's leftover), so `ckpt branch X ID` pointed a branch at a commit whose tree an interrupted gc
+    had holed. A branch now starts there only when every object below is present; a complete leftover is
+    still taken (git's connectivity check before a ref names fetched objects)."""
+    from tests.cli_helpers import ckpt
+
+    src, dst = make("memory"), make("sqlite")
+    commit_chain(src, 2)
+    c = _plant(src, dst, lambda oid, kind: 1)
+    tip = src.resolve("main")
+    cobj = src.backend.get(bytes.fromhex(tip))
+    assert cobj is not None and dst.backend.index_get(bytes.fromhex(tip)) is None
+    dst.backend.put_many([cobj], 1)  # the commit object, no index row
+    below = next(m.oid for m in dst.backend.iter_objects() if m.oid not in (c.tree.oid, cobj.oid))
+    saved = dst.backend.get(below)
+    assert saved is not None
+    with writing(dst.backend) as w:
+        w.delete_objects([below], 2)
+    before = (dst.branches(), dst.backend.refs(""))
+    with pytest.raises(UnknownRevision, match=r"1 object\(s\) below it are missing"):
+        dst.create_branch("x", tip)
+    with pytest.raises(UnknownRevision, match="no branch can start there"):
+        dst.switch("x", create=True, start=tip)
+    r = ckpt(str(dst.backend.folder), "branch", "x", tip)
+    assert r.exit_code != 0 and "missing" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert (dst.branches(), dst.backend.refs("")) == before  # nothing changed
+    dst.backend.put_many([saved], 1)
+    assert dst.create_branch("x", tip) == tip  # complete now: taken
+    assert dst.read("x") == src.read("main")

@@ -59,7 +59,7 @@ from crewckpt.history.commits import (
     row_matches,
     to_row,
 )
-from crewckpt.history.gc import MERGE_LEVEL, RUN_MERGE_BYTES
+from crewckpt.history.gc import MERGE_LEVEL, RUN_MERGE_BYTES, missing_below
 from crewckpt.history.limits import ReadBudget
 from crewckpt.history.localorder import index_commit
 from crewckpt.history.objectdb import ObjectDB, decode_commit
@@ -980,7 +980,7 @@ class Store:
         branch = head.branch_of(ref)
         if create:
             self._refuse_remote_prefix(ref)
-        start_id = bytes.fromhex(self.resolve(start)) if create else None
+        start_id = self._start(start) if create else None
         with self._writing() as txn:
             now = time.time_ns()
             old = head.head_ref_stored(txn)
@@ -1030,10 +1030,27 @@ class Store:
         """Create branch ``name`` at ``rev``; returns the commit id. Raises BadRefName, BranchExists."""
         ref = refnames.branch_ref(name)
         self._refuse_remote_prefix(ref)
-        cid = bytes.fromhex(self.resolve(rev))
+        cid = self._start(rev)
         with self._writing() as txn:
             self._create_ref(txn, ref, cid, rev, time.time_ns())
         return cid.hex()
+
+    def _start(self, rev: str) -> bytes:
+        """The commit a new branch starts at. A full id may name a commit object no index row lists (an
+        interrupted transfer's leftover, or a pruned checkpoint gc has not collected): such a commit is
+        taken only when every object below its tree is present, since an interrupted gc may have swept
+        part of it (git checks connectivity before a ref names fetched objects, for the same reason).
+        Raises UnknownRevision: ``rev`` names nothing, or objects below its unlisted commit are missing."""
+        cid = bytes.fromhex(self.resolve(rev))
+        if self.backend.index_get(cid) is not None:
+            return cid
+        missing = missing_below(self.parts, self.objects.commit(cid).tree.oid)
+        if missing:
+            raise UnknownRevision(f"revision {rev[:80]!r}: commit {cid.hex()[:12]} is not in `ckpt list` and "
+                                  f"{len(missing)} object(s) below it are missing (an interrupted transfer or gc "
+                                  f"left it incomplete), so no branch can start there; nothing was changed: pick "
+                                  f"a checkpoint `ckpt log` lists, and run `ckpt fsck`")
+        return cid
 
     def _refuse_remote_prefix(self, ref: str) -> None:
         """Refuse a new local branch named ``REMOTE/...`` for a configured REMOTE: it would shadow the
