@@ -464,3 +464,16 @@ def test_gc_names_replaced_packs_apart_from_unreachable_objects(tmp_path: Path) 
                            f"{record['deleted_packs']} pack(s) that repacking replaced; "), line
     with Store.open(tmp_path / "s") as store:
         assert [store.read(c.id)["i"] for c in store.log("main")][:2] == [4, 3]
+
+
+def test_ctrl_c_says_the_store_is_consistent_and_a_rerun_finishes(
+        demo: DemoStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fresh-user trial (session 18): Ctrl-C of `ckpt gc` / `ckpt push` printed "ckpt: interrupted" and
+    nothing on whether the store was left damaged or a retry was safe."""
+    def stop(*_a: object, **_k: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Store, "gc", stop)
+    r = ckpt(demo.path, "gc")
+    assert r.exit_code == 130
+    assert r.stderr.strip() == "ckpt: interrupted; the store is consistent: run the command again to finish it"

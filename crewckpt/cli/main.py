@@ -100,7 +100,8 @@ class CkptGroup(click.Group):
         except (click.exceptions.Exit, click.Abort, click.ClickException):
             raise
         except KeyboardInterrupt:
-            click.echo("ckpt: interrupted", err=True)
+            # every write is one transaction (or, for transfers and gc, ordered so a rerun finishes it)
+            click.echo("ckpt: interrupted; the store is consistent: run the command again to finish it", err=True)
             ctx.exit(130)
         except BrokenPipeError:  # `ckpt log | head`
             sys.stderr.close()
