@@ -12,14 +12,15 @@ import builtins  # Store.list shadows the builtin inside the class body
 import collections
 import contextlib
 import difflib
+import functools
 import logging
 import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
 
 from crewckpt.backends import registry
 from crewckpt.backends.base import Backend, IndexRow, Parts, ReflogEntry, StoredObject, writing
@@ -83,6 +84,27 @@ _COMMIT_CACHE = 4096  # verified commit objects a handle keeps (~200 bytes each)
 MERGE_MEMORY = 16 << 20  # bytes of its unmerged packs' bodies a writer keeps for its next merge
 LOOSE_MIN = 1 << 20  # bytes: bodies larger than this are stored loose, not packed
 KNOWN_IDS = 200_000  # object ids a writer remembers having written (~100 bytes each: ~20 MB); then it forgets
+
+
+_P = ParamSpec("_P")
+
+
+def _replayed(land: Callable[Concatenate[Store, _P], bytes]) -> Callable[Concatenate[Store, _P], bytes]:
+    """``land`` (Store._land_once), again when its transaction was aborted and replayed against a store that
+    changed meanwhile (PostgreSQL after a lost connection, a deadlock or a serialization failure:
+    RefConflict, "nothing of it was written"): the checkpoint is made anew on the tip it then reads, up to
+    _REPLAYS times, only where the backend has transactions. Found by the PostgreSQL contract's 4 processes
+    committing to one branch (one CI run in about ten)."""
+    @functools.wraps(land)
+    def again(self: Store, *args: _P.args, **kw: _P.kwargs) -> bytes:
+        for n in range(_REPLAYS):
+            try:
+                return land(self, *args, **kw)
+            except RefConflict:
+                if not self.backend.capabilities.transactions or n + 1 == _REPLAYS:
+                    raise
+        raise AssertionError("unreachable")
+    return again
 
 
 class Store:
@@ -462,19 +484,6 @@ class Store:
         ordering invariants of docs/backends.md)."""
         return writing(self.backend)
 
-    def _land(self, *args: Any, **kw: Any) -> bytes:
-        """:meth:`_land_once`, again when a transaction was aborted and replayed against a store that changed
-        meanwhile (PostgreSQL after a lost connection, a deadlock or a serialization failure: RefConflict,
-        "nothing of it was written"): the checkpoint is made anew on the tip it then reads. Found by the
-        PostgreSQL contract's 4 processes committing to one branch (one CI run in about ten)."""
-        for n in range(_REPLAYS):
-            try:
-                return self._land_once(*args, **kw)
-            except RefConflict:
-                if not self.backend.capabilities.transactions or n + 1 == _REPLAYS:
-                    raise
-        raise AssertionError("unreachable")
-
     def _land_once(self, frames: list[Any], root: ob.Link, ref: str | None, rref: str, run: str,
                    parent_ids: list[bytes] | None, trigger: str | None, summary: dict[str, Any],
                    meta_json: str | None, alias: str | None, time_ns: int | None, full: bool,
@@ -531,6 +540,9 @@ class Store:
         return cobj.oid
 
     # -- reading ---------------------------------------------------------------------------------------------
+
+
+    _land = _replayed(_land_once)
 
     def read(self, rev: str, *, max_bytes: int | None = None, max_nodes: int | None = None) -> Any:
         """The exact JSON value stored by a commit.
