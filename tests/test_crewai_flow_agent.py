@@ -405,3 +405,46 @@ def test_signal_event_checkpoints_the_running_state_once(monkeypatch: pytest.Mon
     crewai_event_bus.emit(source, SigTermEvent())
     assert [c.trigger for c in store.list()] == ["SIGTERM", "SIGTERM"]
     assert [c.id for c in store.log("main")][::-1] == [c.id for c in store.list()]
+
+
+class FailOnceFlow(Flow[Steps]):
+    fail = True
+
+    @start()
+    def gather(self) -> str:
+        RUNS.append("gather")
+        self.state.steps.append("gather")
+        return "gathered"
+
+    @listen(gather)
+    def draft(self, _: str) -> str:
+        RUNS.append("draft")
+        if FailOnceFlow.fail:
+            raise RuntimeError("boom in draft")
+        self.state.steps.append("draft")
+        return "drafted"
+
+
+def test_restoring_a_flow_subclass_leaves_the_branch_where_it_was():
+    """Fresh-user trial (session 19): `MyFlow.from_checkpoint(restore_from="main")` of a failed run builds a
+    fresh MyFlow, whose `flow_created` event was checkpointed: main moved to a new root checkpoint with
+    empty state, the resumed run went to a `main-from-...` branch, and restoring "main" again re-ran every
+    method. Building the instance now writes nothing; the resumed run continues main."""
+    FailOnceFlow.fail = True
+    RUNS.clear()
+    with pytest.raises(Exception, match="boom in draft"):
+        FailOnceFlow(checkpoint=CheckpointConfig(on_events=["*"])).kickoff()
+    store = Store.open(".ckpt")
+    failed = store.resolve("main")
+    FailOnceFlow.fail = False
+    RUNS.clear()
+    resumed = FailOnceFlow.from_checkpoint(CheckpointConfig(restore_from="main"))
+    assert Store.open(".ckpt").resolve("main") == failed and Store.open(".ckpt").branches() == {"main": failed}
+    resumed.kickoff()
+    assert RUNS == ["draft"] and resumed.state.steps == ["gather", "draft"]
+    store = Store.open(".ckpt")
+    assert store.branches().keys() == {"main"}
+    assert failed in [c.id for c in store.log("main")]  # the resumed run continues the failed one on main
+    RUNS.clear()
+    FailOnceFlow.from_checkpoint(CheckpointConfig(restore_from="main")).kickoff()
+    assert RUNS == []  # main is the finished run, not an empty flow_created checkpoint

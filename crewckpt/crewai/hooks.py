@@ -18,6 +18,9 @@ crewckpt wraps four functions (each wrapper calls the original for everything th
 * ``Flow.from_checkpoint``: restoring into a Flow subclass builds a fresh instance (checkpoints carry no
   methods); crewckpt puts that instance in the restored state in place of the placeholder Flow and gives it
   the stored crewckpt config when it has none, so the restored flow keeps checkpointing (as a Crew does).
+  The ``flow_created`` event that building the fresh instance emits is not checkpointed: it describes an
+  empty instance whose state the restore then replaces, and writing it moved the branch to a new root
+  checkpoint with empty state (a later restore of ``main`` then re-ran every method).
 
 Signals: with telemetry off CrewAI never emits its SIGTERM/SIGINT/... events, so a config listing signals
 installs handlers (main thread only) that have a thread of crewckpt's emit CrewAI's signal event (checkpoint),
@@ -82,6 +85,8 @@ _state_store = IdWeakMap()
 # so a branch moving meanwhile cannot change what is restored) and keeps the name for the branch rule
 _resumed_as: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("crewckpt_resumed_as",
                                                                                      default=None)
+# True while CrewAI's Flow.from_checkpoint builds the fresh instance of a Flow subclass: no checkpoint then
+_restoring: contextvars.ContextVar[bool] = contextvars.ContextVar("crewckpt_restoring", default=False)
 
 
 # -- the write hook -----------------------------------------------------------------------------------------
@@ -116,7 +121,7 @@ def _prepare_event(self: CrewAIEventsBus, source: Any, event: Any) -> None:
         builder = existing_builder(state)
         if builder is not None:
             builder.mark(event)
-        if is_replaying():
+        if is_replaying() or _restoring.get():
             return
         cfg = config_for(source, event, state)
         if cfg is not None:
@@ -477,7 +482,11 @@ async def _afrom_checkpoint(cls: type[RuntimeState], config: Any, **kwargs: Any)
 
 
 def _flow_from_checkpoint(cls: type[Flow], config: Any, **kwargs: Any) -> Flow:
-    flow = _orig["flow_from"](cls, config, **kwargs)
+    token = _restoring.set(True)
+    try:
+        flow = _orig["flow_from"](cls, config, **kwargs)
+    finally:
+        _restoring.reset(token)
     state = crewai_event_bus.runtime_state
     target = _state_store.get(state) if state is not None else None
     if state is None or target is None:
