@@ -33,6 +33,8 @@ class Steps(BaseModel):
 
 
 class StepFlow(Flow[Steps]):
+    fail_draft = False  # a test's failing run
+
     @start()
     def gather(self) -> str:
         RUNS.append("gather")
@@ -42,6 +44,8 @@ class StepFlow(Flow[Steps]):
     @listen(gather)
     def draft(self, _: str) -> str:
         RUNS.append("draft")
+        if StepFlow.fail_draft:
+            raise RuntimeError("boom in draft")
         self.state.steps.append("draft")
         return "drafted"
 
@@ -407,44 +411,28 @@ def test_signal_event_checkpoints_the_running_state_once(monkeypatch: pytest.Mon
     assert [c.id for c in store.log("main")][::-1] == [c.id for c in store.list()]
 
 
-class FailOnceFlow(Flow[Steps]):
-    fail = True
-
-    @start()
-    def gather(self) -> str:
-        RUNS.append("gather")
-        self.state.steps.append("gather")
-        return "gathered"
-
-    @listen(gather)
-    def draft(self, _: str) -> str:
-        RUNS.append("draft")
-        if FailOnceFlow.fail:
-            raise RuntimeError("boom in draft")
-        self.state.steps.append("draft")
-        return "drafted"
-
-
 def test_restoring_a_flow_subclass_leaves_the_branch_where_it_was():
     """Fresh-user trial (session 19): `MyFlow.from_checkpoint(restore_from="main")` of a failed run builds a
     fresh MyFlow, whose `flow_created` event was checkpointed: main moved to a new root checkpoint with
     empty state, the resumed run went to a `main-from-...` branch, and restoring "main" again re-ran every
     method. Building the instance now writes nothing; the resumed run continues main."""
-    FailOnceFlow.fail = True
+    StepFlow.fail_draft = True
     RUNS.clear()
-    with pytest.raises(Exception, match="boom in draft"):
-        FailOnceFlow(checkpoint=CheckpointConfig(on_events=["*"])).kickoff()
+    try:
+        with pytest.raises(Exception, match="boom in draft"):
+            StepFlow(checkpoint=CheckpointConfig(on_events=["*"])).kickoff()
+    finally:
+        StepFlow.fail_draft = False
     store = Store.open(".ckpt")
     failed = store.resolve("main")
-    FailOnceFlow.fail = False
     RUNS.clear()
-    resumed = FailOnceFlow.from_checkpoint(CheckpointConfig(restore_from="main"))
+    resumed = StepFlow.from_checkpoint(CheckpointConfig(restore_from="main"))
     assert Store.open(".ckpt").resolve("main") == failed and Store.open(".ckpt").branches() == {"main": failed}
     resumed.kickoff()
-    assert RUNS == ["draft"] and resumed.state.steps == ["gather", "draft"]
+    assert RUNS == ["draft", "polish"] and resumed.state.steps == ["gather", "draft", "polish"]
     store = Store.open(".ckpt")
     assert store.branches().keys() == {"main"}
     assert failed in [c.id for c in store.log("main")]  # the resumed run continues the failed one on main
     RUNS.clear()
-    FailOnceFlow.from_checkpoint(CheckpointConfig(restore_from="main")).kickoff()
+    StepFlow.from_checkpoint(CheckpointConfig(restore_from="main")).kickoff()
     assert RUNS == []  # main is the finished run, not an empty flow_created checkpoint
