@@ -173,6 +173,12 @@ class ObjectStore(abc.ABC):
         callers verify which candidate is meant)."""
         return list(self.get_many([m.oid for m in self.iter_objects(prefix) if m.kind == kind]).values())
 
+    def count_objects(self, kind: int, size_below: int) -> int:
+        """How many objects of ``kind`` have a body under ``size_below`` bytes (a transfer's receiver counts its
+        small packs this way before deciding to merge them). Default: a scan of :meth:`iter_objects`; a
+        backend MAY override it with one query."""
+        return sum(1 for m in self.iter_objects() if m.kind == kind and m.size < size_below)
+
     def object_stats(self) -> tuple[int, int, int]:
         """``(object count, sum of body sizes in bytes, sum of frame sizes in bytes)``."""
         n = size = stored = 0

@@ -134,6 +134,9 @@ class _SqlReader:
                              touched if isinstance(touched, int) else 0, _bin(head),
                              flen if isinstance(flen, int) else -1)
 
+    def count_objects(self, kind: int, size_below: int) -> int:
+        return int(self._q("SELECT count(*) FROM objects WHERE kind=? AND size<?", (kind, size_below))[0][0])
+
     def object_stats(self) -> tuple[int, int, int]:
         n, size, stored = self._q("SELECT count(*), coalesce(sum(size),0), coalesce(sum(length(frame)),0) "
                                   "FROM objects")[0]

@@ -40,7 +40,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crewckpt.backends.base import Backend, IndexRow, Parts, ReflogEntry, StoredObject, writing
 from crewckpt.errors import CkptError, DecodeError, IntegrityError, MissingObject, RefConflict, SyncError
@@ -52,6 +52,9 @@ from crewckpt.history.limits import ReadBudget
 from crewckpt.history.localorder import index_commit
 from crewckpt.history.objectdb import ObjectDB, decode_commit
 from crewckpt.history.snapshot import links_in
+
+if TYPE_CHECKING:
+    from crewckpt.history.parts import StoreParts
 
 Progress = Callable[[str, int, "int | None"], None]
 """Progress callback: ``(phase, done, total or None)``; phases "negotiate", "read", "write"."""
@@ -227,14 +230,34 @@ class _Packs:
         of a run (crewckpt.history.gc.merge_packs): a clone of 50 checkpoints otherwise holds 50 small packs,
         each compressed alone, ~3x the bytes until ``ckpt gc``. Groups of at most PACK_MAX body bytes, at gc's
         zstd level when all hold at most RUN_MERGE_BYTES, else at MERGE_LEVEL. Best effort: skipped while a gc
-        runs there (it repacks them anyway); a failure only logs (the transfer itself is complete)."""
-        if len(self.made) < 2:
+        runs there (it repacks them anyway); a failure only logs (the transfer itself is complete). Then, when
+        the receiver holds more than AUTO_MERGE_PACKS small packs (earlier transfers' or a killed one's),
+        those are merged too (:func:`crewckpt.history.gc.merge_small_packs`)."""
+        if not self.made:
             return
-        from crewckpt.format.frame import PACK_LEVEL
-        from crewckpt.history.gc import MERGE_LEVEL, PACK_MAX, RUN_MERGE_BYTES, merge_packs
+        from crewckpt.history.gc import merge_small_packs
         from crewckpt.history.parts import StoreParts
 
         parts = StoreParts.of(receiver.backend, receiver.objects)
+        if len(self.made) > 1 and not self._merge_own(parts):
+            return  # a gc holds the lock: it repacks these itself
+        try:
+            merge_small_packs(parts)
+        except CkptError as e:
+            _log.warning("crewckpt: merging the store's small packs after a transfer skipped: %s", e)
+        if len(self.made) < 2:
+            return
+        try:  # as a run's end: SQLite's last connection drops the WAL and VACUUMs a small store, never waiting
+            receiver.backend.release()
+        except CkptError as e:
+            _log.warning("crewckpt: compacting the store after a transfer skipped: %s", e)
+
+    def _merge_own(self, parts: StoreParts) -> bool:
+        """Merge the packs this transfer wrote (see :meth:`merge`); False when a gc holds the lock or a merge
+        failed (logged)."""
+        from crewckpt.format.frame import PACK_LEVEL
+        from crewckpt.history.gc import MERGE_LEVEL, PACK_MAX, RUN_MERGE_BYTES, merge_packs
+
         level = PACK_LEVEL if self.size <= RUN_MERGE_BYTES else MERGE_LEVEL
         group: list[_Pack] = []
         for n, p in enumerate(self.made, 1):
@@ -244,15 +267,12 @@ class _Packs:
             try:
                 if len(group) > 1 and not merge_packs(parts, [(g.oid, g.members) for g in group], level=level,
                                                       bodies=self.bodies):
-                    return  # a gc holds the lock: it repacks these itself
+                    return False
             except CkptError as e:
                 _log.warning("crewckpt: merging the packs a transfer wrote skipped: %s", e)
-                return
+                return False
             group = []
-        try:  # as a run's end: SQLite's last connection drops the WAL and VACUUMs a small store, never waiting
-            receiver.backend.release()
-        except CkptError as e:
-            _log.warning("crewckpt: compacting the store after a transfer skipped: %s", e)
+        return True
 
 
 def plan(sender: Side, receiver: Side, updates: Sequence[RefUpdate], progress: Progress | None = None,

@@ -395,6 +395,8 @@ class BackendContract:
         assert backend.get_prefix(b"\xab" * 8, 1) == []
         n, size, _ = backend.object_stats()
         assert (n, size) == (2, 13)
+        kind = 5  # objects of kind 5 with bodies under 4 bytes: only the 3-byte one
+        assert (backend.count_objects(kind, 4), backend.count_objects(kind, 3), backend.count_objects(9, 99)) == (1, 0, 0)
 
     def test_delete_rechecks_the_stored_time(self, backend: Backend) -> None:
         backend.put_many([obj(1), obj(2)], 10)
