@@ -41,7 +41,8 @@ def test_importing_something_that_is_not_a_checkpoint_fails(demo: DemoStore, tmp
     ("", "an empty file, not a checkpoint"),
     (" \n", "an empty file, not a checkpoint"),
     ('{"entities": [', "truncated JSON"),
-], ids=["text", "empty", "blank", "cut"])
+    ('{"entities": "abc', "truncated JSON: Unterminated string starting at line 1 column 14"),  # was "at at"
+], ids=["text", "empty", "blank", "cut", "cut-string"])
 def test_a_file_that_never_was_json_is_not_called_truncated(demo: DemoStore, tmp_path: Path, text: str,
                                                             why: str) -> None:
     # before: "garbage.db" (text, not SQLite) was skipped as "truncated JSON: Expecting value"

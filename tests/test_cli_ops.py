@@ -477,3 +477,29 @@ def test_ctrl_c_says_the_store_is_consistent_and_a_rerun_finishes(
     r = ckpt(demo.path, "gc")
     assert r.exit_code == 130
     assert r.stderr.strip() == "ckpt: interrupted; the store is consistent: run the command again to finish it"
+
+
+def test_gc_without_a_grace_says_objects_written_while_it_ran_were_kept(demo):
+    """Fresh-user trial (session 19): `ckpt gc` beside a running crew said "127 unreachable object(s) kept:
+    younger than the 0 s grace": with no grace, what it keeps was written while it ran."""
+    import time as _time
+
+    from crewckpt.format import objects as ob
+
+    with Store.open(demo.path) as s:  # an object a writer put after gc started (its stored time is later)
+        s.backend.put_many([s.objects.frame(ob.BLOB, b'"written meanwhile"')], _time.time_ns() + 10**12)
+    text = ok(ckpt(demo.path, "gc")).stdout
+    assert "; 1 unreachable object(s) kept: written while gc ran; run gc again to collect them once no writer " \
+           "needs them" in text and "grace" not in text, text
+
+
+def test_a_command_inside_a_cloned_store_folder_says_to_pass_store_dot(tmp_path, monkeypatch):
+    """Fresh-user trial (session 19): `ckpt clone SRC dest && cd dest && ckpt log` said "no .ckpt store in
+    .../dest or any parent folder; run `ckpt init`": dest is itself the store."""
+    Store.init(tmp_path / "dest").close()
+    monkeypatch.chdir(tmp_path / "dest")
+    monkeypatch.delenv("CKPT_STORE", raising=False)
+    r = ckpt(None, "log")
+    assert r.exit_code != 0 and "is itself a store; pass `--store .`" in r.stderr \
+        and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "no checkpoints yet" in ckpt(".", "log").stderr  # the store is found with --store .

@@ -837,6 +837,9 @@ def discover() -> Path:
     except OSError as e:  # e.g. a folder the user may not enter
         raise StoreNotFound(f"{e.filename}: cannot look for a store there ({e.strerror}); check the "
                             f"permissions or pass --store") from None
+    if db_file(here):  # `ckpt clone SRC DEST` makes DEST itself the store folder, as `ckpt init DEST` does
+        raise StoreNotFound(f"no .ckpt store in {here} or any parent folder, but {here} is itself a store; "
+                            f"pass `--store .` or set {ENV_VAR}=.")
     raise StoreNotFound(f"no .ckpt store in {here} or any parent folder; run `ckpt init` or set {ENV_VAR}")
 
 

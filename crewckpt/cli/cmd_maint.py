@@ -148,7 +148,10 @@ def gc(dry_run: bool, as_json: bool) -> None:
     if until_s is not None:  # otherwise "deleted 0" right after a prune looks like a bug
         why = " (shared store)" if record["grace_shared"] else ""
         kept = (f"; {record['kept_young']} unreachable object(s) kept: younger than the {record['grace_s']:g} s "
-                f"grace{why}; run gc again after {time.strftime('%H:%M:%S', time.localtime(until_s))}")
+                f"grace{why}; run gc again after {time.strftime('%H:%M:%S', time.localtime(until_s))}"
+                if record["grace_s"] else  # no grace: they were written while gc ran (a writer at work)
+                f"; {record['kept_young']} unreachable object(s) kept: written while gc ran; run gc again to "
+                f"collect them once no writer needs them")
     if dry_run:  # the size after repacking and VACUUM is not predicted: say only what is known
         app.line(f"gc --dry-run: store on disk {human_bytes(record['bytes_before'])} now; gc would free {freed} "
                  f"and compact the file; {record['live_objects']} live{kept}; nothing changed "
@@ -222,7 +225,7 @@ def fsck(full: bool, rebuild: bool, as_json: bool) -> None:
             "ok" if report.ok else f"{len(problems)} problem(s); affected commits: {len(report.affected_commits)}"
             + _named(report.affected_commits)
         )
-        other = f" (+ {report.other_checked} outside them)" if full else ""
+        other = f" (+ {report.other_checked} outside them: packs, dictionaries, pruned leftovers)" if full else ""
         app.line(
             f"fsck{' --full' if full else ''}: checked {report.checked} objects of live checkpoints{other} "
             f"in {record['seconds']} s: {verdict}",

@@ -204,7 +204,7 @@ def _parse_text(text: str) -> Any:
                                     f"an SQLite database" if first else "an empty file, not a checkpoint") from None
         cut = exc.pos >= len(end) or exc.msg.startswith("Unterminated string") or not end.endswith(("}", "]"))
         why = "truncated JSON" if cut else "invalid JSON"
-        raise DamagedCheckpoint(f"{why}: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        raise DamagedCheckpoint(f"{why}: {exc.msg.removesuffix(' at')} at line {exc.lineno} column {exc.colno}") from None
     except ValueError as exc:  # int() refusing a number of more than sys.get_int_max_str_digits() digits
         why = " ".join(str(exc).split()).split(":")[0][:120]  # "Exceeds the limit (4300 digits) for ..."
         raise DamagedCheckpoint(f"holds a number Python's json module (so CrewAI too) cannot read ({why})") from None
