@@ -40,7 +40,8 @@ BUSY_TIMEOUT_S = 60.0
 # least one page, so 2 KiB pages halve a short run's fixed overhead; no slower to write (docs/write-path.md)
 PAGE_SIZE = 2048
 SMALL_VACUUM_BYTES = 1 << 20  # a store file at most this big is VACUUMed when its last writer releases it
-FREE_PAGES_MIN = 256  # free pages (and a quarter of the file) above which release() gives them back
+FREE_PAGES_MIN = 256  # free pages (and FREE_SHARE_MIN of the file) above which release() gives them back
+FREE_SHARE_MIN = 0.25
 VACUUM_STEP_PAGES = 512  # pages one step of that vacuum frees (1 MiB at 2 KiB pages, ~5 ms of write lock)
 VACUUM_PAUSE_MAX = 0.05  # seconds: the longest pause between two steps (a waiting writer retries within it)
 VACUUM_BUSY_TRIES = 20  # steps refused because another writer held the lock before the vacuum gives up (~1 s)
@@ -571,7 +572,8 @@ class SqliteBackend(_SqlReader, TransactionalBackend):
     def maintain(self, compact: bool = False) -> None:
         """Incremental vacuum and a WAL checkpoint; ``compact`` also VACUUMs (best effort)."""
         with self._lock:
-            self._retry(lambda: self._conn.executescript("PRAGMA incremental_vacuum;"))
+            for _ in _vacuum_steps(self._conn, min_pages=1, min_share=0.0):
+                pass
             if compact:
                 try:  # best effort: VACUUM needs free disk for a copy and a moment without readers
                     self._retry(lambda: self._conn.execute("VACUUM"))
@@ -651,19 +653,26 @@ def _give_free_pages_back(conn: sqlite3.Connection) -> None:
         pass
 
 
-def _vacuum_steps(conn: sqlite3.Connection) -> Iterator[int]:
-    """``PRAGMA incremental_vacuum`` in steps of VACUUM_STEP_PAGES pages when at least FREE_PAGES_MIN pages and
-    a quarter of the file are free; yields the free pages left after each step. Each step is its own
+def _vacuum_steps(conn: sqlite3.Connection, min_pages: int = FREE_PAGES_MIN,
+                  min_share: float = FREE_SHARE_MIN) -> Iterator[int]:
+    """``PRAGMA incremental_vacuum`` in steps of VACUUM_STEP_PAGES pages when at least ``min_pages`` pages and
+    ``min_share`` of the file are free (release(); maintain(), at a run's end and in gc, gives back any free
+    page); yields the free pages left after each step. Each step is its own
     transaction and is followed by a pause as long as it held the write lock, so a writer waiting for the
     lock gets it between steps (one vacuum of 74k pages held it 650 ms, a writer's commit beside it waited
     631 ms). Never waits on SQLite's lock (busy timeout 0): a step another writer's commit refuses is tried
-    again after VACUUM_PAUSE_MAX, and after VACUUM_BUSY_TRIES refusals the vacuum gives up. Never waits for
+    again after VACUUM_PAUSE_MAX, and after VACUUM_BUSY_TRIES refusals in a row the vacuum gives up (the
+    connection's busy timeout is restored after). Never waits for
     readers (it moves pages in the WAL; the file shrinks at the next checkpoint, the last connection's
     close). Stops when a step frees nothing. Best effort: a failure changes nothing."""
     try:
         free = _free_pages(conn)
-        if free < FREE_PAGES_MIN or free * 4 < int(conn.execute("PRAGMA page_count").fetchone()[0]):
+        if not free or free < min_pages or free < min_share * int(conn.execute("PRAGMA page_count").fetchone()[0]):
             return
+        timeout = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
+    except sqlite3.Error:
+        return
+    try:
         conn.execute("PRAGMA busy_timeout=0")
         refused = 0
         while free and refused <= VACUUM_BUSY_TRIES:
@@ -672,6 +681,7 @@ def _vacuum_steps(conn: sqlite3.Connection) -> Iterator[int]:
                 refused += 1
                 time.sleep(VACUUM_PAUSE_MAX)  # another writer commits: let it finish, then go on
                 continue
+            refused = 0
             left = _free_pages(conn)
             if left >= free:
                 return
@@ -681,6 +691,9 @@ def _vacuum_steps(conn: sqlite3.Connection) -> Iterator[int]:
                 time.sleep(min(held, VACUUM_PAUSE_MAX))
     except sqlite3.Error:
         return
+    finally:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute(f"PRAGMA busy_timeout={timeout}")
 
 
 def _vacuum_step(conn: sqlite3.Connection) -> float | None:

@@ -145,16 +145,6 @@ def _descend(parts: StoreParts, level: list[bytes], seen: set[bytes], stop: Abst
             progress("mark", done, None)
 
 
-def missing_below(parts: StoreParts, root: bytes) -> set[bytes]:
-    """The ids at or below object ``root`` the store does not hold (empty when its subtree is complete):
-    what an interrupted transfer or gc can leave under a commit no ref names. Reads every tree below
-    ``root`` (each verified against its id) and asks presence for the rest, a level at a time.
-    Raises IntegrityError (a tree fails its hash), DocumentTooLarge (a tree over the read bounds)."""
-    missing: set[bytes] = set()
-    _descend(parts, [root], set(), frozenset(), missing, ObjectBound(doing="check"))
-    return missing
-
-
 def _below_young(parts: StoreParts, trees: list[bytes], commits: list[bytes], live: set[bytes],
                  listed: AbstractSet[bytes], unread: set[bytes]) -> tuple[set[bytes], int]:
     """The unmarked objects below unmarked but young ``trees`` and ``commits`` (stored within the grace, so

@@ -40,6 +40,7 @@ from crewckpt.errors import (
     RefConflict,
     StoreBusy,
     StoreNotFound,
+    SyncError,
     UnknownRevision,
 )
 from crewckpt.format import objects as ob
@@ -60,7 +61,7 @@ from crewckpt.history.commits import (
     row_matches,
     to_row,
 )
-from crewckpt.history.gc import MERGE_LEVEL, RUN_MERGE_BYTES, missing_below
+from crewckpt.history.gc import MERGE_LEVEL, RUN_MERGE_BYTES
 from crewckpt.history.limits import ReadBudget
 from crewckpt.history.localorder import index_commit
 from crewckpt.history.objectdb import ObjectDB, decode_commit
@@ -317,8 +318,9 @@ class Store:
         run = run_id or self._default_run
         rref = refnames.run_ref(run)
         parent_ids = None
-        if parents is not None:
-            parent_ids, repeats = distinct_parents([bytes.fromhex(self.resolve(p)) for p in parents])
+        if parents is not None:  # an unlisted parent stays pruned history (gc collects it) but must be whole
+            starts = [self._start(p, "it cannot be a checkpoint's parent") for p in parents]
+            parent_ids, repeats = distinct_parents([c for c, _ in starts])
             for p in repeats:  # git's commit-tree: "duplicate parent X ignored"
                 _log.warning("crewckpt: duplicate parent %s ignored", p.hex())
         meta_text = meta_json(meta)
@@ -992,12 +994,12 @@ class Store:
         branch = head.branch_of(ref)
         if create:
             self._refuse_remote_prefix(ref)
-        start_id = self._start(start) if create else None
+        start_id, frames = self._start(start) if create else (None, [])
         with self._writing() as txn:
             now = time.time_ns()
             old = head.head_ref_stored(txn)
             if start_id is not None:
-                self._create_ref(txn, ref, start_id, start, now)
+                self._create_ref(txn, ref, start_id, start, now, frames)
             elif old == ref:
                 return branch
             tip = txn.get_ref(ref)
@@ -1042,27 +1044,48 @@ class Store:
         """Create branch ``name`` at ``rev``; returns the commit id. Raises BadRefName, BranchExists."""
         ref = refnames.branch_ref(name)
         self._refuse_remote_prefix(ref)
-        cid = self._start(rev)
+        cid, frames = self._start(rev)
         with self._writing() as txn:
-            self._create_ref(txn, ref, cid, rev, time.time_ns())
+            self._create_ref(txn, ref, cid, rev, time.time_ns(), frames)
         return cid.hex()
 
-    def _start(self, rev: str) -> bytes:
-        """The commit a new branch starts at. A full id may name a commit object no index row lists (an
-        interrupted transfer's leftover, or a pruned checkpoint gc has not collected): such a commit is
-        taken only when every object below its tree is present, since an interrupted gc may have swept
-        part of it (git checks connectivity before a ref names fetched objects, for the same reason).
-        Raises UnknownRevision: ``rev`` names nothing, or objects below its unlisted commit are missing."""
+    def _start(self, rev: str, refused: str = "no branch can start there") -> tuple[bytes, builtins.list[StoredObject]]:
+        """The commit a new branch starts at, and the objects to put again with the new ref. A full id may name
+        a commit object no index row lists (a pruned checkpoint gc has not collected yet, an interrupted
+        transfer's leftover): such a commit is taken only when every object below it is present and verifies
+        (git checks connectivity before a ref names fetched objects), and the ref's transaction puts them
+        all again: a gc running meanwhile marked without the new ref, and the fresh stored time (or the
+        object itself, if its sweep took it) keeps what the branch needs. [] for a listed commit (gc keeps
+        what the index lists). Store.commit refuses an incomplete explicit parent the same way (a complete one
+        stays pruned history: gc follows no parent link beyond the index). Raises UnknownRevision:
+        ``rev`` names nothing, or its commit is incomplete (``refused`` says what cannot be done)."""
         cid = bytes.fromhex(self.resolve(rev))
         if self.backend.index_get(cid) is not None:
-            return cid
-        missing = missing_below(self.parts, self.objects.commit(cid).tree.oid)
-        if missing:
+            return cid, []
+        from crewckpt.history import remotes, sync
+        try:
+            order, bodies = sync._missing_objects(remotes.side(self, "this store"), sync._nothing, cid,
+                                                  self.objects.commit(cid), set())
+            cobj = self.backend.get(cid)
+            if cobj is None:  # a gc collected it since resolve()
+                raise MissingObject(cid.hex())
+        except (SyncError, MissingObject, IntegrityError):
             raise UnknownRevision(f"revision {rev[:80]!r}: commit {cid.hex()[:12]} is not in `ckpt list` and "
-                                  f"{len(missing)} object(s) below it are missing (an interrupted transfer or gc "
-                                  f"left it incomplete), so no branch can start there; nothing was changed: pick "
-                                  f"a checkpoint `ckpt log` lists, and run `ckpt fsck`")
-        return cid
+                                  f"objects below it are missing or damaged (an interrupted transfer or gc left "
+                                  f"it so), so {refused}; nothing was changed: pick a checkpoint "
+                                  f"`ckpt log` lists, or fetch it again from a store that has it") from None
+        return cid, [*(self.objects.frame(kind, bodies[oid]) for oid, kind in order), cobj]
+
+    @staticmethod
+    def _create_ref(txn: Parts, ref: str, cid: bytes, rev: str, now: int,
+                    frames: builtins.list[StoredObject]) -> None:
+        if txn.get_ref(ref) is not None:
+            raise BranchExists(f"branch {head.branch_of(ref)!r} already exists; pick another name or delete it "
+                               f"first")
+        if frames:  # children first, the commit last (docs/backends.md, 'Write order')
+            txn.put_many(frames, now)
+        txn.set_ref_if_equals(ref, None, cid)
+        txn.reflog_append(ReflogEntry(ref, None, cid, now, f"branch: created from {rev}"))
 
     def _refuse_remote_prefix(self, ref: str) -> None:
         """Refuse a new local branch named ``REMOTE/...`` for a configured REMOTE: it would shadow the
@@ -1073,14 +1096,6 @@ class Store:
         if rest and first in remotes.remotes(self):
             raise refnames.BadRefName(f"branch {b!r} begins with '{first}/', the name of remote {first}: it would shadow the "
                              f"remote-tracking {b}; choose another name, e.g. {first}-{rest}")
-
-    @staticmethod
-    def _create_ref(txn: Parts, ref: str, cid: bytes, rev: str, now: int) -> None:
-        if txn.get_ref(ref) is not None:
-            raise BranchExists(f"branch {head.branch_of(ref)!r} already exists; pick another name or delete it "
-                               f"first")
-        txn.set_ref_if_equals(ref, None, cid)
-        txn.reflog_append(ReflogEntry(ref, None, cid, now, f"branch: created from {rev}"))
 
     def delete_branch(self, name: str, *, force: bool = True) -> None:
         """Delete a branch ref and its reflog (its commits stay until pruned).
