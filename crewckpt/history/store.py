@@ -318,9 +318,8 @@ class Store:
         run = run_id or self._default_run
         rref = refnames.run_ref(run)
         parent_ids = None
-        if parents is not None:  # an unlisted parent stays pruned history (gc collects it) but must be whole
-            starts = [self._start(p, "it cannot be a checkpoint's parent") for p in parents]
-            parent_ids, repeats = distinct_parents([c for c, _ in starts])
+        if parents is not None:
+            parent_ids, repeats = distinct_parents([bytes.fromhex(self.resolve(p)) for p in parents])
             for p in repeats:  # git's commit-tree: "duplicate parent X ignored"
                 _log.warning("crewckpt: duplicate parent %s ignored", p.hex())
         meta_text = meta_json(meta)
@@ -1049,16 +1048,16 @@ class Store:
             self._create_ref(txn, ref, cid, rev, time.time_ns(), frames)
         return cid.hex()
 
-    def _start(self, rev: str, refused: str = "no branch can start there") -> tuple[bytes, builtins.list[StoredObject]]:
+    def _start(self, rev: str) -> tuple[bytes, builtins.list[StoredObject]]:
         """The commit a new branch starts at, and the objects to put again with the new ref. A full id may name
         a commit object no index row lists (a pruned checkpoint gc has not collected yet, an interrupted
         transfer's leftover): such a commit is taken only when every object below it is present and verifies
         (git checks connectivity before a ref names fetched objects), and the ref's transaction puts them
         all again: a gc running meanwhile marked without the new ref, and the fresh stored time (or the
         object itself, if its sweep took it) keeps what the branch needs. [] for a listed commit (gc keeps
-        what the index lists). Store.commit refuses an incomplete explicit parent the same way (a complete one
-        stays pruned history: gc follows no parent link beyond the index). Raises UnknownRevision:
-        ``rev`` names nothing, or its commit is incomplete (``refused`` says what cannot be done)."""
+        what the index lists). Store.commit's explicit parents are not checked so (a parent no index row lists
+        is pruned history, which gc collects anyway; git's commit-tree checks only that it exists). Raises
+        UnknownRevision: ``rev`` names nothing, or its commit is incomplete."""
         cid = bytes.fromhex(self.resolve(rev))
         if self.backend.index_get(cid) is not None:
             return cid, []
@@ -1072,7 +1071,7 @@ class Store:
         except (SyncError, MissingObject, IntegrityError):
             raise UnknownRevision(f"revision {rev[:80]!r}: commit {cid.hex()[:12]} is not in `ckpt list` and "
                                   f"objects below it are missing or damaged (an interrupted transfer or gc left "
-                                  f"it so), so {refused}; nothing was changed: pick a checkpoint "
+                                  f"it so), so no branch can start there; nothing was changed: pick a checkpoint "
                                   f"`ckpt log` lists, or fetch it again from a store that has it") from None
         return cid, [*(self.objects.frame(kind, bodies[oid]) for oid, kind in order), cobj]
 
