@@ -1327,6 +1327,7 @@ def test_many_small_transfers_leave_a_bounded_number_of_packs(
     from crewckpt.history import gc as gcmod
 
     monkeypatch.setattr(gcmod, "AUTO_MERGE_PACKS", 5)
+    monkeypatch.setattr(gcmod, "MERGE_PACKS_AT_ONCE", 3)  # a bounded share per transfer still keeps it bounded
     src, dst, plain = make("memory"), make(kind), make(kind)
     monkeypatch.setattr(plain.backend, "count_objects", lambda kind, below: 0)  # never merges: the comparison
     counts = []
@@ -1337,7 +1338,7 @@ def test_many_small_transfers_leave_a_bounded_number_of_packs(
         counts.append(dst.backend.count_objects(PACK, gcmod.SMALL_PACK))
     plain_packs = sum(1 for m in plain.backend.iter_objects() if m.kind == PACK)
     assert max(counts) <= 6 and plain_packs >= 20, (counts, plain_packs)
-    assert dst.backend.object_stats()[2] < 0.8 * plain.backend.object_stats()[2]
+    assert dst.backend.object_stats()[2] < 0.95 * plain.backend.object_stats()[2]
     assert dst.read("main") == src.read("main") and [c.id for c in dst.log("main")] == [c.id for c in src.log("main")]
     assert_clean(dst)
 
@@ -1369,3 +1370,61 @@ def test_a_branch_made_at_a_pruned_commit_while_gc_runs_keeps_its_checkpoint(
     assert_clean(st)
     st.gc()  # the next gc sees the branch
     assert st.read("rescue") == doc(0)
+
+
+def test_a_branch_at_a_pruned_commit_survives_a_gc_between_its_check_and_its_ref(
+        make: Callable[[str], Store], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hostile review (session 19, round 2): the ref's transaction put the commit object back with its
+    stored frame; a gc between the check and the transaction deleted the commit and dropped its pack, so
+    the branch named a commit whose frame pointed at a missing pack (2 of 31 real races). Every object,
+    the commit included, is now put framed anew from its verified body."""
+    from crewckpt.history.gc import _pack_of
+
+    st = make("sqlite")  # the backend that packs (reframe)
+    ids = commit_chain(st, 10)
+    st.gc()  # commits and trees now sit in a pack
+    assert all(_pack_of(m.head) for m in st.backend.iter_objects() if m.kind == ob.COMMIT)
+    st.prune("main", keep=1)  # nine pruned: gc's repack leaves that pack mostly dead and drops it
+    start = Store._start
+
+    def start_then_gc(self: Store, rev: str) -> Any:
+        got = start(self, rev)
+        self.gc()  # between the check and the ref's transaction
+        return got
+
+    monkeypatch.setattr(Store, "_start", start_then_gc)
+    st.create_branch("rescue", ids[3])
+    monkeypatch.undo()
+    with Store.open(st.backend.folder) as fresh:  # no cache of this process's reads
+        assert fresh.read("rescue") == doc(3)
+        assert_clean(fresh)
+        fresh.gc()
+        assert fresh.read("rescue") == doc(3)
+
+
+def test_a_run_end_never_waits_for_a_reader_to_truncate_the_wal(make: Callable[[str], Store]) -> None:
+    """Hostile review (session 19, round 2): maintain() (a run's end, close, gc) ended with a TRUNCATE
+    checkpoint under the store's 60 s busy timeout; while it waited for a reader's open snapshot SQLite
+    blocked every writer (a run end took 4.0 s beside a 4 s reader, another process's commit waited 4.1 s).
+    It now skips the truncation when it cannot finish at once."""
+    import sqlite3
+    import threading
+
+    from crewckpt.backends import sqlite as sq
+
+    st = make("sqlite")
+    for i in range(5):
+        st.commit({"n": i}, branch="main")
+    reader = sqlite3.connect(st.backend.folder / sq.DB_NAME, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM objects").fetchone()  # holds a snapshot of the WAL
+    st.commit({"n": 5}, branch="main")  # a frame past the reader's snapshot: TRUNCATE must wait for it
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (st.backend.maintain(), done.set()), daemon=True)
+    t.start()
+    finished = done.wait(30)  # the old code waited out the 60 s busy timeout here
+    reader.execute("COMMIT")
+    reader.close()
+    t.join()
+    assert finished
+    assert st.read("main") == {"n": 5}

@@ -1053,8 +1053,9 @@ class Store:
         a commit object no index row lists (a pruned checkpoint gc has not collected yet, an interrupted
         transfer's leftover): such a commit is taken only when every object below it is present and verifies
         (git checks connectivity before a ref names fetched objects), and the ref's transaction puts them
-        all again: a gc running meanwhile marked without the new ref, and the fresh stored time (or the
-        object itself, if its sweep took it) keeps what the branch needs. [] for a listed commit (gc keeps
+        all again, each framed loose from its verified body: a gc running meanwhile marked without the new
+        ref, and the fresh stored time (or the object itself, if its sweep took it) keeps what the branch
+        needs; a stored frame would name a pack that gc may drop meanwhile. [] for a listed commit (gc keeps
         what the index lists). Store.commit's explicit parents are not checked so (a parent no index row lists
         is pruned history, which gc collects anyway; git's commit-tree checks only that it exists). Raises
         UnknownRevision: ``rev`` names nothing, or its commit is incomplete."""
@@ -1065,15 +1066,13 @@ class Store:
         try:
             order, bodies = sync._missing_objects(remotes.side(self, "this store"), sync._nothing, cid,
                                                   self.objects.commit(cid), set())
-            cobj = self.backend.get(cid)
-            if cobj is None:  # a gc collected it since resolve()
-                raise MissingObject(cid.hex())
+            kind, body = self.objects.get(cid)  # framed anew below: its stored frame may name a pack gc drops
         except (SyncError, MissingObject, IntegrityError):
             raise UnknownRevision(f"revision {rev[:80]!r}: commit {cid.hex()[:12]} is not in `ckpt list` and "
                                   f"objects below it are missing or damaged (an interrupted transfer or gc left "
                                   f"it so), so no branch can start there; nothing was changed: pick a checkpoint "
                                   f"`ckpt log` lists, or fetch it again from a store that has it") from None
-        return cid, [*(self.objects.frame(kind, bodies[oid]) for oid, kind in order), cobj]
+        return cid, [*(self.objects.frame(k, bodies[oid]) for oid, k in order), self.objects.frame(kind, body)]
 
     @staticmethod
     def _create_ref(txn: Parts, ref: str, cid: bytes, rev: str, now: int,

@@ -241,12 +241,13 @@ class _Packs:
         parts = StoreParts.of(receiver.backend, receiver.objects)
         if len(self.made) > 1 and not self._merge_own(parts):
             return  # a gc holds the lock: it repacks these itself
+        merged = 0
         try:
-            merge_small_packs(parts)
+            merged = merge_small_packs(parts)
         except CkptError as e:
             _log.warning("crewckpt: merging the store's small packs after a transfer skipped: %s", e)
-        if len(self.made) < 2:
-            return
+        if len(self.made) < 2 and not merged:
+            return  # nothing dropped: no pages to give back
         try:  # as a run's end: SQLite's last connection drops the WAL and VACUUMs a small store, never waiting
             receiver.backend.release()
         except CkptError as e:
