@@ -44,7 +44,7 @@ FREE_PAGES_MIN = 256  # free pages (and FREE_SHARE_MIN of the file) above which 
 FREE_SHARE_MIN = 0.25
 VACUUM_STEP_PAGES = 512  # pages one step of that vacuum frees (1 MiB at 2 KiB pages, ~5 ms of write lock)
 VACUUM_PAUSE_MAX = 0.05  # seconds: the longest pause between two steps (a waiting writer retries within it)
-VACUUM_BUSY_TRIES = 20  # steps refused because another writer held the lock before the vacuum gives up (~1 s)
+VACUUM_BUSY_TRIES = 20  # steps in a row refused by another writer's lock before the vacuum gives up (~1 s)
 
 _SCHEMA = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
@@ -658,12 +658,11 @@ def _vacuum_steps(conn: sqlite3.Connection, min_pages: int = FREE_PAGES_MIN,
                   min_share: float = FREE_SHARE_MIN) -> Iterator[int]:
     """``PRAGMA incremental_vacuum`` in steps of VACUUM_STEP_PAGES pages when at least ``min_pages`` pages and
     ``min_share`` of the file are free (release(); maintain(), at a run's end and in gc, gives back any free
-    page); yields the free pages left after each step. Each step is its own
-    transaction and is followed by a pause as long as it held the write lock, so a writer waiting for the
-    lock gets it between steps (one vacuum of 74k pages held it 650 ms, a writer's commit beside it waited
-    631 ms). Never waits on SQLite's lock (busy timeout 0): a step another writer's commit refuses is tried
-    again after VACUUM_PAUSE_MAX, and after VACUUM_BUSY_TRIES refusals in a row the vacuum gives up (the
-    connection's busy timeout is restored after). Never waits for
+    page); yields the free pages left after each step. Each step is its own transaction and is followed by
+    a pause as long as it held the write lock, so a writer waiting for the lock gets it between steps (one
+    vacuum of 74k pages held it 650 ms, a writer's commit beside it waited 631 ms). Never waits on SQLite's
+    lock (busy timeout 0, restored after): a step another writer's commit refuses is tried again after
+    VACUUM_PAUSE_MAX, and after VACUUM_BUSY_TRIES refusals in a row the vacuum gives up. Never waits for
     readers (it moves pages in the WAL; the file shrinks at the next checkpoint, the last connection's
     close). Stops when a step frees nothing. Best effort: a failure changes nothing."""
     try:

@@ -357,13 +357,14 @@ def merge_packs(parts: StoreParts, packs: list[tuple[bytes, list[bytes]]], level
 
 
 def merge_small_packs(parts: StoreParts, limit: int | None = None, level: int = MERGE_LEVEL) -> int:
-    """When the store holds more than ``limit`` (default AUTO_MERGE_PACKS) packs of under SMALL_PACK body bytes, merge all of them into
-    packs of up to PACK_MAX (git runs ``gc --auto`` after a push for the same reason: a store fed by many small
-    transfers, or by a transfer killed and run again, held 200-600 one-transfer packs, 3-10x the bytes of
-    the same objects after gc); at most MERGE_PACKS_AT_ONCE of them per call. Returns how many packs were merged: 0 below the limit, while a gc (or another
-    merge) holds the lock, or on a backend that cannot reframe. Counts with one query
-    (:meth:`~crewckpt.backends.base.ObjectStore.count_objects`); past the limit, lists every object's meta
-    once, under the gc lock, so no gc deletes a member meanwhile. Raises CkptError (the caller logs it)."""
+    """When the store holds more than ``limit`` (default AUTO_MERGE_PACKS) packs of under SMALL_PACK body
+    bytes, merge up to MERGE_PACKS_AT_ONCE of them into packs of up to PACK_MAX. git runs ``gc --auto`` after a
+    push for the same reason: a store fed by many small transfers, or by a transfer killed and run again,
+    held 200-600 one-transfer packs, 3-10x the bytes of the same objects after gc. Returns how many packs
+    were merged: 0 below the limit, while a gc (or another merge) holds the lock, or on a backend that
+    cannot reframe. Counts with one query (:meth:`~crewckpt.backends.base.ObjectStore.count_objects`); past
+    the limit, lists every object's meta once, under the gc lock, so no gc deletes a member meanwhile.
+    Raises CkptError (the caller logs it)."""
     b = parts.backend
     limit = AUTO_MERGE_PACKS if limit is None else limit
     if not (b.capabilities.reframe and b.capabilities.locks) or b.count_objects(ob.PACK, SMALL_PACK) <= limit:
