@@ -654,6 +654,18 @@ def _give_free_pages_back(conn: sqlite3.Connection) -> None:
         pass
 
 
+@contextlib.contextmanager
+def _never_waiting(conn: sqlite3.Connection) -> Iterator[None]:
+    """Busy timeout 0 on ``conn`` while inside, the connection's own restored after (best effort)."""
+    timeout = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
+    conn.execute("PRAGMA busy_timeout=0")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute(f"PRAGMA busy_timeout={timeout}")
+
+
 def _vacuum_steps(conn: sqlite3.Connection, min_pages: int = FREE_PAGES_MIN,
                   min_share: float = FREE_SHARE_MIN) -> Iterator[int]:
     """``PRAGMA incremental_vacuum`` in steps of VACUUM_STEP_PAGES pages when at least ``min_pages`` pages and
@@ -669,31 +681,29 @@ def _vacuum_steps(conn: sqlite3.Connection, min_pages: int = FREE_PAGES_MIN,
         free = _free_pages(conn)
         if not free or free < min_pages or free < min_share * int(conn.execute("PRAGMA page_count").fetchone()[0]):
             return
-        timeout = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
+        with _never_waiting(conn):
+            yield from _steps(conn, free)
     except sqlite3.Error:
         return
-    try:
-        conn.execute("PRAGMA busy_timeout=0")
+
+
+def _steps(conn: sqlite3.Connection, free: int) -> Iterator[int]:
+    """The loop of :func:`_vacuum_steps` from ``free`` pages on."""
+    refused = 0
+    while free and refused <= VACUUM_BUSY_TRIES:
+        held = _vacuum_step(conn)
+        if held is None:
+            refused += 1
+            time.sleep(VACUUM_PAUSE_MAX)  # another writer commits: let it finish, then go on
+            continue
         refused = 0
-        while free and refused <= VACUUM_BUSY_TRIES:
-            held = _vacuum_step(conn)
-            if held is None:
-                refused += 1
-                time.sleep(VACUUM_PAUSE_MAX)  # another writer commits: let it finish, then go on
-                continue
-            refused = 0
-            left = _free_pages(conn)
-            if left >= free:
-                return
-            free = left
-            yield free
-            if free:
-                time.sleep(min(held, VACUUM_PAUSE_MAX))
-    except sqlite3.Error:
-        return
-    finally:
-        with contextlib.suppress(sqlite3.Error):
-            conn.execute(f"PRAGMA busy_timeout={timeout}")
+        left = _free_pages(conn)
+        if left >= free:
+            return
+        free = left
+        yield free
+        if free:
+            time.sleep(min(held, VACUUM_PAUSE_MAX))
 
 
 def _vacuum_step(conn: sqlite3.Connection) -> float | None:
@@ -714,17 +724,10 @@ def _truncate_wal(conn: sqlite3.Connection) -> None:
     reader's open snapshot SQLite blocks every writer (a run end made another process's commit wait 4.1 s
     beside a 4 s reader). Skipped when it cannot finish now; the next one, or the last close, does it."""
     try:
-        timeout = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
-    except sqlite3.Error:
-        return
-    try:
-        conn.execute("PRAGMA busy_timeout=0")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        with _never_waiting(conn):
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     except sqlite3.Error:
         pass
-    finally:
-        with contextlib.suppress(sqlite3.Error):
-            conn.execute(f"PRAGMA busy_timeout={timeout}")
 
 
 def _free_pages(conn: sqlite3.Connection) -> int:

@@ -1064,15 +1064,14 @@ class Store:
             return cid, []
         from crewckpt.history import remotes, sync
         try:
-            order, bodies = sync._missing_objects(remotes.side(self, "this store"), sync._nothing, cid,
-                                                  self.objects.commit(cid), set())
             kind, body = self.objects.get(cid)  # framed anew below: its stored frame may name a pack gc drops
+            below = sync.whole_commit(remotes.side(self, "this store"), cid, decode_commit(cid, kind, body))
         except (SyncError, MissingObject, IntegrityError):
             raise UnknownRevision(f"revision {rev[:80]!r}: commit {cid.hex()[:12]} is not in `ckpt list` and "
                                   f"objects below it are missing or damaged (an interrupted transfer or gc left "
                                   f"it so), so no branch can start there; nothing was changed: pick a checkpoint "
                                   f"`ckpt log` lists, or fetch it again from a store that has it") from None
-        return cid, [*(self.objects.frame(k, bodies[oid]) for oid, k in order), self.objects.frame(kind, body)]
+        return cid, [*(self.objects.frame(k, b) for _, k, b in below), self.objects.frame(kind, body)]
 
     @staticmethod
     def _create_ref(txn: Parts, ref: str, cid: bytes, rev: str, now: int,

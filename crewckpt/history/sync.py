@@ -652,6 +652,14 @@ def _reput(sender: Side, receiver: Side, plans: Sequence[_CommitPlan]) -> None:
         receiver.backend.put_many([receiver.objects.frame(ob.COMMIT, p.body)], now)
 
 
+def whole_commit(side: Side, cid: bytes, c: ob.Commit) -> list[tuple[bytes, int, bytes]]:
+    """Every object under commit ``c`` (id ``cid``) on ``side``, children first, as verified
+    ``(oid, kind, body)``: what a transfer sends when it trusts nothing the receiver holds. Raises SyncError
+    (an object is missing), IntegrityError (one fails its hash or is linked as another kind)."""
+    order, bodies = _missing_objects(side, _nothing, cid, c, set())
+    return [(oid, kind, bodies[oid]) for oid, kind in order]
+
+
 def _nothing(ids: list[bytes]) -> set[bytes]:
     """A ``present`` for :func:`plan` that trusts nothing the receiver holds."""
     return set()
