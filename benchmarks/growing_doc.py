@@ -195,6 +195,50 @@ def _bare_transactions(n_objects: int, per_commit: int, commits: int = 300) -> l
     return times
 
 
+def _phases(steps: int) -> dict[str, list[float]]:
+    """Thread CPU (ms) per commit of each stage of ``Store.commit`` on the Frozen-nodes document, from timers
+    wrapped around the stages for this run only: the split (walk, encode, BLAKE3), the pack (zstd), the
+    summary, and the transaction (every SQL statement, the commit object, COMMIT); "other" is the rest."""
+    from crewckpt.history import snapshot, store
+
+    stages = {"split": (snapshot.Splitter, "split"), "pack": (Store, "_frames"), "summary": (store, "_summary"),
+              "transaction": (Store, "_land")}
+    spent = dict.fromkeys(stages, 0.0)
+    saved = {name: getattr(owner, attr) for name, (owner, attr) in stages.items()}
+
+    def timed(name: str, fn: Any) -> Any:
+        def run(*a: Any, **k: Any) -> Any:
+            t = time.thread_time()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[name] += time.thread_time() - t
+        return run
+
+    out: dict[str, list[float]] = {name: [] for name in [*stages, "other"]}
+    try:
+        for name, (owner, attr) in stages.items():
+            setattr(owner, attr, timed(name, saved[name]))
+        with tempfile.TemporaryDirectory(prefix="bench-phases-") as tmp:
+            g = Growing(True, steps // TASK_EVERY + 1)
+            s = Store.init(Path(tmp, "s"), profile=CREWAI)
+            for i in range(steps):
+                g.step(i)
+                for name in spent:
+                    spent[name] = 0.0
+                t = time.thread_time()
+                s.commit(g.doc, trigger=g.doc["trigger"])
+                total = time.thread_time() - t
+                for name in stages:
+                    out[name].append(spent[name] * 1000)
+                out["other"].append((total - sum(spent.values())) * 1000)
+            s.close()
+    finally:
+        for name, (owner, attr) in stages.items():
+            setattr(owner, attr, saved[name])
+    return out
+
+
 def _stats(name: str, ms: list[float], ref: float | None = None) -> str:
     k = max(len(ms) // 10, 1)
     first, last = statistics.mean(ms[:100] if len(ms) >= 200 else ms[:k]), statistics.mean(
@@ -292,6 +336,11 @@ def run_growing(steps: int = 1000) -> dict[str, Any]:
               f"held at least twice (its key, its parent's link) plus each commit's id in the reflog: >= {ids:,} B "
               f"of hashes = {ids / zbytes:.2f}x the floor before any content; with the content at the floor, "
               f"1.5x needs <= {(0.5 * zbytes / steps - 32) / 64:.1f} objects per commit")
+        phases = _phases(steps)
+        out["phases"] = {k: statistics.median(v) for k, v in phases.items()}
+        print("where a commit goes (Frozen nodes, medians, timers on): " + ", ".join(
+            f"{k} {v:.3f} ms ({v / ref:.2f}x)" for k, v in out["phases"].items()) + "; 0.5x orjson is "
+            f"{0.5 * ref:.3f} ms")
         fz = out["frozen"]["ms"]
         print(f"Done-when: median {statistics.median(fz) / ref:.2f}x orjson (<= 0.5x); last/first 100 "
               f"{statistics.mean(fz[-100:]) / statistics.mean(fz[:100]):.2f}x (<= 1.3x); store after close "

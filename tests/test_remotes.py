@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from crewckpt.backends.base import StoredObject, writing
@@ -22,6 +23,7 @@ from crewckpt.errors import (
     BadRefName,
     CkptError,
     IntegrityError,
+    MissingObject,
     PullDiverged,
     PushRejected,
     UnknownRemote,
@@ -1400,6 +1402,54 @@ def test_a_branch_at_a_pruned_commit_survives_a_gc_between_its_check_and_its_ref
         assert_clean(fresh)
         fresh.gc()
         assert fresh.read("rescue") == doc(3)
+
+
+@pytest.mark.parametrize("kind", GC_KINDS)
+@pytest.mark.parametrize("switch", [False, True])
+def test_a_branch_at_a_pruned_commit_is_listed_again(kind: str, switch: bool, make: Callable[[str], Store]) -> None:
+    """Noticed in session 19, fixed in session 20: a branch started at a pruned checkpoint read fine, but
+    `ckpt log` showed its tip as "(pruned: history continues no further)", `ckpt list` omitted it and `ckpt
+    info` said 0 B. The ref's transaction now lists the commit again: its row (branch, summary from its
+    document) sits before the live child prune kept (local order, I6), so that child's history continues."""
+    st = make(kind)
+    ids = commit_chain(st, 3)
+    st.prune("main", keep=1)
+    assert st.backend.index_get(bytes.fromhex(ids[1])) is None and not st.info(ids[1]).live
+    if switch:
+        st.switch("rescue", create=True, start=ids[1])
+    else:
+        st.create_branch("rescue", ids[1])
+    back = st.info(ids[1])
+    assert back.live and back.branch == "rescue" and back.summary["logical_bytes"] == len(orjson.dumps(doc(1)))
+    assert [c.id for c in st.list("rescue")] == [ids[1]]
+    assert [c.id for c in st.log("main") if c.live] == [ids[2], ids[1]]  # main's history continues through it
+    assert st.info(ids[2]).seq > back.seq
+    assert st.read("rescue") == doc(1)
+    assert_clean(st)
+
+
+def test_fsck_checks_a_branch_whose_tip_no_index_row_lists(make: Callable[[str], Store]) -> None:
+    """Session 20: gc keeps what every ref names, listed or not (a branch session 19's create_branch started at
+    a pruned checkpoint, a transfer killed between its ref and its index rows), but fsck walked only listed
+    commits: with the tip's document gone, `ckpt fsck` said "ok" while reading the branch failed with "run
+    `ckpt fsck`". It now walks every ref's commit, as git fsck walks from every ref."""
+    from tests.cli_helpers import ckpt
+
+    st = make("sqlite")
+    ids = commit_chain(st, 3)
+    st.prune("main", keep=1)
+    with writing(st.backend) as w:  # what session 19's create_branch left: a ref, no index row
+        w.set_ref_if_equals("refs/heads/rescue", None, bytes.fromhex(ids[0]))
+    assert st.fsck().ok
+    tree = st.objects.commit(bytes.fromhex(ids[0])).tree.oid
+    with writing(st.backend) as w:
+        assert w.delete_objects([tree], 1 << 62) == 1
+    with pytest.raises(MissingObject):
+        st.read("rescue")
+    r = st.fsck()
+    assert not r.ok and r.broken == {tree.hex(): "missing"} and r.affected == {ids[0]: [tree.hex()]}
+    out = ckpt(str(st.backend.folder), "fsck")
+    assert out.exit_code == 1 and "affected commits: 1" in out.stdout and ids[0][:12] in out.stdout, out.stdout
 
 
 def test_a_run_end_never_waits_for_a_reader_to_truncate_the_wal(make: Callable[[str], Store]) -> None:

@@ -19,6 +19,7 @@ from crewckpt.history.refnames import HEADS, ref_fix, ref_name_problem
 from crewckpt.history.snapshot import links_in
 
 if TYPE_CHECKING:
+    from crewckpt.backends.base import IndexRow
     from crewckpt.history.gc import Progress
     from crewckpt.history.objectdb import ObjectDB
     from crewckpt.history.parts import StoreParts
@@ -106,13 +107,17 @@ def _fsck(parts: StoreParts, full: bool, progress: Progress | None,
         elif stored[t].kind != ob.COMMIT:
             problems.append(f"ref {name} names {t.hex()}, a {_kind(stored[t].kind)}, not a commit; {ref_fix(name)}")
     problems.extend(head.problems(refs))
+    # a ref may name a commit no index row lists (a branch started at a pruned checkpoint or a transfer's
+    # leftover): gc keeps its graph from the ref, so fsck checks it too (git fsck walks from every ref)
+    roots: dict[bytes, IndexRow | None] = {**commits, **{t: None for t in ref_targets.values()
+                                                         if t in stored and stored[t].kind == ob.COMMIT}}
     stale: dict[str, str] = {}
-    for row in commits.values():  # the index's own fields: reads cannot fall back to the object for these
-        why = row_damage(row)
+    for listed in commits.values():  # the index's own fields: reads cannot fall back to the object for these
+        why = row_damage(listed)
         if why is not None:
-            stale[bytes(row.id).hex()[:64]] = f"damaged: {why}"
-            problems.append(f"commit index row of {bytes(row.id).hex()[:64]} is damaged: {why}; {REBUILD}")
-    for cid, row in commits.items():
+            stale[bytes(listed.id).hex()[:64]] = f"damaged: {why}"
+            problems.append(f"commit index row of {bytes(listed.id).hex()[:64]} is damaged: {why}; {REBUILD}")
+    for cid, row in roots.items():
         try:
             c = objects.commit(cid, budget=bound)
             checked += 1
@@ -123,7 +128,7 @@ def _fsck(parts: StoreParts, full: bool, progress: Progress | None,
                                 f"readers follow it once, and its id keeps both: nothing to repair)")
             # branch, seq and summary are the index's own (local) fields; the rest copies the object. Walks,
             # info and resume use the object, but listing shows the row: a disagreement is always reported
-            if cid.hex() not in stale and not row_matches(row, c):
+            if row is not None and cid.hex() not in stale and not row_matches(row, c):
                 why = f"disagrees with its commit object ({', '.join(row_differences(row, c))})"
                 stale[cid.hex()] = why
                 problems.append(f"commit index row of {cid.hex()} {why}: listings show the row, history "
@@ -134,9 +139,9 @@ def _fsck(parts: StoreParts, full: bool, progress: Progress | None,
         except DocumentTooLarge as e:
             over(cid, e)
             children[cid] = []
-    level = [x for cid in commits for x in children.get(cid, [])]
+    level = [x for cid in roots for x in children.get(cid, [])]
     # object -> (the kind its first link says it is, the tree or commit linking it)
-    linked_as = {t: (root_kind.get(t, ob.TREE), cid) for cid in commits for t in children.get(cid, [])}
+    linked_as = {t: (root_kind.get(t, ob.TREE), cid) for cid in roots for t in children.get(cid, [])}
     while level:
         todo = [o for o in dict.fromkeys(level) if o not in children and o not in broken]
         level = []
@@ -164,7 +169,7 @@ def _fsck(parts: StoreParts, full: bool, progress: Progress | None,
                 links = list(links_in(ob.decode_tree(body)[1])) if s.kind == ob.TREE else []
                 for ln in links:
                     linked_as.setdefault(ln.oid, (ln.kind, o))
-                    if ln.oid in commits and not full:
+                    if ln.oid in roots and not full:
                         broken[o] = f"links {ln.oid.hex()} as a {_kind(ln.kind)}, but it is a commit"
                 kids = [ln.oid for ln in links]
             except (IntegrityError, MissingObject) as e:
@@ -196,7 +201,7 @@ def _fsck(parts: StoreParts, full: bool, progress: Progress | None,
                 broken[oid] = _why(e)
             except DocumentTooLarge as e:
                 over(oid, e)
-    affected = _affected(commits, children, broken)
+    affected = _affected(roots, children, broken)
     return FsckReport({k.hex(): v for k, v in broken.items()}, affected, checked, problems, other,
                       stale), too_large
 

@@ -32,6 +32,7 @@ from crewckpt.errors import CkptError, MissingObject
 from crewckpt.format import objects as ob
 from crewckpt.history import head, refnames
 from crewckpt.history.commits import branch_ok, to_row
+from crewckpt.history.limits import ReadBudget
 from crewckpt.history.localorder import index_commit
 from crewckpt.history.snapshot import assemble
 
@@ -106,7 +107,7 @@ def rebuild_index(parts: StoreParts, *, dry_run: bool = False, progress: Progres
         if prev is not None:
             summary = _summary_of(prev)
         else:
-            summary = c.v1_summary.as_map() if c.v1_summary is not None else _recompute(parts, c)
+            summary = c.v1_summary.as_map() if c.v1_summary is not None else document_summary(parts, c)
         row = to_row(cid, c, branch[cid], seq, summary or {})
         if prev is None:
             added += 1
@@ -189,7 +190,7 @@ def index_missing(parts: StoreParts, tips: Mapping[bytes, str]) -> int:
     with writing(parts.backend) as w:
         for cid in _order(found, {}):
             c = found[cid]
-            summary = c.v1_summary.as_map() if c.v1_summary is not None else _recompute(parts, c)
+            summary = c.v1_summary.as_map() if c.v1_summary is not None else document_summary(parts, c)
             index_commit(w, cid, functools.partial(to_row, cid, c, branch[cid], summary=summary), may_revive=True)
             if c.alias:
                 w.alias_set(c.alias, cid)
@@ -204,10 +205,14 @@ def _summary_of(row: IndexRow) -> dict[str, Any] | None:
         return None
 
 
-def _recompute(parts: StoreParts, c: ob.Commit) -> dict[str, Any]:
-    """The summary of a commit's document (format 2 keeps none in the body); empty when unreadable."""
+def document_summary(parts: StoreParts, c: ob.Commit) -> dict[str, Any]:
+    """The summary of a commit's document (format 2 keeps none in the body; the store profile's keys and
+    ``logical_bytes``), read from the objects under the default read limits (limits.ReadBudget: a fetched
+    commit is untrusted); ``{}`` when unreadable or over them (CkptError)."""
+    budget = ReadBudget(what=f"the document of {c.tree.oid.hex()[:12]}")
     try:
-        doc = assemble(c.tree, parts.objects.trees, parts.objects.blobs)
+        doc = assemble(c.tree, lambda ids: parts.objects.trees(ids, budget=budget),
+                       lambda ids: parts.objects.blobs(ids, budget=budget), budget)
         return parts.summarize(doc)
     except CkptError:
         return {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins  # Store.list shadows the builtin inside the class body
 import collections
 import contextlib
+import dataclasses
 import difflib
 import functools
 import logging
@@ -85,6 +86,17 @@ _COMMIT_CACHE = 4096  # verified commit objects a handle keeps (~200 bytes each)
 MERGE_MEMORY = 16 << 20  # bytes of its unmerged packs' bodies a writer keeps for its next merge
 LOOSE_MIN = 1 << 20  # bytes: bodies larger than this are stored loose, not packed
 KNOWN_IDS = 200_000  # object ids a writer remembers having written (~100 bytes each: ~20 MB); then it forgets
+
+
+@dataclasses.dataclass(frozen=True)
+class _Start:
+    """Where a new branch starts (Store._start): ``cid``; for a commit no index row lists, also what the ref's
+    transaction puts again (``frames``, children first) and indexes (``commit`` and its ``summary``)."""
+
+    cid: bytes
+    frames: builtins.list[StoredObject] = dataclasses.field(default_factory=builtins.list)
+    commit: ob.Commit | None = None
+    summary: dict[str, Any] | None = None
 
 
 _P = ParamSpec("_P")
@@ -993,12 +1005,12 @@ class Store:
         branch = head.branch_of(ref)
         if create:
             self._refuse_remote_prefix(ref)
-        start_id, frames = self._start(start) if create else (None, [])
+        begin = self._start(start) if create else None
         with self._writing() as txn:
             now = time.time_ns()
             old = head.head_ref_stored(txn)
-            if start_id is not None:
-                self._create_ref(txn, ref, start_id, start, now, frames)
+            if begin is not None:
+                self._create_ref(txn, ref, begin, start, now)
             elif old == ref:
                 return branch
             tip = txn.get_ref(ref)
@@ -1043,46 +1055,55 @@ class Store:
         """Create branch ``name`` at ``rev``; returns the commit id. Raises BadRefName, BranchExists."""
         ref = refnames.branch_ref(name)
         self._refuse_remote_prefix(ref)
-        cid, frames = self._start(rev)
+        begin = self._start(rev)
         with self._writing() as txn:
-            self._create_ref(txn, ref, cid, rev, time.time_ns(), frames)
-        return cid.hex()
+            self._create_ref(txn, ref, begin, rev, time.time_ns())
+        return begin.cid.hex()
 
-    def _start(self, rev: str) -> tuple[bytes, builtins.list[StoredObject]]:
-        """The commit a new branch starts at, and the objects to put again with the new ref. A full id may name
-        a commit object no index row lists (a pruned checkpoint gc has not collected yet, an interrupted
-        transfer's leftover): such a commit is taken only when every object below it is present and verifies
-        (git checks connectivity before a ref names fetched objects), and the ref's transaction puts them
-        all again, each framed loose from its verified body: a gc running meanwhile marked without the new
-        ref, and the fresh stored time (or the object itself, if its sweep took it) keeps what the branch
-        needs; a stored frame would name a pack that gc may drop meanwhile. [] for a listed commit (gc keeps
-        what the index lists). Store.commit's explicit parents are not checked so (a parent no index row lists
-        is pruned history, which gc collects anyway; git's commit-tree checks only that it exists). Raises
-        UnknownRevision: ``rev`` names nothing, or its commit is incomplete."""
+    def _start(self, rev: str) -> _Start:
+        """The commit a new branch starts at. A full id may name a commit object no index row lists (a pruned
+        checkpoint gc has not collected yet, an interrupted transfer's leftover): such a commit is taken only
+        when every object below it is present and verifies (git checks connectivity before a ref names fetched
+        objects). The ref's transaction then puts them all again, each framed loose from its verified body (a
+        gc running meanwhile marked without the new ref: the fresh stored time, or the object itself if its
+        sweep took it, keeps what the branch needs; a stored frame would name a pack gc may drop meanwhile),
+        and lists the commit again in the index (its summary read from its document), so `ckpt log`, `list`,
+        `info` and prune see the branch's tip as any other checkpoint. Store.commit's explicit parents are not
+        checked so (a parent no index row lists is pruned history, which gc collects anyway; git's commit-tree
+        checks only that it exists). Raises UnknownRevision: ``rev`` names nothing, or its commit is
+        incomplete."""
         cid = bytes.fromhex(self.resolve(rev))
         if self.backend.index_get(cid) is not None:
-            return cid, []
+            return _Start(cid)
         from crewckpt.history import remotes, sync
+        from crewckpt.history.reindex import document_summary
         try:
             kind, body = self.objects.get(cid)  # framed anew below: its stored frame may name a pack gc drops
-            below = sync.whole_commit(remotes.side(self, "this store"), cid, decode_commit(cid, kind, body))
+            commit = decode_commit(cid, kind, body)
+            below = sync.whole_commit(remotes.side(self, "this store"), cid, commit)
         except (SyncError, MissingObject, IntegrityError):
             raise UnknownRevision(f"revision {rev[:80]!r}: commit {cid.hex()[:12]} is not in `ckpt list` and "
                                   f"objects below it are missing or damaged (an interrupted transfer or gc left "
                                   f"it so), so no branch can start there; nothing was changed: pick a checkpoint "
                                   f"`ckpt log` lists, or fetch it again from a store that has it") from None
-        return cid, [*(self.objects.frame(k, b) for _, k, b in below), self.objects.frame(kind, body)]
+        frames = [*(self.objects.frame(k, b) for _, k, b in below), self.objects.frame(kind, body)]
+        return _Start(cid, frames, commit, document_summary(self.parts, commit))
 
     @staticmethod
-    def _create_ref(txn: Parts, ref: str, cid: bytes, rev: str, now: int,
-                    frames: builtins.list[StoredObject]) -> None:
+    def _create_ref(txn: Parts, ref: str, start: _Start, rev: str, now: int) -> None:
         if txn.get_ref(ref) is not None:
             raise BranchExists(f"branch {head.branch_of(ref)!r} already exists; pick another name or delete it "
                                f"first")
-        if frames:  # children first, the commit last (docs/backends.md, 'Write order')
-            txn.put_many(frames, now)
-        txn.set_ref_if_equals(ref, None, cid)
-        txn.reflog_append(ReflogEntry(ref, None, cid, now, f"branch: created from {rev}"))
+        if start.frames:  # children first, the commit last (docs/backends.md, 'Write order')
+            txn.put_many(start.frames, now)
+        txn.set_ref_if_equals(ref, None, start.cid)
+        txn.reflog_append(ReflogEntry(ref, None, start.cid, now, f"branch: created from {rev}"))
+        c = start.commit
+        if c is not None:  # listed again, after its live children if prune kept any (local order, I6)
+            index_commit(txn, start.cid, functools.partial(to_row, start.cid, c, head.branch_of(ref),
+                                                           summary=start.summary or {}), may_revive=True)
+            if c.alias:
+                txn.alias_set(c.alias, start.cid)
 
     def _refuse_remote_prefix(self, ref: str) -> None:
         """Refuse a new local branch named ``REMOTE/...`` for a configured REMOTE: it would shadow the
