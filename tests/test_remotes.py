@@ -1428,6 +1428,87 @@ def test_a_branch_at_a_pruned_commit_is_listed_again(kind: str, switch: bool, ma
     assert_clean(st)
 
 
+@pytest.mark.parametrize("kind", GC_KINDS)
+@pytest.mark.parametrize("collect", [False, True])
+def test_a_branch_at_a_commit_pruned_while_it_starts_is_listed_and_kept(
+        kind: str, collect: bool, make: Callable[[str], Store], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hostile review (session 20): create_branch decided "listed, nothing to put again" before its transaction;
+    a `ckpt prune` (and gc) in another process in between left a branch whose tip was unlisted (7 in 40 s of a
+    real race) or named a collected commit (1 in 60 s). The transaction now checks that the commit is still
+    listed, else it starts again on the unlisted path (the objects put again, the commit listed again), or
+    refuses in one line when gc has collected it meanwhile."""
+    st = make(kind)
+    ids = commit_chain(st, 3)
+    start = Store._start
+    raced: list[str] = []
+
+    def start_then_prune(self: Store, rev: str) -> Any:
+        got = start(self, rev)
+        if not raced:
+            raced.append(rev)
+            self.prune("main", keep=1)
+            if collect:
+                self.gc()
+        return got
+
+    monkeypatch.setattr(Store, "_start", start_then_prune)
+    try:
+        made = st.create_branch("r", ids[1])
+    except UnknownRevision as e:  # gc collected it in the window: refused, nothing written
+        assert collect and "pruned and collected" in str(e), e
+        assert st.backend.get_ref("refs/heads/r") is None and raced == [ids[1]]
+        assert_clean(st)
+        return
+    monkeypatch.undo()
+    assert made == ids[1] and raced == [ids[1]] and st.info(ids[1]).live and st.info(ids[1]).branch == "r"
+    st.gc()
+    assert st.read("r") == doc(1)
+    assert_clean(st)
+
+
+def test_a_pruned_commit_over_the_read_limit_is_refused_not_listed_empty(
+        make: Callable[[str], Store], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hostile review (session 20): listing a pruned commit again reads its document for the row's summary; a
+    document over the read limit (a subtree linked many times passes the per-object check) was listed with an
+    empty summary ("0 B as JSON") that `fsck --rebuild-index` then kept. It is refused in one line now."""
+    from crewckpt.errors import DocumentTooLarge
+    from tests.cli_helpers import ckpt
+
+    st = make("sqlite")
+    sub = {"t": [f"z{k:06d}-" * 10 for k in range(300)]}  # ~24 KB, stored once, linked 30 times
+    big = st.commit({"i": 0, "copies": [sub] * 30}, branch="main")
+    st.commit({"i": 1}, branch="main")
+    st.prune("main", keep=1)
+    monkeypatch.setenv("CKPT_MAX_READ_BYTES", "200000")
+    before = (st.branches(), st.backend.refs(""))
+    with pytest.raises(DocumentTooLarge, match="CKPT_MAX_READ_BYTES"):
+        st.create_branch("r", big)
+    r = ckpt(str(st.backend.folder), "branch", "r", big)
+    assert r.exit_code != 0 and "too large" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert (st.branches(), st.backend.refs("")) == before and st.backend.index_get(bytes.fromhex(big)) is None
+    monkeypatch.delenv("CKPT_MAX_READ_BYTES")
+    st.create_branch("r", big)
+    assert st.info(big).summary["logical_bytes"] == len(orjson.dumps(st.read(big)))
+
+
+def test_fsck_full_checks_the_shape_under_a_ref_no_index_row_lists(make: Callable[[str], Store]) -> None:
+    """Hostile review (session 20): `fsck --full` left kind checks to its shape pass, which walked listed
+    commits only: a branch tip no index row lists whose tree link names a blob was a problem for the quick
+    fsck and "ok" for --full."""
+    from tests.cli_helpers import ckpt
+
+    st = make("sqlite")
+    st.commit({"a": 1}, branch="main")
+    blob = st.objects.frame(ob.BLOB, b"just a string")
+    c = st.objects.frame(ob.COMMIT, ob.Commit(ob.Link(blob.oid, ob.TREE), (), 1, "w-x", None).encode())
+    with writing(st.backend) as w:
+        w.put_many([blob, c], time.time_ns())
+        w.set_ref_if_equals("refs/heads/odd", None, c.oid)
+    for args in (["fsck"], ["fsck", "--full"]):
+        r = ckpt(str(st.backend.folder), *args)
+        assert r.exit_code == 1 and blob.oid.hex() in r.stdout, (args, r.stdout)
+
+
 def test_fsck_checks_a_branch_whose_tip_no_index_row_lists(make: Callable[[str], Store]) -> None:
     """Session 20: gc keeps what every ref names, listed or not (a branch session 19's create_branch started at
     a pruned checkpoint, a transfer killed between its ref and its index rows), but fsck walked only listed

@@ -103,7 +103,7 @@ def _fsck(parts: StoreParts, full: bool, progress: Progress | None,
         elif t in commits:
             continue
         elif t not in stored:
-            problems.append(f"ref {name} points at missing commit {t.hex()}")
+            problems.append(f"ref {name} points at missing commit {t.hex()}; {ref_fix(name)}")
         elif stored[t].kind != ob.COMMIT:
             problems.append(f"ref {name} names {t.hex()}, a {_kind(stored[t].kind)}, not a commit; {ref_fix(name)}")
     problems.extend(head.problems(refs))
@@ -281,19 +281,17 @@ def _shape_problems(parts: StoreParts, broken: Mapping[str, str], bound: ObjectB
     b, objects = parts.objects.backend, parts.objects
     problems: list[str] = []
     want: dict[bytes, tuple[int, bytes, tuple[int, ...] | None]] = {}  # oid -> (kind, referrer, forms allowed)
-    for row in parts.index.index_rows():
-        try:
-            c = objects.commit(row.id, budget=bound)
-        except CkptError:
-            continue
-        want.setdefault(c.tree.oid, (c.tree.kind, row.id, None))
+    roots: list[tuple[bytes, ob.Link]] = []
+    listed = [r.id for r in parts.index.index_rows()]
+    tips = [t for t in parts.refs.refs().values() if len(t) == ob.ID_BYTES]
+    for cid in dict.fromkeys([*listed, *tips]):  # what gc keeps: listed commits and every ref's tip
+        with contextlib.suppress(CkptError):
+            c = objects.commit(cid, budget=bound)
+            roots.append((cid, c.tree))
+            want.setdefault(c.tree.oid, (c.tree.kind, cid, None))
     seen: set[bytes] = set()
     trees: dict[bytes, tuple[int, Any]] = {}
     blob_sizes: dict[bytes, int] = {}
-    roots: list[tuple[bytes, ob.Link]] = []
-    for row in parts.index.index_rows():
-        with contextlib.suppress(CkptError):
-            roots.append((row.id, objects.commit(row.id, budget=bound).tree))
     while want:
         batch, want = want, {}
         stored = b.get_many(list(batch))

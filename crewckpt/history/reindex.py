@@ -107,7 +107,7 @@ def rebuild_index(parts: StoreParts, *, dry_run: bool = False, progress: Progres
         if prev is not None:
             summary = _summary_of(prev)
         else:
-            summary = c.v1_summary.as_map() if c.v1_summary is not None else document_summary(parts, c)
+            summary = c.v1_summary.as_map() if c.v1_summary is not None else _recompute(parts, c)
         row = to_row(cid, c, branch[cid], seq, summary or {})
         if prev is None:
             added += 1
@@ -190,7 +190,7 @@ def index_missing(parts: StoreParts, tips: Mapping[bytes, str]) -> int:
     with writing(parts.backend) as w:
         for cid in _order(found, {}):
             c = found[cid]
-            summary = c.v1_summary.as_map() if c.v1_summary is not None else document_summary(parts, c)
+            summary = c.v1_summary.as_map() if c.v1_summary is not None else _recompute(parts, c)
             index_commit(w, cid, functools.partial(to_row, cid, c, branch[cid], summary=summary), may_revive=True)
             if c.alias:
                 w.alias_set(c.alias, cid)
@@ -205,7 +205,7 @@ def _summary_of(row: IndexRow) -> dict[str, Any] | None:
         return None
 
 
-def document_summary(parts: StoreParts, c: ob.Commit) -> dict[str, Any]:
+def _recompute(parts: StoreParts, c: ob.Commit) -> dict[str, Any]:
     """The summary of a commit's document (format 2 keeps none in the body; the store profile's keys and
     ``logical_bytes``), read from the objects under the default read limits (limits.ReadBudget: a fetched
     commit is untrusted); ``{}`` when unreadable or over them (CkptError)."""

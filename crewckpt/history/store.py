@@ -99,6 +99,16 @@ class _Start:
     summary: dict[str, Any] | None = None
 
 
+class _Unlisted(Exception):
+    """Store._create_ref: the start commit, listed when Store._start looked, was pruned before the ref's
+    transaction (another process); the caller starts again."""
+
+
+def _pruned_meanwhile(rev: str) -> UnknownRevision:
+    return UnknownRevision(f"revision {rev[:80]!r}: its checkpoint was pruned again each time the branch was about to "
+                           f"start there (another process is pruning); nothing was changed: run the command again")
+
+
 _P = ParamSpec("_P")
 
 
@@ -1002,10 +1012,17 @@ class Store:
             BranchExists: ``create`` and the branch exists.
         """
         ref = refnames.branch_ref(branch)
-        branch = head.branch_of(ref)
         if create:
             self._refuse_remote_prefix(ref)
-        begin = self._start(start) if create else None
+        for _ in range(_CAS_RETRIES):
+            try:
+                return self._switch_once(ref, self._start(start) if create else None, start, reason)
+            except _Unlisted:
+                continue
+        raise _pruned_meanwhile(start)
+
+    def _switch_once(self, ref: str, begin: _Start | None, start: str, reason: str) -> str:
+        branch = head.branch_of(ref)
         with self._writing() as txn:
             now = time.time_ns()
             old = head.head_ref_stored(txn)
@@ -1055,10 +1072,15 @@ class Store:
         """Create branch ``name`` at ``rev``; returns the commit id. Raises BadRefName, BranchExists."""
         ref = refnames.branch_ref(name)
         self._refuse_remote_prefix(ref)
-        begin = self._start(rev)
-        with self._writing() as txn:
-            self._create_ref(txn, ref, begin, rev, time.time_ns())
-        return begin.cid.hex()
+        for _ in range(_CAS_RETRIES):
+            begin = self._start(rev)
+            try:
+                with self._writing() as txn:
+                    self._create_ref(txn, ref, begin, rev, time.time_ns())
+                return begin.cid.hex()
+            except _Unlisted:
+                continue
+        raise _pruned_meanwhile(rev)
 
     def _start(self, rev: str) -> _Start:
         """The commit a new branch starts at. A full id may name a commit object no index row lists (a pruned
@@ -1076,8 +1098,8 @@ class Store:
         if self.backend.index_get(cid) is not None:
             return _Start(cid)
         from crewckpt.history import remotes, sync
-        from crewckpt.history.reindex import document_summary
         try:
+            summary = _summary(self.profile, self.read(cid.hex()))  # under the read limits (DocumentTooLarge)
             kind, body = self.objects.get(cid)  # framed anew below: its stored frame may name a pack gc drops
             commit = decode_commit(cid, kind, body)
             below = sync.whole_commit(remotes.side(self, "this store"), cid, commit)
@@ -1087,13 +1109,15 @@ class Store:
                                   f"it so), so no branch can start there; nothing was changed: pick a checkpoint "
                                   f"`ckpt log` lists, or fetch it again from a store that has it") from None
         frames = [*(self.objects.frame(k, b) for _, k, b in below), self.objects.frame(kind, body)]
-        return _Start(cid, frames, commit, document_summary(self.parts, commit))
+        return _Start(cid, frames, commit, summary)
 
     @staticmethod
     def _create_ref(txn: Parts, ref: str, start: _Start, rev: str, now: int) -> None:
         if txn.get_ref(ref) is not None:
             raise BranchExists(f"branch {head.branch_of(ref)!r} already exists; pick another name or delete it "
                                f"first")
+        if start.commit is None and txn.index_get(start.cid) is None:
+            raise _Unlisted  # pruned since _start looked: take the unlisted path (its objects put again)
         if start.frames:  # children first, the commit last (docs/backends.md, 'Write order')
             txn.put_many(start.frames, now)
         txn.set_ref_if_equals(ref, None, start.cid)
