@@ -306,3 +306,19 @@ def test_fetch_pull_and_clone_say_fetched_push_says_sent(tmp_path: Path) -> None
         s.commit({"from": "demo"}, branch="main")
     fetched = ok(ckpt(b, "fetch")).stderr
     assert "fetch origin: fetched 1 checkpoint(s)" in fetched and "sent" not in fetched
+
+
+def test_push_origin_head_pushes_the_current_branch(tmp_path: Path) -> None:
+    """Fresh-user trial (session 20): `ckpt push origin HEAD` said "bad branch name 'HEAD': reserved word";
+    git pushes the current branch to the same name."""
+    origin, here = str(tmp_path / "origin"), str(tmp_path / "here")
+    with Store.init(origin) as s:
+        s.commit({"n": 0}, branch="main")
+    ok(ckpt(None, "clone", origin, here))
+    with Store.open(here) as s:
+        s.switch("exp", create=True, start="main")
+        tip = s.commit({"n": 1})
+    out = json.loads(ok(ckpt(here, "push", "origin", "HEAD", "--json")).stdout)
+    assert [(r["ref"], r["status"]) for r in out["refs"]] == [("refs/heads/exp", "new")], out
+    with Store.open(origin) as s:
+        assert s.resolve("exp") == tip and s.read("exp") == {"n": 1}

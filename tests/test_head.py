@@ -369,3 +369,19 @@ def test_sqlite_reflog_keeps_an_old_id_that_repeats_the_previous_new_in_no_bytes
     with sqlite3.connect(tmp_path / "store.db") as c:
         assert [r[0] for r in c.execute("SELECT length(old) FROM reflog ORDER BY n")] == [None, 0, 32, 32]
     c.close()
+
+
+def test_reflog_marks_the_commits_gc_collected(tmp_path: Path) -> None:
+    """Fresh-user trial (session 20): after prune + gc, `ckpt reflog` listed collected commits like any other
+    and only `ckpt show HEAD@{N}` said they were gone. Each such entry is marked now (git keeps what a reflog
+    names until the reflog expires; crewckpt's gc collects pruned commits, which its reflogs may still name)."""
+    folder = tmp_path / ".ckpt"
+    with Store.init(folder) as s:
+        ids = [s.commit({"n": i}) for i in range(3)]
+        s.prune("main", keep=1)
+        s.gc()
+    lines = ok(ckpt(str(folder), "reflog")).stdout.splitlines()
+    assert len(lines) == 3 and "collected" not in lines[0], lines  # HEAD@{0}: the live tip
+    assert all("(pruned and collected by gc)" in line for line in lines[1:]), lines
+    records = ndjson(ok(ckpt(str(folder), "reflog", "main", "--json")).stdout)
+    assert [(r["id"], r["collected"]) for r in records] == [(ids[2], False), (ids[1], True), (ids[0], True)]

@@ -201,3 +201,19 @@ def test_branch_star_and_reflog_default_follow_head_not_the_last_write(tmp_path)
     starred = [line.split()[1] for line in ok(ckpt(path, "branch")).stdout.splitlines() if line.startswith("*")]
     assert starred == ["exp"]
     assert [r["id"] for r in ndjson(ok(ckpt(path, "reflog", "--json")).stdout)] == [c2, c1]
+
+
+def test_log_all_names_a_run_that_a_later_run_continued(tmp_path: Path) -> None:
+    """Fresh-user trial (session 20): the README says `ckpt log --all` shows every run (`refs/runs/...`), but a
+    run ref was named only where no shown commit continued it: in a shared store the runs a resumed run
+    continued had no name, so `ckpt publish RUN` ids were nowhere in the log. Every run ref no branch names
+    decorates its tip now, as git decorates every ref."""
+    store = Store.init(tmp_path / ".ckpt")
+    failed = [store.commit({"step": i}, branch="main", run_id="run-a") for i in range(2)]
+    resumed = [store.commit({"step": i}, branch="main", run_id="run-b") for i in range(2, 4)]
+    store.close()
+    assert store.info(resumed[0]).parents == (failed[-1],)  # run-b continues run-a's lineage
+    for args in (["log", "--all", "--oneline"], ["log", "--oneline"]):
+        out = ok(ckpt(str(tmp_path / ".ckpt"), *args)).stdout
+        line = next(x for x in out.splitlines() if x.startswith(failed[-1][:8]))
+        assert "refs/runs/run-a" in line and "refs/runs/run-b" not in out, out  # run-b's tip is main's

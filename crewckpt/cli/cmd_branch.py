@@ -353,7 +353,8 @@ def reflog(branch: str | None, limit: int | None, as_json: bool) -> None:
     Without an argument: HEAD, as in git. HEAD's reflog has an entry for each commit on the current branch
     and each switch of the current branch (`ckpt switch`, `ckpt resume`, renaming it); a branch's reflog one
     for each commit, fork, reset or rename that moved it. Deleting a branch deletes its reflog.
-    `@{N}` is the current branch's `BRANCH@{N}`.
+    `@{N}` is the current branch's `BRANCH@{N}`. An entry whose checkpoint was pruned and collected by
+    `ckpt gc` is marked so (`"collected": true` with --json): it no longer names anything readable.
 
     \b
     Examples:
@@ -376,6 +377,7 @@ def reflog(branch: str | None, limit: int | None, as_json: bool) -> None:
     entries.reverse()  # newest first: entry N is BRANCH@{N}
     if limit is not None:
         entries = entries[:limit]
+    held = store.has_commits({new.hex() for _, new in entries})  # gc collects pruned commits reflogs name
     if as_json:
         emit_ndjson(
             {
@@ -384,18 +386,21 @@ def reflog(branch: str | None, limit: int | None, as_json: bool) -> None:
                 "old": e.old.hex() if e.old else None,
                 "time_ns": e.time_ns,
                 "message": e.message,
+                "collected": new.hex() not in held,
             }
             for n, (e, new) in enumerate(entries)
         )
         return
     shorts = short_ids(new.hex() for _, new in entries)
     for n, (e, new) in enumerate(entries):
+        gone = [] if new.hex() in held else [("  (pruned and collected by gc)", "dim red")]
         app.styled(
             [
                 (shorts[new.hex()] + " ", "yellow"),
                 (f"{branch}@{{{n}}}: ", "bold"),
                 (e.message + "  ", None),
                 (local_time(e.time_ns), "dim"),
+                *gone,
             ]
         )
 

@@ -213,9 +213,9 @@ def _kb(n: int) -> str:
 
 
 def _tips_by_id(store: Any, commits: list[Any] | None = None) -> dict[str, list[str]]:
-    """commit id -> branch names whose tip it is. With ``commits`` (the ones a log shows), a run's last
-    commit that no branch names and no shown commit continues also gets its run ref
-    (``refs/runs/<run id>``): an earlier run on a branch that a later, fresh run moved on."""
+    """commit id -> branch names whose tip it is. With ``commits`` (a log's), a run's last commit that no
+    branch names also gets its run ref (``refs/runs/<run id>``), as git decorates every ref: an earlier run
+    on a branch a later, fresh run moved on, and a failed run that a resumed one continued."""
     from crewckpt.history import remotes
     from crewckpt.history.refnames import RUNS
 
@@ -225,9 +225,8 @@ def _tips_by_id(store: Any, commits: list[Any] | None = None) -> dict[str, list[
     for name, tip in remotes.tracking_refs(store).items():  # git's decoration shows origin/main too
         tips.setdefault(tip, []).append(name)
     if commits is not None:
-        continued = {p for c in commits for p in getattr(c, "parents", ())}
         for run, tip in sorted(store.runs().items()):
-            if tip not in tips and tip not in continued:
+            if tip not in tips:
                 tips[tip] = [RUNS + run]
     return tips
 

@@ -212,7 +212,7 @@ def pull(remote: str | None, branch: str | None, dry_run: bool, as_json: bool) -
 @json_option
 def push(remote: str | None, branch: str | None, all_branches: bool, force: bool, dry_run: bool,
          as_json: bool) -> None:
-    """Send BRANCH (default: the current branch; `--all`: every branch) to REMOTE (default `origin`, or a
+    """Send BRANCH (default, or HEAD: the current branch; `--all`: every branch) to REMOTE (default `origin`, or a
     location) and move the remote's branch of the same name. A push that would lose the remote's
     checkpoints (not a fast-forward) is rejected unless --force; if another pusher moved the branch first,
     this one is rejected: nothing is lost. Exit status 1 when a branch was rejected.

@@ -19,7 +19,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
 
@@ -988,6 +988,11 @@ class Store:
         """A branch's reflog, or HEAD's for ``"HEAD"`` (every move of HEAD: commits on the current branch,
         switches, renames of it), oldest first. Raises BadRefName."""
         return self.backend.reflog(head.HEAD if branch == head.HEAD else refnames.branch_ref(branch))
+
+    def has_commits(self, ids: Iterable[str]) -> set[str]:
+        """Those of ``ids`` (64-hex commit ids) the store holds, listed or pruned and not yet collected (a
+        reflog entry may name a commit gc collected). Existence only (one batch); reads verify."""
+        return {o.hex() for o in self.backend.has_many({bytes.fromhex(i) for i in ids})}
 
     def current_branch(self) -> str:
         """The branch HEAD names: where ``HEAD`` resolves and what `ckpt switch` sets. It may not exist yet
