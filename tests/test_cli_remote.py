@@ -322,3 +322,7 @@ def test_push_origin_head_pushes_the_current_branch(tmp_path: Path) -> None:
     assert [(r["ref"], r["status"]) for r in out["refs"]] == [("refs/heads/exp", "new")], out
     with Store.open(origin) as s:
         assert s.resolve("exp") == tip and s.read("exp") == {"n": 1}
+    out = json.loads(ok(ckpt(here, "push", "origin", "@", "--json")).stdout)  # git: '@' alone is HEAD
+    assert [(r["ref"], r["status"]) for r in out["refs"]] == [("refs/heads/exp", "up-to-date")], out
+    r = ckpt(here, "push", "origin", "")
+    assert r.exit_code == 2 and "bad branch name" in r.stderr, r.stderr  # git refuses an empty refspec

@@ -385,3 +385,28 @@ def test_reflog_marks_the_commits_gc_collected(tmp_path: Path) -> None:
     assert all("(pruned and collected by gc)" in line for line in lines[1:]), lines
     records = ndjson(ok(ckpt(str(folder), "reflog", "main", "--json")).stdout)
     assert [(r["id"], r["collected"]) for r in records] == [(ids[2], False), (ids[1], True), (ids[0], True)]
+
+
+def test_a_branch_moved_while_it_is_read_is_not_called_damaged(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hostile review (session 20): reading a branch read its ref, then its target; another process moving the
+    branch and gc collecting the old tip in between made `ckpt show main` (resume, log, branch X main...)
+    say "ref refs/heads/main names ..., which is not in the store (a damaged ref); delete it with `ckpt branch
+    -d main`" (1 in 35,162 real races). A missing target is read again before the ref is called damaged."""
+    s = Store.init(tmp_path / ".ckpt")
+    old = s.commit({"n": 0})
+    new = s.commit({"n": 1})
+    s.prune("main", keep=1)
+    s.gc()  # `old` is collected: the value the first read below returns, as in the race
+    real = s.backend.get_ref
+    stale = [bytes.fromhex(old)]
+
+    def racing(name: str) -> bytes | None:
+        return stale.pop() if name == "refs/heads/main" and stale else real(name)
+
+    monkeypatch.setattr(s.backend, "get_ref", racing)
+    assert s.resolve("main") == new and not stale
+    monkeypatch.setattr(s.backend, "get_ref", lambda name: bytes.fromhex(old) if name == "refs/heads/main"
+                        else real(name))
+    with pytest.raises(UnknownRevision, match="a damaged ref"):  # the same missing value twice: damage
+        s.resolve("main")

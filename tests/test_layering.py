@@ -138,10 +138,11 @@ def test_history_store_loads_no_crewai_layer_module() -> None:
 
 def test_errors_are_defined_in_errors_py() -> None:
     """Every exception class of the package lives in crewckpt/errors.py, except private control-flow
-    signals (a gc epoch change, a rejected publish, a crew dump to redo without held fields), the CLI's click
+    signals (a gc epoch change, a rejected publish, a crew dump to redo without held fields, a branch's start
+    commit pruned before its transaction), the CLI's click
     usage error and the test doubles' errors (the scripted LLM's, the contract suite's simulated crash): not
     crewckpt errors."""
-    allowed = {"_EpochChanged", "_Rejected", "_HeldMiss", "UsageProblem", "ScriptedLLMError", "_Crash"}
+    allowed = {"_EpochChanged", "_Rejected", "_HeldMiss", "_Unlisted", "UsageProblem", "ScriptedLLMError", "_Crash"}
     elsewhere = []
     for f in PKG.rglob("*.py"):
         if f == PKG / "errors.py":

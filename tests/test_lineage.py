@@ -11,6 +11,7 @@ import pytest
 from cli_helpers import ckpt, fixture_doc, ndjson, ok
 
 from crewckpt import Store
+from crewckpt.backends.base import writing
 from crewckpt.errors import UnknownRevision
 from crewckpt.history import refnames
 from crewckpt.testing import crewai_offline  # noqa: F401  (the fixture)
@@ -211,9 +212,11 @@ def test_log_all_names_a_run_that_a_later_run_continued(tmp_path: Path) -> None:
     store = Store.init(tmp_path / ".ckpt")
     failed = [store.commit({"step": i}, branch="main", run_id="run-a") for i in range(2)]
     resumed = [store.commit({"step": i}, branch="main", run_id="run-b") for i in range(2, 4)]
+    with writing(store.backend) as w:  # a second run ref at the same commit: git shows every ref
+        w.set_ref_if_equals(refnames.RUNS + "run-z", None, bytes.fromhex(failed[-1]))
     store.close()
     assert store.info(resumed[0]).parents == (failed[-1],)  # run-b continues run-a's lineage
     for args in (["log", "--all", "--oneline"], ["log", "--oneline"]):
         out = ok(ckpt(str(tmp_path / ".ckpt"), *args)).stdout
         line = next(x for x in out.splitlines() if x.startswith(failed[-1][:8]))
-        assert "refs/runs/run-a" in line and "refs/runs/run-b" not in out, out  # run-b's tip is main's
+        assert "refs/runs/run-a, refs/runs/run-z" in line and "refs/runs/run-b" not in out, out  # b's tip: main's

@@ -1466,6 +1466,26 @@ def test_a_branch_at_a_commit_pruned_while_it_starts_is_listed_and_kept(
     assert_clean(st)
 
 
+def test_a_commit_collected_while_a_branch_starts_there_is_refused_as_collected(
+        make: Callable[[str], Store], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hostile review (session 20, round 2): gc collecting the pruned commit between resolve() and the branch's
+    completeness check gave "objects below it are missing or damaged (an interrupted transfer or gc left it
+    so)", which reads like corruption; it now says what resolve() says: pruned and collected."""
+    st = make("sqlite")
+    ids = commit_chain(st, 3)
+    st.prune("main", keep=1)
+    real = sync.whole_commit
+
+    def gc_then_check(*a: Any) -> Any:
+        st.gc()
+        return real(*a)
+
+    monkeypatch.setattr(sync, "whole_commit", gc_then_check)
+    with pytest.raises(UnknownRevision, match="pruned and collected"):
+        st.create_branch("r", ids[0])
+    assert st.backend.get_ref("refs/heads/r") is None
+
+
 def test_a_pruned_commit_over_the_read_limit_is_refused_not_listed_empty(
         make: Callable[[str], Store], monkeypatch: pytest.MonkeyPatch) -> None:
     """Hostile review (session 20): listing a pruned commit again reads its document for the row's summary; a

@@ -225,9 +225,10 @@ def _tips_by_id(store: Any, commits: list[Any] | None = None) -> dict[str, list[
     for name, tip in remotes.tracking_refs(store).items():  # git's decoration shows origin/main too
         tips.setdefault(tip, []).append(name)
     if commits is not None:
+        named = set(tips)
         for run, tip in sorted(store.runs().items()):
-            if tip not in tips:
-                tips[tip] = [RUNS + run]
+            if tip not in named:
+                tips.setdefault(tip, []).append(RUNS + run)
     return tips
 
 

@@ -588,7 +588,7 @@ def _known(parts: Parts, cid: bytes) -> bool:
 def push(store: Store, remote: str | Store | None = None, branch: str | None = None, *, all_branches: bool = False,
          force: bool = False, name: str | None = None, dry_run: bool = False,
          progress: Progress | None = None) -> SyncReport:
-    """Send ``branch`` (default, or ``"HEAD"`` as in ``git push origin HEAD``: the current one;
+    """Send ``branch`` (default, or ``"HEAD"`` / ``"@"`` as in ``git push origin HEAD``: the current one;
     ``all_branches``: every local branch) to the remote and move the remote's branch of the same name, by
     compare-and-swap against its tip as read now.
 
@@ -606,7 +606,7 @@ def push(store: Store, remote: str | Store | None = None, branch: str | None = N
     if all_branches:
         names = list(store.branches())
     else:
-        names = [refnames.check_branch(current_branch(store) if branch in (None, "", head.HEAD) else branch)]
+        names = [refnames.check_branch(current_branch(store) if branch in (None, head.HEAD, "@") else branch)]
     with connect(store, remote) as (label, other):
         here, there = side(store, "this store"), side(other, _where(other, label))
         updates, rejected = [], []

@@ -864,8 +864,15 @@ class Store:
 
     def _ref_commit(self, name: str, t: bytes) -> bytes:
         """Ref ``name``'s target ``t`` when it can name a commit; a malformed target (not 32 bytes) or one
-        naming another kind of object raises UnknownRevision naming the ref (not "pruned", not "corrupt")."""
+        naming another kind of object raises UnknownRevision naming the ref (not "pruned", not "corrupt"). A
+        missing target is read again first: another writer may have moved the ref and gc collected its old
+        tip between our read of the ref and of its target (damage is a target read twice)."""
         problem = self._target_problem(t)
+        for _ in range(_CAS_RETRIES):
+            moved = self.backend.get_ref(name) if problem == "missing" else None
+            if moved is None or moved == t:
+                break
+            t, problem = moved, self._target_problem(moved)
         if problem == "malformed":
             raise UnknownRevision(f"ref {name} is malformed: it holds {len(t)} byte(s) ({t[:32].hex()}), not a "
                                   f"{ob.ID_BYTES}-byte commit id; {refnames.ref_fix(name)}")
@@ -1109,6 +1116,8 @@ class Store:
             commit = decode_commit(cid, kind, body)
             below = sync.whole_commit(remotes.side(self, "this store"), cid, commit)
         except (SyncError, MissingObject, IntegrityError):
+            if not self.backend.has_many([cid]):  # gc collected it since resolve(): say so, as resolve() does
+                self.resolve(cid.hex())
             raise UnknownRevision(f"revision {rev[:80]!r}: commit {cid.hex()[:12]} is not in `ckpt list` and "
                                   f"objects below it are missing or damaged (an interrupted transfer or gc left "
                                   f"it so), so no branch can start there; nothing was changed: pick a checkpoint "
