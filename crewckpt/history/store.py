@@ -1020,18 +1020,15 @@ class Store:
             create: create ``branch`` at ``start`` first (``git switch -c``).
             start: the revision a created branch starts at (resolved before anything is written).
         Raises:
-            BadRefName. UnknownRevision: no such branch (and not ``create``), or ``start`` names nothing.
-            BranchExists: ``create`` and the branch exists.
+            BadRefName. UnknownRevision: no such branch (and not ``create``), or ``start`` names nothing (and
+            the other cases of :meth:`create_branch`). BranchExists: ``create`` and the branch exists.
+            DocumentTooLarge: as :meth:`create_branch`.
         """
         ref = refnames.branch_ref(branch)
-        if create:
-            self._refuse_remote_prefix(ref)
-        for _ in range(_CAS_RETRIES):
-            try:
-                return self._switch_once(ref, self._start(start) if create else None, start, reason)
-            except _Unlisted:
-                continue
-        raise _pruned_meanwhile(start)
+        if not create:
+            return self._switch_once(ref, None, start, reason)
+        self._refuse_remote_prefix(ref)
+        return self._branching(start, lambda begin: self._switch_once(ref, begin, start, reason))
 
     def _switch_once(self, ref: str, begin: _Start | None, start: str, reason: str) -> str:
         branch = head.branch_of(ref)
@@ -1081,15 +1078,29 @@ class Store:
     # -- branches --------------------------------------------------------------------------------------------
 
     def create_branch(self, name: str, rev: str = "HEAD") -> str:
-        """Create branch ``name`` at ``rev``; returns the commit id. Raises BadRefName, BranchExists."""
+        """Create branch ``name`` at ``rev``; returns the commit id. A pruned checkpoint gc has not collected
+        yet is listed again on the new branch (:meth:`_start`).
+
+        Raises:
+            BadRefName. BranchExists. UnknownRevision: ``rev`` names nothing, or a pruned commit that is
+            incomplete, collected, or pruned again at every try. DocumentTooLarge: a pruned commit's document
+            is over the read limits (listing it again reads it).
+        """
         ref = refnames.branch_ref(name)
         self._refuse_remote_prefix(ref)
+        return self._branching(rev, lambda begin: self._branch_at(ref, begin, rev))
+
+    def _branch_at(self, ref: str, begin: _Start, rev: str) -> str:
+        with self._writing() as txn:
+            self._create_ref(txn, ref, begin, rev, time.time_ns())
+        return begin.cid.hex()
+
+    def _branching(self, rev: str, land: Callable[[_Start], str]) -> str:
+        """``land(self._start(rev))``, from a fresh start again when the start commit was pruned by another
+        process before the ref's transaction (``_Unlisted``); UnknownRevision after _CAS_RETRIES tries."""
         for _ in range(_CAS_RETRIES):
-            begin = self._start(rev)
             try:
-                with self._writing() as txn:
-                    self._create_ref(txn, ref, begin, rev, time.time_ns())
-                return begin.cid.hex()
+                return land(self._start(rev))
             except _Unlisted:
                 continue
         raise _pruned_meanwhile(rev)
