@@ -27,7 +27,7 @@ import itertools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from crewckpt.backends.base import IndexRow, writing
+from crewckpt.backends.base import IndexRow, Parts, writing
 from crewckpt.errors import CkptError, MissingObject
 from crewckpt.format import objects as ob
 from crewckpt.history import head, refnames
@@ -191,10 +191,17 @@ def index_missing(parts: StoreParts, tips: Mapping[bytes, str]) -> int:
         for cid in _order(found, {}):
             c = found[cid]
             summary = c.v1_summary.as_map() if c.v1_summary is not None else _recompute(parts, c)
-            index_commit(w, cid, functools.partial(to_row, cid, c, branch[cid], summary=summary), may_revive=True)
-            if c.alias:
-                w.alias_set(c.alias, cid)
+            list_again(w, cid, c, branch[cid], summary)
     return len(found)
+
+
+def list_again(w: Parts, cid: bytes, c: ob.Commit, branch: str, summary: dict[str, Any]) -> None:
+    """Give commit ``cid`` (object ``c``) an index row on ``branch`` with ``summary`` in the write scope ``w``,
+    after any live children that name it (:func:`~crewckpt.history.localorder.index_commit`, I6), and its
+    alias back."""
+    index_commit(w, cid, functools.partial(to_row, cid, c, branch, summary=summary), may_revive=True)
+    if c.alias:
+        w.alias_set(c.alias, cid)
 
 
 def _summary_of(row: IndexRow) -> dict[str, Any] | None:

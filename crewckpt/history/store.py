@@ -1147,12 +1147,9 @@ class Store:
             txn.put_many(start.frames, now)
         txn.set_ref_if_equals(ref, None, start.cid)
         txn.reflog_append(ReflogEntry(ref, None, start.cid, now, f"branch: created from {rev}"))
-        c = start.commit
-        if c is not None:  # listed again, after its live children if prune kept any (local order, I6)
-            index_commit(txn, start.cid, functools.partial(to_row, start.cid, c, head.branch_of(ref),
-                                                           summary=start.summary or {}), may_revive=True)
-            if c.alias:
-                txn.alias_set(c.alias, start.cid)
+        if start.commit is not None:  # listed again, after its live children if prune kept any
+            from crewckpt.history.reindex import list_again
+            list_again(txn, start.cid, start.commit, head.branch_of(ref), start.summary or {})
 
     def _refuse_remote_prefix(self, ref: str) -> None:
         """Refuse a new local branch named ``REMOTE/...`` for a configured REMOTE: it would shadow the
